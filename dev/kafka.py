@@ -1,0 +1,379 @@
+"""The local KRaft test bed: real Apache Kafka brokers from the Maven Central jars in .cache/jars/kafka.
+
+`python -m dev.kafka up [--nodes 1|3] [--json]` formats storage, starts combined broker+controller JVMs on free
+127.0.0.1 ports and waits until every broker is registered; `down` stops only the processes `up` started (by pid);
+`status` says what runs. pytest uses the same code through `start_cluster()` (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JARS_DIR = Path(os.environ.get("TXNWATCH_JARS_DIR", ROOT / ".cache" / "jars"))
+DEFAULT_STATE_DIR = Path(os.environ.get("TXNWATCH_TESTBED_DIR", ROOT / ".cache" / "testbed"))
+READY_TIMEOUT_S = 90.0
+
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = INFO
+logger.raft.name = org.apache.kafka.raft
+logger.raft.level = WARN
+logger.controller.name = kafka.controller
+logger.controller.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+@dataclass(frozen=True)
+class TestBedConfig:
+    """What `up` starts. The transaction settings are small so tests see expiry and cleanup in seconds."""
+
+    nodes: int = 1
+    transaction_version: int = 2
+    partition_verification: bool = True
+    transaction_max_timeout_ms: int = 60_000
+    abort_cleanup_interval_ms: int = 500
+    transactional_id_expiration_ms: int = 600_000
+    heap: str = "512m"
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Node:
+    node_id: int
+    broker_port: int
+    controller_port: int
+    jmx_port: int
+    pid: int
+    directory: str
+    log_file: str
+
+
+@dataclass
+class Cluster:
+    bootstrap_servers: str
+    cluster_id: str
+    nodes: list[Node]
+    config: dict[str, object]
+    state_dir: str
+    started_in_s: float = 0.0
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "cluster_id": self.cluster_id,
+            "nodes": [asdict(n) for n in self.nodes],
+            "config": self.config,
+            "state_dir": self.state_dir,
+            "started_in_s": round(self.started_in_s, 2),
+        }
+
+    @property
+    def jmx_urls(self) -> dict[int, str]:
+        return {n.node_id: f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{n.jmx_port}/jmxrmi" for n in self.nodes}
+
+    def stop(self) -> None:
+        stop_cluster(Path(self.state_dir))
+
+
+def kafka_classpath() -> str:
+    directory = JARS_DIR / "kafka"
+    jars = sorted(directory.glob("*.jar"))
+    if not jars:
+        raise SystemExit(f"no Kafka jars in {directory}: run `make jars` (Maven resolves them from Maven Central)")
+    return os.pathsep.join(str(j) for j in jars)
+
+
+def java_binary() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    return str(Path(java_home) / "bin" / "java") if java_home else "java"
+
+
+def _free_ports(count: int) -> list[int]:
+    # Bind them all at once so the kernel hands out distinct ports, then release them for the JVMs.
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _random_cluster_id() -> str:
+    # Kafka's Uuid.toString(): URL-safe base64 of 16 random bytes, no padding.
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _server_properties(cfg: TestBedConfig, node_id: int, ports: dict[int, tuple[int, int]], log_dir: Path) -> str:
+    voters = ",".join(f"{n}@127.0.0.1:{ports[n][1]}" for n in sorted(ports))
+    rf = min(cfg.nodes, 3)
+    min_isr = 1 if cfg.nodes < 3 else 2
+    broker_port, controller_port = ports[node_id]
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": "1",
+        "default.replication.factor": str(rf),
+        "offsets.topic.replication.factor": str(rf),
+        "offsets.topic.num.partitions": "3",
+        "transaction.state.log.replication.factor": str(rf),
+        "transaction.state.log.min.isr": str(min_isr),
+        "transaction.state.log.num.partitions": "3",
+        "share.coordinator.state.topic.replication.factor": str(rf),
+        "share.coordinator.state.topic.min.isr": str(min_isr),
+        "group.initial.rebalance.delay.ms": "0",
+        "transaction.max.timeout.ms": str(cfg.transaction_max_timeout_ms),
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(cfg.abort_cleanup_interval_ms),
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "1000",
+        "transactional.id.expiration.ms": str(cfg.transactional_id_expiration_ms),
+        "producer.id.expiration.check.interval.ms": "1000",
+        "transaction.partition.verification.enable": str(cfg.partition_verification).lower(),
+        "auto.create.topics.enable": "false",
+        "log.flush.interval.messages": "9223372036854775807",
+    }
+    props.update(cfg.extra)
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def _pid_alive(pid: int, state_dir: Path) -> bool:
+    """True if `pid` is still a JVM we started: the state dir in its command line guards against pid reuse."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return str(state_dir) in cmdline
+
+
+def _wait_ready(bootstrap: str, nodes: int, deadline: float, procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    from kafka import KafkaAdminClient  # imported late: `down`/`status` need no Kafka client
+
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"a broker JVM exited during start-up with code {p.returncode}")
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, client_id="testbed")
+            try:
+                brokers = admin.describe_cluster()["brokers"]
+                if len(brokers) >= nodes:
+                    return
+            finally:
+                admin.close()
+        except Exception as exc:  # not up yet: connection refused, no controller elected, ...
+            last_error = exc
+        time.sleep(0.3)
+    raise TimeoutError(f"brokers at {bootstrap} not ready after {READY_TIMEOUT_S:.0f}s: {last_error}")
+
+
+def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cluster:
+    """Format and start `cfg.nodes` combined KRaft nodes; returns once every broker is registered."""
+    started = time.monotonic()
+    state_dir = state_dir.resolve()
+    if (state_dir / "state.json").exists():
+        existing = status(state_dir)
+        if existing is not None:
+            raise RuntimeError(f"a test bed already runs from {state_dir} ({existing.bootstrap_servers}); "
+                               "`python -m dev.kafka down` first")
+        stop_cluster(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    classpath = kafka_classpath()
+    cluster_id = _random_cluster_id()
+    free = _free_ports(3 * cfg.nodes)
+    ports = {n: (free[3 * (n - 1)], free[3 * (n - 1) + 1]) for n in range(1, cfg.nodes + 1)}
+    jmx = {n: free[3 * (n - 1) + 2] for n in ports}
+
+    procs: list[subprocess.Popen[bytes]] = []
+    nodes: list[Node] = []
+    try:
+        for node_id in ports:
+            node_dir = state_dir / f"node-{node_id}"
+            data_dir = node_dir / "data"
+            shutil.rmtree(data_dir, ignore_errors=True)  # every `up` is a new cluster with a new id
+            node_dir.mkdir(parents=True, exist_ok=True)
+            props = node_dir / "server.properties"
+            props.write_text(_server_properties(cfg, node_id, ports, data_dir))
+            log_file = node_dir / "server.log"
+            log4j = node_dir / "log4j2.properties"
+            log4j.write_text(LOG4J2_PROPERTIES.format(log_file=log_file))
+            common = [java_binary(), f"-Dlog4j2.configurationFile=file:{log4j}", "-cp", classpath]
+            subprocess.run(
+                [*common, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(props),
+                 "--feature", f"transaction.version={cfg.transaction_version}"],
+                check=True, capture_output=True, timeout=120,
+            )
+            jmx_opts = [
+                "-Dcom.sun.management.jmxremote", "-Dcom.sun.management.jmxremote.authenticate=false",
+                "-Dcom.sun.management.jmxremote.ssl=false", f"-Dcom.sun.management.jmxremote.port={jmx[node_id]}",
+                f"-Dcom.sun.management.jmxremote.rmi.port={jmx[node_id]}",
+                "-Dcom.sun.management.jmxremote.host=127.0.0.1", "-Djava.rmi.server.hostname=127.0.0.1",
+            ]
+            with open(node_dir / "stdout.log", "ab") as out:
+                proc = subprocess.Popen(
+                    [*common[:2], f"-Xms{cfg.heap}", f"-Xmx{cfg.heap}", *jmx_opts,
+                     f"-Dtxnwatch.testbed={state_dir}", "-cp", classpath, "kafka.Kafka", str(props)],
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # outlives `up`; `down` stops it by pid
+                )
+            procs.append(proc)
+            nodes.append(Node(node_id, ports[node_id][0], ports[node_id][1], jmx[node_id], proc.pid,
+                              str(node_dir), str(log_file)))
+        bootstrap = ",".join(f"127.0.0.1:{ports[n][0]}" for n in ports)
+        cluster = Cluster(bootstrap, cluster_id, nodes, asdict(cfg), str(state_dir))
+        (state_dir / "state.json").write_text(json.dumps(cluster.as_json(), indent=2))
+        _wait_ready(bootstrap, cfg.nodes, time.monotonic() + READY_TIMEOUT_S, procs)
+    except BaseException as exc:
+        for p in procs:
+            p.kill()
+        if isinstance(exc, subprocess.CalledProcessError):
+            raise RuntimeError(f"formatting storage failed: {exc.stderr.decode(errors='replace')[-2000:]}") from exc
+        raise
+    cluster.started_in_s = time.monotonic() - started
+    (state_dir / "state.json").write_text(json.dumps(cluster.as_json(), indent=2))
+    return cluster
+
+
+def _load(state_dir: Path) -> Cluster | None:
+    try:
+        raw = json.loads((state_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return Cluster(raw["bootstrap_servers"], raw["cluster_id"], [Node(**n) for n in raw["nodes"]], raw["config"],
+                   raw["state_dir"], raw.get("started_in_s", 0.0))
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> Cluster | None:
+    """The running test bed started from `state_dir`, or None if none of its JVMs is alive."""
+    cluster = _load(state_dir.resolve())
+    if cluster is None or not any(_pid_alive(n.pid, Path(cluster.state_dir)) for n in cluster.nodes):
+        return None
+    return cluster
+
+
+def stop_cluster(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 30.0) -> list[int]:
+    """Stop the JVMs recorded in state.json (SIGTERM, then SIGKILL after `timeout_s`); returns the pids stopped."""
+    state_dir = state_dir.resolve()
+    cluster = _load(state_dir)
+    if cluster is None:
+        return []
+    alive = [n.pid for n in cluster.nodes if _pid_alive(n.pid, state_dir)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_pid_alive(p, state_dir) for p in alive):
+        time.sleep(0.2)
+    for pid in alive:
+        if _pid_alive(pid, state_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    (state_dir / "state.json").unlink(missing_ok=True)
+    return alive
+
+
+@contextlib.contextmanager
+def running_cluster(cfg: TestBedConfig, state_dir: Path) -> Iterator[Cluster]:
+    cluster = start_cluster(cfg, state_dir)
+    try:
+        yield cluster
+    finally:
+        stop_cluster(state_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dev.kafka",
+        description="Start, inspect and stop a local Apache Kafka KRaft test bed on 127.0.0.1 "
+                    "(jars from Maven Central via `make jars`).",
+    )
+    parser.add_argument("--dir", type=Path, default=DEFAULT_STATE_DIR,
+                        help="state directory: configs, data, logs and state.json (default: %(default)s)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="format storage and start the brokers; returns when all are ready")
+    up.add_argument("--nodes", type=int, choices=(1, 3), default=1, help="combined broker+controller nodes")
+    up.add_argument("--transaction-version", type=int, choices=(0, 1, 2), default=2,
+                    help="transaction.version feature level at format time (0: v0 __transaction_state values, "
+                         "no epoch bump per transaction; 2: KIP-890 TV2)")
+    up.add_argument("--no-verification", action="store_true",
+                    help="transaction.partition.verification.enable=false: needed to create a real hanging "
+                         "transaction (see dev/workload.py)")
+    up.add_argument("--max-timeout-ms", type=int, default=60_000, help="transaction.max.timeout.ms")
+    up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra broker property (repeatable)")
+    up.add_argument("--json", action="store_true", help="print the cluster as one JSON object")
+    sub.add_parser("down", help="stop the brokers `up` started (only those pids)")
+    st = sub.add_parser("status", help="print the running test bed, exit 1 if none")
+    st.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    if args.command == "up":
+        extra = dict(kv.split("=", 1) for kv in args.override)
+        cfg = TestBedConfig(nodes=args.nodes, transaction_version=args.transaction_version,
+                            partition_verification=not args.no_verification,
+                            transaction_max_timeout_ms=args.max_timeout_ms, extra=extra)
+        try:
+            cluster = start_cluster(cfg, args.dir)
+        except (RuntimeError, TimeoutError) as exc:
+            print(f"dev.kafka: {exc}", file=sys.stderr)
+            return 1
+        if args.json:
+            print(json.dumps(cluster.as_json()))
+        else:
+            print(f"Kafka test bed up in {cluster.started_in_s:.1f}s: bootstrap {cluster.bootstrap_servers}, "
+                  f"{len(cluster.nodes)} node(s), logs in {cluster.state_dir}")
+        return 0
+    if args.command == "down":
+        stopped = stop_cluster(args.dir)
+        print(f"stopped pids {stopped}" if stopped else "no test bed was running")
+        return 0
+    cluster = status(args.dir)
+    if cluster is None:
+        print("no test bed is running", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(cluster.as_json()))
+    else:
+        alive = [n.node_id for n in cluster.nodes if _pid_alive(n.pid, Path(cluster.state_dir))]
+        print(f"bootstrap {cluster.bootstrap_servers}; nodes alive {alive} of {len(cluster.nodes)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

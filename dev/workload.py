@@ -1,0 +1,296 @@
+"""Real transactional workloads for the test bed, with their ground truth.
+
+`python -m dev.workload --bootstrap-server B --scenario steady|late|hanging|hanging-offsets [--json]` runs real
+kafka-python transactional producers. `hanging` makes a real orphan the way a buggy or delayed client does
+(KIP-890's motivating case): with partition verification off, a transactional batch is written with Produce v9
+to a partition the coordinator never added, then the transaction commits; the coordinator writes markers only to
+the partitions it knows, so the orphan pins the last stable offset until someone aborts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+SCENARIOS = ("steady", "late", "hanging", "hanging-offsets")
+
+
+@dataclass(frozen=True)
+class TruthRecord:
+    """One transaction on one partition, as the workload made it."""
+
+    kind: str  # committed | aborted | late | hanging
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    transactional_id: str
+    start_timestamp_ms: int
+
+
+class WorkloadError(RuntimeError):
+    """The cluster cannot run the scenario; the message says what to change."""
+
+
+def _log(msg: str) -> None:
+    print(f"[workload] {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_topics(admin: KafkaAdminClient, topics: Sequence[str], partitions: int) -> None:
+    brokers = len(admin.describe_cluster()["brokers"])
+    new = [NewTopic(t, partitions, min(3, brokers)) for t in topics]
+    try:
+        admin.create_topics(new)
+    except TopicAlreadyExistsError:
+        pass
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # leaders are elected asynchronously after CreateTopics
+        described = admin.describe_topics(list(topics))
+        if all(p["leader_id"] >= 0 for t in described for p in t["partitions"]) and len(described) == len(topics):
+            return
+        time.sleep(0.2)
+    raise WorkloadError(f"topics {topics} have no leaders after 30s")
+
+
+def _producer(bootstrap: str, transactional_id: str, **extra: Any) -> KafkaProducer:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
+                             client_id=f"txnwatch-workload-{transactional_id}", linger_ms=0, **extra)
+    producer.init_transactions()
+    return producer
+
+
+def _pid_epoch(producer: KafkaProducer) -> tuple[int, int]:
+    # kafka-python keeps the producer id/epoch InitProducerId returned in its transaction manager.
+    pe = producer._transaction_manager.producer_id_and_epoch
+    return int(pe.producer_id), int(pe.epoch)
+
+
+def _verification_enabled(admin: KafkaAdminClient) -> bool:
+    broker_id = str(admin.describe_cluster()["brokers"][0]["broker_id"])
+    configs = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, broker_id)], config_filter="all")
+    entry = configs["broker"][broker_id].get("transaction.partition.verification.enable", {"value": "true"})
+    return str(entry["value"]).lower() != "false"
+
+
+def raw_transactional_produce(admin: KafkaAdminClient, *, topic: str, partition: int, transactional_id: str,
+                              producer_id: int, producer_epoch: int, base_sequence: int, timestamp_ms: int,
+                              value: bytes) -> int:
+    """Write one transactional batch with Produce v3..v9 and no AddPartitionsToTxn; returns its offset.
+
+    With `transaction.partition.verification.enable=false`, brokers append it (a new producer entry on the
+    partition accepts any epoch and sequence) and start an open transaction the coordinator never heard of.
+    """
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16, transactional=True,
+                                   producer_id=producer_id, producer_epoch=producer_epoch,
+                                   base_sequence=base_sequence)
+    builder.append(timestamp_ms, None, value)
+    builder.close()
+    topic_data = ProduceRequest.TopicProduceData
+    request = ProduceRequest(
+        transactional_id=transactional_id, acks=-1, timeout_ms=10_000,
+        topic_data=[topic_data(name=topic, partition_data=[
+            topic_data.PartitionProduceData(index=partition, records=builder.buffer())])],
+        min_version=3, max_version=9,  # v12+ is always verified or implicitly added (KIP-890)
+    )
+    leader = admin.describe_topics([topic])[0]["partitions"][partition]["leader_id"]
+
+    async def send() -> Any:
+        # The admin client's connection manager already knows the brokers; it is the plainest way to send one
+        # hand-built request with kafka-python.
+        return await admin._manager.send(request, node_id=leader)
+
+    response = admin._manager.run(send)
+    result = response.responses[0].partition_responses[0]
+    if result.error_code != 0:
+        raise WorkloadError(f"raw produce to {topic}-{partition} failed with error code {result.error_code} "
+                            f"({result.error_message}); is transaction.partition.verification.enable=false?")
+    return int(result.base_offset)
+
+
+def steady(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
+    """Committed and aborted transactions over several topics, at `--rate` transactions/s for `--seconds`."""
+    topics = [f"{args.topic_prefix}steady-{i}" for i in range(args.topics)]
+    ensure_topics(admin, topics, args.partitions)
+    rng = random.Random(args.seed)
+    producers = [_producer(bootstrap, f"{args.topic_prefix}steady-{uuid.uuid4().hex[:8]}-{i}")
+                 for i in range(args.producers)]
+    truth: list[TruthRecord] = []
+    deadline = time.monotonic() + args.seconds
+    n = 0
+    try:
+        while time.monotonic() < deadline:
+            producer = producers[n % len(producers)]
+            pid, epoch = _pid_epoch(producer)
+            producer.begin_transaction()
+            futures = []
+            for _ in range(rng.randint(1, 4)):
+                topic = rng.choice(topics)
+                futures.append(producer.send(topic, value=f"steady-{n}".encode(),
+                                             partition=rng.randrange(args.partitions)))
+            first: dict[tuple[str, int], Any] = {}
+            for f in futures:
+                md = f.get(timeout=30)
+                first.setdefault((md.topic, md.partition), md)
+            commit = rng.random() >= args.abort_ratio
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+            txn_id = producer._transaction_manager.transactional_id
+            truth.extend(TruthRecord("committed" if commit else "aborted", md.topic, md.partition, pid, epoch,
+                                     md.offset, txn_id, md.timestamp) for md in first.values())
+            n += 1
+            time.sleep(max(0.0, 1.0 / args.rate))
+    finally:
+        for p in producers:
+            p.close(timeout=10)
+    _log(f"steady: {n} transactions ({sum(t.kind == 'aborted' for t in truth)} partition-aborts) on {topics}")
+    return truth
+
+
+def late(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace,
+         emit: Callable[[list[TruthRecord]], None]) -> list[TruthRecord]:
+    """One transaction held open for `--hold-ms`, then aborted (the coordinator aborts it on its own timeout)."""
+    topic = f"{args.topic_prefix}late"
+    ensure_topics(admin, [topic], args.partitions)
+    txn_id = f"{args.topic_prefix}late-{uuid.uuid4().hex[:8]}"
+    producer = _producer(bootstrap, txn_id, transaction_timeout_ms=args.transaction_timeout_ms)
+    pid, epoch = _pid_epoch(producer)
+    producer.begin_transaction()
+    md = producer.send(topic, value=b"late", partition=0).get(timeout=30)
+    truth = [TruthRecord("late", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp)]
+    emit(truth)  # scripts learn the truth while the transaction is still open
+    _log(f"late: transaction {txn_id} open on {topic}-0 at offset {md.offset}; holding {args.hold_ms} ms")
+    time.sleep(args.hold_ms / 1000)
+    try:
+        producer.abort_transaction()
+    except KafkaError as exc:  # the coordinator may have aborted it on timeout already; that is the point
+        _log(f"late: abort after hold: {exc!r}")
+    producer.close(timeout=10)
+    return truth
+
+
+def hanging(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
+    """A real orphan: an unverified write to a partition the coordinator never added, then a commit."""
+    if _verification_enabled(admin):
+        raise WorkloadError(
+            "transaction.partition.verification.enable is true on this cluster, so brokers reject writes to "
+            "partitions a transaction never added (KIP-890). Start the test bed with "
+            "`python -m dev.kafka up --no-verification`, or set it to false as a cluster-wide dynamic config.")
+    topic = f"{args.topic_prefix}hanging"
+    ensure_topics(admin, [topic], args.partitions)
+    txn_id = f"{args.topic_prefix}hanging-{uuid.uuid4().hex[:8]}"
+    producer = _producer(bootstrap, txn_id)
+    pid, epoch = _pid_epoch(producer)
+    producer.begin_transaction()
+    # A well-behaved write first: partition 0 is added to the transaction and gets its commit marker.
+    md = producer.send(topic, value=b"committed", partition=0).get(timeout=30)
+    orphan_partition = args.partitions - 1 if args.partitions > 1 else 0
+    orphan_topic = topic if orphan_partition != 0 else f"{topic}-orphan"
+    if orphan_topic != topic:
+        ensure_topics(admin, [orphan_topic], 1)
+    ts = int(time.time() * 1000) - args.backdate_ms
+    offset = raw_transactional_produce(admin, topic=orphan_topic, partition=orphan_partition, transactional_id=txn_id,
+                                       producer_id=pid, producer_epoch=epoch, base_sequence=0, timestamp_ms=ts,
+                                       value=b"orphan")
+    producer.commit_transaction()
+    producer.close(timeout=10)
+    _log(f"hanging: {txn_id} (producer id {pid}, epoch {epoch}) committed on {topic}-0; "
+         f"orphan open on {orphan_topic}-{orphan_partition} at offset {offset}")
+    return [TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
+            TruthRecord("hanging", orphan_topic, orphan_partition, pid, epoch, offset, txn_id, ts)]
+
+
+def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
+    raise WorkloadError(
+        "hanging-offsets is not available: Kafka 4.x's group coordinator verifies TxnOffsetCommit against the "
+        "transaction coordinator, so an unverified offset commit cannot be produced from a client here "
+        "(see docs/testbed.md)")
+
+
+def run(args: argparse.Namespace, emit: Callable[[list[TruthRecord]], None]) -> list[TruthRecord]:
+    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="txnwatch-workload")
+    try:
+        if args.scenario == "steady":
+            return steady(args.bootstrap_server, admin, args)
+        if args.scenario == "late":
+            return late(args.bootstrap_server, admin, args, emit)
+        if args.scenario == "hanging":
+            return hanging(args.bootstrap_server, admin, args)
+        return hanging_offsets(args.bootstrap_server, admin, args)
+    finally:
+        admin.close()
+
+
+def truth_json(scenario: str, truth: list[TruthRecord]) -> str:
+    return json.dumps({"scenario": scenario, "transactions": [asdict(t) for t in truth]})
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m dev.workload",
+        description="Run real Kafka transactions against a cluster and print what was made (the ground truth).",
+        epilog="hanging needs transaction.partition.verification.enable=false "
+               "(python -m dev.kafka up --no-verification). Test clusters only: it writes an orphan on purpose.",
+    )
+    p.add_argument("--bootstrap-server", required=True, help="host:port[,host:port...]")
+    p.add_argument("--scenario", required=True, choices=SCENARIOS)
+    p.add_argument("--json", action="store_true",
+                   help='print {"scenario":..., "transactions":[...]} on stdout as one JSON object')
+    p.add_argument("--topic-prefix", default="wl-", help="prefix of the topics and transactional ids made")
+    p.add_argument("--partitions", type=int, default=3, help="partitions per topic made (default %(default)s)")
+    p.add_argument("--topics", type=int, default=3, help="steady: number of topics")
+    p.add_argument("--producers", type=int, default=2, help="steady: transactional producers")
+    p.add_argument("--seconds", type=float, default=5.0, help="steady: how long to run")
+    p.add_argument("--rate", type=float, default=20.0, help="steady: transactions per second (upper bound)")
+    p.add_argument("--abort-ratio", type=float, default=0.2, help="steady: share of transactions aborted")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hold-ms", type=int, default=30_000, help="late: how long the transaction stays open")
+    p.add_argument("--transaction-timeout-ms", type=int, default=60_000,
+                   help="late: the producer's transaction.timeout.ms (<= the brokers' transaction.max.timeout.ms)")
+    p.add_argument("--backdate-ms", type=int, default=0,
+                   help="hanging: make the orphan's CreateTime this much older than now, so time-based tools "
+                        "(find-hanging, the broker's PartitionsWithLateTransactionsCount) see it as old at once")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    printed = False
+
+    def emit(truth: list[TruthRecord]) -> None:
+        nonlocal printed
+        if args.json:
+            print(truth_json(args.scenario, truth), flush=True)
+            printed = True
+
+    try:
+        truth = run(args, emit)
+    except WorkloadError as exc:
+        print(f"dev.workload: {exc}", file=sys.stderr)
+        return 2
+    if args.json and not printed:
+        print(truth_json(args.scenario, truth), flush=True)
+    elif not args.json:
+        for t in truth:
+            print(f"{t.kind:9} {t.topic}-{t.partition} producer {t.producer_id}/{t.producer_epoch} "
+                  f"start offset {t.start_offset} ({t.transactional_id})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The SparkSession txnwatch runs on: RocksDB state store, Spark's Kafka connector jars, the venv's Python.
+
+Jars must be on the first SparkSession of a process (the driver class loader is fixed when the JVM starts), so
+every entry point builds its session here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+ROOT = Path(__file__).resolve().parent.parent
+CONNECTOR_JARS_DIR = Path(os.environ.get("TXNWATCH_JARS_DIR", ROOT / ".cache" / "jars")) / "spark"
+
+BASE_CONF: dict[str, str] = {
+    # transformWithState needs RocksDB; the OSS default (HDFS-backed) is rejected (notes/spark-4.3.md).
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def connector_jars(directory: Path = CONNECTOR_JARS_DIR) -> list[str]:
+    """Spark's Kafka connector and the runtime jars pyspark does not ship (kafka-clients, commons-pool2, ...)."""
+    jars = sorted(str(p) for p in directory.glob("*.jar"))
+    if not jars:
+        raise RuntimeError(f"no Spark Kafka connector jars in {directory}: run `make jars`, or on a cluster pass "
+                           "spark.jars.packages=org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>")
+    return jars
+
+
+def build_session(master: str = "local[*]", app_name: str = "txnwatch",
+                  extra_conf: Mapping[str, str] | None = None, jars: list[str] | None = None) -> SparkSession:
+    # Python workers must run this interpreter so they can import detectors/ and streaming/.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    builder = SparkSession.builder.master(master).appName(app_name)
+    conf = dict(BASE_CONF)
+    conf["spark.jars"] = ",".join(connector_jars() if jars is None else jars)
+    conf.update(extra_conf or {})
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
