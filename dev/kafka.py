@@ -106,7 +106,9 @@ def kafka_classpath() -> str:
     directory = JARS_DIR / "kafka"
     jars = sorted(directory.glob("*.jar"))
     if not jars:
-        raise SystemExit(f"no Kafka jars in {directory}: run `make jars` (Maven resolves them from Maven Central)")
+        raise SystemExit(
+            f"no Kafka jars in {directory}: run `make jars` (Maven resolves them from Maven Central)"
+        )
     return os.pathsep.join(str(j) for j in jars)
 
 
@@ -134,7 +136,9 @@ def _random_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def _server_properties(cfg: TestBedConfig, node_id: int, ports: dict[int, tuple[int, int]], log_dir: Path) -> str:
+def _server_properties(
+    cfg: TestBedConfig, node_id: int, ports: dict[int, tuple[int, int]], log_dir: Path
+) -> str:
     voters = ",".join(f"{n}@127.0.0.1:{ports[n][1]}" for n in sorted(ports))
     rf = min(cfg.nodes, 3)
     min_isr = 1 if cfg.nodes < 3 else 2
@@ -181,7 +185,9 @@ def _pid_alive(pid: int, state_dir: Path) -> bool:
     return str(state_dir) in cmdline
 
 
-def _wait_ready(bootstrap: str, nodes: int, deadline: float, procs: Sequence[subprocess.Popen[bytes]]) -> None:
+def _wait_ready(
+    bootstrap: str, nodes: int, deadline: float, procs: Sequence[subprocess.Popen[bytes]]
+) -> None:
     from kafka import KafkaAdminClient  # imported late: `down`/`status` need no Kafka client
 
     last_error: Exception | None = None
@@ -190,7 +196,9 @@ def _wait_ready(bootstrap: str, nodes: int, deadline: float, procs: Sequence[sub
             if p.poll() is not None:
                 raise RuntimeError(f"a broker JVM exited during start-up with code {p.returncode}")
         try:
-            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000, client_id="testbed")
+            admin = KafkaAdminClient(
+                bootstrap_servers=bootstrap, request_timeout_ms=5000, client_id="testbed"
+            )
             try:
                 brokers = admin.describe_cluster()["brokers"]
                 if len(brokers) >= nodes:
@@ -210,8 +218,10 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
     if (state_dir / "state.json").exists():
         existing = status(state_dir)
         if existing is not None:
-            raise RuntimeError(f"a test bed already runs from {state_dir} ({existing.bootstrap_servers}); "
-                               "`python -m dev.kafka down` first")
+            raise RuntimeError(
+                f"a test bed already runs from {state_dir} ({existing.bootstrap_servers}); "
+                "`python -m dev.kafka down` first"
+            )
         stop_cluster(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     classpath = kafka_classpath()
@@ -235,26 +245,60 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
             log4j.write_text(LOG4J2_PROPERTIES.format(log_file=log_file))
             common = [java_binary(), f"-Dlog4j2.configurationFile=file:{log4j}", "-cp", classpath]
             subprocess.run(
-                [*common, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id, "--config", str(props),
-                 "--feature", f"transaction.version={cfg.transaction_version}"],
-                check=True, capture_output=True, timeout=120,
+                [
+                    *common,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--cluster-id",
+                    cluster_id,
+                    "--config",
+                    str(props),
+                    "--feature",
+                    f"transaction.version={cfg.transaction_version}",
+                ],
+                check=True,
+                capture_output=True,
+                timeout=120,
             )
             jmx_opts = [
-                "-Dcom.sun.management.jmxremote", "-Dcom.sun.management.jmxremote.authenticate=false",
-                "-Dcom.sun.management.jmxremote.ssl=false", f"-Dcom.sun.management.jmxremote.port={jmx[node_id]}",
+                "-Dcom.sun.management.jmxremote",
+                "-Dcom.sun.management.jmxremote.authenticate=false",
+                "-Dcom.sun.management.jmxremote.ssl=false",
+                f"-Dcom.sun.management.jmxremote.port={jmx[node_id]}",
                 f"-Dcom.sun.management.jmxremote.rmi.port={jmx[node_id]}",
-                "-Dcom.sun.management.jmxremote.host=127.0.0.1", "-Djava.rmi.server.hostname=127.0.0.1",
+                "-Dcom.sun.management.jmxremote.host=127.0.0.1",
+                "-Djava.rmi.server.hostname=127.0.0.1",
             ]
             with open(node_dir / "stdout.log", "ab") as out:
                 proc = subprocess.Popen(
-                    [*common[:2], f"-Xms{cfg.heap}", f"-Xmx{cfg.heap}", *jmx_opts,
-                     f"-Dtxnwatch.testbed={state_dir}", "-cp", classpath, "kafka.Kafka", str(props)],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    [
+                        *common[:2],
+                        f"-Xms{cfg.heap}",
+                        f"-Xmx{cfg.heap}",
+                        *jmx_opts,
+                        f"-Dtxnwatch.testbed={state_dir}",
+                        "-cp",
+                        classpath,
+                        "kafka.Kafka",
+                        str(props),
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
                     start_new_session=True,  # outlives `up`; `down` stops it by pid
                 )
             procs.append(proc)
-            nodes.append(Node(node_id, ports[node_id][0], ports[node_id][1], jmx[node_id], proc.pid,
-                              str(node_dir), str(log_file)))
+            nodes.append(
+                Node(
+                    node_id,
+                    ports[node_id][0],
+                    ports[node_id][1],
+                    jmx[node_id],
+                    proc.pid,
+                    str(node_dir),
+                    str(log_file),
+                )
+            )
         bootstrap = ",".join(f"127.0.0.1:{ports[n][0]}" for n in ports)
         cluster = Cluster(bootstrap, cluster_id, nodes, asdict(cfg), str(state_dir))
         (state_dir / "state.json").write_text(json.dumps(cluster.as_json(), indent=2))
@@ -263,7 +307,9 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
         for p in procs:
             p.kill()
         if isinstance(exc, subprocess.CalledProcessError):
-            raise RuntimeError(f"formatting storage failed: {exc.stderr.decode(errors='replace')[-2000:]}") from exc
+            raise RuntimeError(
+                f"formatting storage failed: {exc.stderr.decode(errors='replace')[-2000:]}"
+            ) from exc
         raise
     cluster.started_in_s = time.monotonic() - started
     (state_dir / "state.json").write_text(json.dumps(cluster.as_json(), indent=2))
@@ -275,8 +321,14 @@ def _load(state_dir: Path) -> Cluster | None:
         raw = json.loads((state_dir / "state.json").read_text())
     except (OSError, ValueError):
         return None
-    return Cluster(raw["bootstrap_servers"], raw["cluster_id"], [Node(**n) for n in raw["nodes"]], raw["config"],
-                   raw["state_dir"], raw.get("started_in_s", 0.0))
+    return Cluster(
+        raw["bootstrap_servers"],
+        raw["cluster_id"],
+        [Node(**n) for n in raw["nodes"]],
+        raw["config"],
+        raw["state_dir"],
+        raw.get("started_in_s", 0.0),
+    )
 
 
 def status(state_dir: Path = DEFAULT_STATE_DIR) -> Cluster | None:
@@ -321,22 +373,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m dev.kafka",
         description="Start, inspect and stop a local Apache Kafka KRaft test bed on 127.0.0.1 "
-                    "(jars from Maven Central via `make jars`).",
+        "(jars from Maven Central via `make jars`).",
     )
-    parser.add_argument("--dir", type=Path, default=DEFAULT_STATE_DIR,
-                        help="state directory: configs, data, logs and state.json (default: %(default)s)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        help="state directory: configs, data, logs and state.json (default: %(default)s)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="format storage and start the brokers; returns when all are ready")
     up.add_argument("--nodes", type=int, choices=(1, 3), default=1, help="combined broker+controller nodes")
-    up.add_argument("--transaction-version", type=int, choices=(0, 1, 2), default=2,
-                    help="transaction.version feature level at format time (0: v0 __transaction_state values, "
-                         "no epoch bump per transaction; 2: KIP-890 TV2)")
-    up.add_argument("--no-verification", action="store_true",
-                    help="transaction.partition.verification.enable=false: needed to create a real hanging "
-                         "transaction (see dev/workload.py)")
+    up.add_argument(
+        "--transaction-version",
+        type=int,
+        choices=(0, 1, 2),
+        default=2,
+        help="transaction.version feature level at format time (0: v0 __transaction_state values, "
+        "no epoch bump per transaction; 2: KIP-890 TV2)",
+    )
+    up.add_argument(
+        "--no-verification",
+        action="store_true",
+        help="transaction.partition.verification.enable=false: needed to create a real hanging "
+        "transaction (see dev/workload.py)",
+    )
     up.add_argument("--max-timeout-ms", type=int, default=60_000, help="transaction.max.timeout.ms")
-    up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra broker property (repeatable)")
+    up.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra broker property (repeatable)",
+    )
     up.add_argument("--json", action="store_true", help="print the cluster as one JSON object")
     sub.add_parser("down", help="stop the brokers `up` started (only those pids)")
     st = sub.add_parser("status", help="print the running test bed, exit 1 if none")
@@ -345,9 +414,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "up":
         extra = dict(kv.split("=", 1) for kv in args.override)
-        cfg = TestBedConfig(nodes=args.nodes, transaction_version=args.transaction_version,
-                            partition_verification=not args.no_verification,
-                            transaction_max_timeout_ms=args.max_timeout_ms, extra=extra)
+        cfg = TestBedConfig(
+            nodes=args.nodes,
+            transaction_version=args.transaction_version,
+            partition_verification=not args.no_verification,
+            transaction_max_timeout_ms=args.max_timeout_ms,
+            extra=extra,
+        )
         try:
             cluster = start_cluster(cfg, args.dir)
         except (RuntimeError, TimeoutError) as exc:
@@ -356,8 +429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             print(json.dumps(cluster.as_json()))
         else:
-            print(f"Kafka test bed up in {cluster.started_in_s:.1f}s: bootstrap {cluster.bootstrap_servers}, "
-                  f"{len(cluster.nodes)} node(s), logs in {cluster.state_dir}")
+            print(
+                f"Kafka test bed up in {cluster.started_in_s:.1f}s: bootstrap {cluster.bootstrap_servers}, "
+                f"{len(cluster.nodes)} node(s), logs in {cluster.state_dir}"
+            )
         return 0
     if args.command == "down":
         stopped = stop_cluster(args.dir)

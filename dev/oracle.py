@@ -15,16 +15,22 @@ TOOLS_TIMEOUT_S = 120
 
 
 def run_tool(main_class: str, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([java_binary(), "-cp", kafka_classpath(), main_class, *args],
-                          capture_output=True, text=True, timeout=TOOLS_TIMEOUT_S)
+    return subprocess.run(
+        [java_binary(), "-cp", kafka_classpath(), main_class, *args],
+        capture_output=True,
+        text=True,
+        timeout=TOOLS_TIMEOUT_S,
+    )
 
 
 def transactions_command(bootstrap: str, *args: str) -> str:
     """Run `kafka-transactions.sh --bootstrap-server B ARGS...`; returns stdout, raises with stderr on failure."""
     done = run_tool("org.apache.kafka.tools.TransactionsCommand", ["--bootstrap-server", bootstrap, *args])
     if done.returncode != 0:
-        raise RuntimeError(f"TransactionsCommand {' '.join(args)} exited {done.returncode}: "
-                           f"{done.stderr.strip()[-2000:]} {done.stdout.strip()[-500:]}")
+        raise RuntimeError(
+            f"TransactionsCommand {' '.join(args)} exited {done.returncode}: "
+            f"{done.stderr.strip()[-2000:]} {done.stdout.strip()[-500:]}"
+        )
     return done.stdout
 
 
@@ -41,8 +47,13 @@ def parse_table(text: str) -> list[dict[str, str]]:
     return rows
 
 
-def find_hanging(bootstrap: str, *, topic: str | None = None, broker_id: int | None = None,
-                 max_transaction_timeout_min: int = 15) -> list[dict[str, str]]:
+def find_hanging(
+    bootstrap: str,
+    *,
+    topic: str | None = None,
+    broker_id: int | None = None,
+    max_transaction_timeout_min: int = 15,
+) -> list[dict[str, str]]:
     args = ["find-hanging", "--max-transaction-timeout", str(max_transaction_timeout_min)]
     if topic is not None:
         args += ["--topic", topic]
@@ -52,15 +63,28 @@ def find_hanging(bootstrap: str, *, topic: str | None = None, broker_id: int | N
 
 
 def describe_producers(bootstrap: str, topic: str, partition: int) -> list[dict[str, str]]:
-    return parse_table(transactions_command(bootstrap, "describe-producers", "--topic", topic,
-                                            "--partition", str(partition)))
+    return parse_table(
+        transactions_command(bootstrap, "describe-producers", "--topic", topic, "--partition", str(partition))
+    )
 
 
 def jmx_value(jmx_url: str, object_name: str, attribute: str = "Value") -> float:
     """Read one numeric MBean attribute with Kafka's JmxTool (one-time)."""
-    done = run_tool("org.apache.kafka.tools.JmxTool",
-                    ["--jmx-url", jmx_url, "--object-name", object_name, "--attributes", attribute,
-                     "--one-time", "true", "--report-format", "properties"])
+    done = run_tool(
+        "org.apache.kafka.tools.JmxTool",
+        [
+            "--jmx-url",
+            jmx_url,
+            "--object-name",
+            object_name,
+            "--attributes",
+            attribute,
+            "--one-time",
+            "true",
+            "--report-format",
+            "properties",
+        ],
+    )
     if done.returncode != 0:
         raise RuntimeError(f"JmxTool failed: {done.stderr.strip()[-1000:]}")
     match = re.search(rf"{re.escape(object_name)}:{attribute}=([-0-9.Ee]+)", done.stdout)

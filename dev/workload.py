@@ -10,6 +10,7 @@ the partitions it knows, so the orphan pins the last stable offset until someone
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -23,7 +24,9 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer.transaction import TxnOffsetCommitRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
+from kafka.structs import TopicPartition
 
 SCENARIOS = ("steady", "late", "hanging", "hanging-offsets")
 
@@ -53,22 +56,27 @@ def _log(msg: str) -> None:
 def ensure_topics(admin: KafkaAdminClient, topics: Sequence[str], partitions: int) -> None:
     brokers = len(admin.describe_cluster()["brokers"])
     new = [NewTopic(t, partitions, min(3, brokers)) for t in topics]
-    try:
+    with contextlib.suppress(TopicAlreadyExistsError):
         admin.create_topics(new)
-    except TopicAlreadyExistsError:
-        pass
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # leaders are elected asynchronously after CreateTopics
         described = admin.describe_topics(list(topics))
-        if all(p["leader_id"] >= 0 for t in described for p in t["partitions"]) and len(described) == len(topics):
+        if all(p["leader_id"] >= 0 for t in described for p in t["partitions"]) and len(described) == len(
+            topics
+        ):
             return
         time.sleep(0.2)
     raise WorkloadError(f"topics {topics} have no leaders after 30s")
 
 
 def _producer(bootstrap: str, transactional_id: str, **extra: Any) -> KafkaProducer:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
-                             client_id=f"txnwatch-workload-{transactional_id}", linger_ms=0, **extra)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=transactional_id,
+        client_id=f"txnwatch-workload-{transactional_id}",
+        linger_ms=0,
+        **extra,
+    )
     producer.init_transactions()
     return producer
 
@@ -81,30 +89,54 @@ def _pid_epoch(producer: KafkaProducer) -> tuple[int, int]:
 
 def _verification_enabled(admin: KafkaAdminClient) -> bool:
     broker_id = str(admin.describe_cluster()["brokers"][0]["broker_id"])
-    configs = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, broker_id)], config_filter="all")
+    configs = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.BROKER, broker_id)], config_filter="all"
+    )
     entry = configs["broker"][broker_id].get("transaction.partition.verification.enable", {"value": "true"})
     return str(entry["value"]).lower() != "false"
 
 
-def raw_transactional_produce(admin: KafkaAdminClient, *, topic: str, partition: int, transactional_id: str,
-                              producer_id: int, producer_epoch: int, base_sequence: int, timestamp_ms: int,
-                              value: bytes) -> int:
+def raw_transactional_produce(
+    admin: KafkaAdminClient,
+    *,
+    topic: str,
+    partition: int,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    timestamp_ms: int,
+    value: bytes,
+) -> int:
     """Write one transactional batch with Produce v3..v9 and no AddPartitionsToTxn; returns its offset.
 
     With `transaction.partition.verification.enable=false`, brokers append it (a new producer entry on the
     partition accepts any epoch and sequence) and start an open transaction the coordinator never heard of.
     """
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16, transactional=True,
-                                   producer_id=producer_id, producer_epoch=producer_epoch,
-                                   base_sequence=base_sequence)
+    builder = MemoryRecordsBuilder(
+        magic=2,
+        compression_type=0,
+        batch_size=1 << 16,
+        transactional=True,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
     builder.append(timestamp_ms, None, value)
     builder.close()
     topic_data = ProduceRequest.TopicProduceData
     request = ProduceRequest(
-        transactional_id=transactional_id, acks=-1, timeout_ms=10_000,
-        topic_data=[topic_data(name=topic, partition_data=[
-            topic_data.PartitionProduceData(index=partition, records=builder.buffer())])],
-        min_version=3, max_version=9,  # v12+ is always verified or implicitly added (KIP-890)
+        transactional_id=transactional_id,
+        acks=-1,
+        timeout_ms=10_000,
+        topic_data=[
+            topic_data(
+                name=topic,
+                partition_data=[topic_data.PartitionProduceData(index=partition, records=builder.buffer())],
+            )
+        ],
+        min_version=3,
+        max_version=9,  # v12+ is always verified or implicitly added (KIP-890)
     )
     leader = admin.describe_topics([topic])[0]["partitions"][partition]["leader_id"]
 
@@ -116,8 +148,10 @@ def raw_transactional_produce(admin: KafkaAdminClient, *, topic: str, partition:
     response = admin._manager.run(send)
     result = response.responses[0].partition_responses[0]
     if result.error_code != 0:
-        raise WorkloadError(f"raw produce to {topic}-{partition} failed with error code {result.error_code} "
-                            f"({result.error_message}); is transaction.partition.verification.enable=false?")
+        raise WorkloadError(
+            f"raw produce to {topic}-{partition} failed with error code {result.error_code} "
+            f"({result.error_message}); is transaction.partition.verification.enable=false?"
+        )
     return int(result.base_offset)
 
 
@@ -126,8 +160,10 @@ def steady(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) ->
     topics = [f"{args.topic_prefix}steady-{i}" for i in range(args.topics)]
     ensure_topics(admin, topics, args.partitions)
     rng = random.Random(args.seed)
-    producers = [_producer(bootstrap, f"{args.topic_prefix}steady-{uuid.uuid4().hex[:8]}-{i}")
-                 for i in range(args.producers)]
+    producers = [
+        _producer(bootstrap, f"{args.topic_prefix}steady-{uuid.uuid4().hex[:8]}-{i}")
+        for i in range(args.producers)
+    ]
     truth: list[TruthRecord] = []
     deadline = time.monotonic() + args.seconds
     n = 0
@@ -139,8 +175,11 @@ def steady(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) ->
             futures = []
             for _ in range(rng.randint(1, 4)):
                 topic = rng.choice(topics)
-                futures.append(producer.send(topic, value=f"steady-{n}".encode(),
-                                             partition=rng.randrange(args.partitions)))
+                futures.append(
+                    producer.send(
+                        topic, value=f"steady-{n}".encode(), partition=rng.randrange(args.partitions)
+                    )
+                )
             first: dict[tuple[str, int], Any] = {}
             for f in futures:
                 md = f.get(timeout=30)
@@ -151,8 +190,19 @@ def steady(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) ->
             else:
                 producer.abort_transaction()
             txn_id = producer._transaction_manager.transactional_id
-            truth.extend(TruthRecord("committed" if commit else "aborted", md.topic, md.partition, pid, epoch,
-                                     md.offset, txn_id, md.timestamp) for md in first.values())
+            truth.extend(
+                TruthRecord(
+                    "committed" if commit else "aborted",
+                    md.topic,
+                    md.partition,
+                    pid,
+                    epoch,
+                    md.offset,
+                    txn_id,
+                    md.timestamp,
+                )
+                for md in first.values()
+            )
             n += 1
             time.sleep(max(0.0, 1.0 / args.rate))
     finally:
@@ -162,8 +212,12 @@ def steady(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) ->
     return truth
 
 
-def late(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace,
-         emit: Callable[[list[TruthRecord]], None]) -> list[TruthRecord]:
+def late(
+    bootstrap: str,
+    admin: KafkaAdminClient,
+    args: argparse.Namespace,
+    emit: Callable[[list[TruthRecord]], None],
+) -> list[TruthRecord]:
     """One transaction held open for `--hold-ms`, then aborted (the coordinator aborts it on its own timeout)."""
     topic = f"{args.topic_prefix}late"
     ensure_topics(admin, [topic], args.partitions)
@@ -190,7 +244,8 @@ def hanging(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -
         raise WorkloadError(
             "transaction.partition.verification.enable is true on this cluster, so brokers reject writes to "
             "partitions a transaction never added (KIP-890). Start the test bed with "
-            "`python -m dev.kafka up --no-verification`, or set it to false as a cluster-wide dynamic config.")
+            "`python -m dev.kafka up --no-verification`, or set it to false as a cluster-wide dynamic config."
+        )
     topic = f"{args.topic_prefix}hanging"
     ensure_topics(admin, [topic], args.partitions)
     txn_id = f"{args.topic_prefix}hanging-{uuid.uuid4().hex[:8]}"
@@ -204,22 +259,123 @@ def hanging(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -
     if orphan_topic != topic:
         ensure_topics(admin, [orphan_topic], 1)
     ts = int(time.time() * 1000) - args.backdate_ms
-    offset = raw_transactional_produce(admin, topic=orphan_topic, partition=orphan_partition, transactional_id=txn_id,
-                                       producer_id=pid, producer_epoch=epoch, base_sequence=0, timestamp_ms=ts,
-                                       value=b"orphan")
+    offset = raw_transactional_produce(
+        admin,
+        topic=orphan_topic,
+        partition=orphan_partition,
+        transactional_id=txn_id,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        timestamp_ms=ts,
+        value=b"orphan",
+    )
     producer.commit_transaction()
     producer.close(timeout=10)
-    _log(f"hanging: {txn_id} (producer id {pid}, epoch {epoch}) committed on {topic}-0; "
-         f"orphan open on {orphan_topic}-{orphan_partition} at offset {offset}")
-    return [TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
-            TruthRecord("hanging", orphan_topic, orphan_partition, pid, epoch, offset, txn_id, ts)]
+    _log(
+        f"hanging: {txn_id} (producer id {pid}, epoch {epoch}) committed on {topic}-0; "
+        f"orphan open on {orphan_topic}-{orphan_partition} at offset {offset}"
+    )
+    return [
+        TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
+        TruthRecord("hanging", orphan_topic, orphan_partition, pid, epoch, offset, txn_id, ts),
+    ]
 
 
 def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
+    """A real orphan on `__consumer_offsets`: TxnOffsetCommit without AddOffsetsToTxn, then a commit.
+
+    This is the hanging case Kafka Streams users meet ("partitions still have unstable offsets ...
+    __consumer_offsets-NN"): the group coordinator appends the transactional offset commit, the transaction
+    coordinator never learns of the group, so the commit writes no marker there.
+    """
+    if _verification_enabled(admin):
+        raise WorkloadError(
+            "transaction.partition.verification.enable is true on this cluster; start the test bed "
+            "with `python -m dev.kafka up --no-verification`"
+        )
+    topic = f"{args.topic_prefix}hanging-offsets"
+    ensure_topics(admin, [topic], 1)
+    txn_id = f"{args.topic_prefix}hanging-offsets-{uuid.uuid4().hex[:8]}"
+    group = f"{txn_id}-group"
+    producer = _producer(bootstrap, txn_id)
+    pid, epoch = _pid_epoch(producer)
+    producer.begin_transaction()
+    md = producer.send(topic, value=b"committed", partition=0).get(timeout=30)
+    request_topic = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    request = TxnOffsetCommitRequest(
+        transactional_id=txn_id,
+        group_id=group,
+        producer_id=pid,
+        producer_epoch=epoch,
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=[
+            request_topic(
+                name=topic,
+                partitions=[
+                    request_topic.TxnOffsetCommitRequestPartition(
+                        partition_index=0,
+                        committed_offset=md.offset + 1,
+                        committed_leader_epoch=-1,
+                        committed_metadata="",
+                    )
+                ],
+            )
+        ],
+        max_version=3,  # v5+ is TV2: implicitly added, so never an orphan
+    )
+
+    async def find_coordinator() -> Any:
+        return await admin._find_coordinator_id(group)
+
+    async def send(node: int) -> Any:
+        return await admin._manager.send(request, node_id=node)
+
+    deadline = time.monotonic() + 30
+    while True:  # the first FindCoordinator creates __consumer_offsets; retry until it is there
+        try:
+            node = admin._manager.run(find_coordinator)
+            break
+        except KafkaError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+    response = admin._manager.run(send, node)
+    code = response.topics[0].partitions[0].error_code
+    if code != 0:
+        raise WorkloadError(f"TxnOffsetCommit failed with error code {code}")
+    producer.commit_transaction()
+    producer.close(timeout=10)
+    offsets_partitions = [
+        TopicPartition("__consumer_offsets", p["partition_index"])
+        for p in admin.describe_topics(["__consumer_offsets"])[0]["partitions"]
+    ]
+    for tp, state in admin.describe_producers(offsets_partitions).items():
+        for prod in state.active_producers:
+            if prod.producer_id == pid and prod.current_transaction_start_offset >= 0:
+                _log(
+                    f"hanging-offsets: {txn_id} (producer id {pid}) committed on {topic}-0; orphan offset "
+                    f"commit open on {tp.topic}-{tp.partition} at offset {prod.current_transaction_start_offset}"
+                )
+                return [
+                    TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
+                    TruthRecord(
+                        "hanging",
+                        tp.topic,
+                        tp.partition,
+                        pid,
+                        epoch,
+                        prod.current_transaction_start_offset,
+                        txn_id,
+                        prod.last_timestamp,
+                    ),
+                ]
     raise WorkloadError(
-        "hanging-offsets is not available: Kafka 4.x's group coordinator verifies TxnOffsetCommit against the "
-        "transaction coordinator, so an unverified offset commit cannot be produced from a client here "
-        "(see docs/testbed.md)")
+        "the group coordinator accepted the offset commit but no open transaction was found on "
+        "__consumer_offsets"
+    )
 
 
 def run(args: argparse.Namespace, emit: Callable[[list[TruthRecord]], None]) -> list[TruthRecord]:
@@ -245,14 +401,19 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m dev.workload",
         description="Run real Kafka transactions against a cluster and print what was made (the ground truth).",
         epilog="hanging needs transaction.partition.verification.enable=false "
-               "(python -m dev.kafka up --no-verification). Test clusters only: it writes an orphan on purpose.",
+        "(python -m dev.kafka up --no-verification). Test clusters only: it writes an orphan on purpose.",
     )
     p.add_argument("--bootstrap-server", required=True, help="host:port[,host:port...]")
     p.add_argument("--scenario", required=True, choices=SCENARIOS)
-    p.add_argument("--json", action="store_true",
-                   help='print {"scenario":..., "transactions":[...]} on stdout as one JSON object')
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"scenario":..., "transactions":[...]} on stdout as one JSON object',
+    )
     p.add_argument("--topic-prefix", default="wl-", help="prefix of the topics and transactional ids made")
-    p.add_argument("--partitions", type=int, default=3, help="partitions per topic made (default %(default)s)")
+    p.add_argument(
+        "--partitions", type=int, default=3, help="partitions per topic made (default %(default)s)"
+    )
     p.add_argument("--topics", type=int, default=3, help="steady: number of topics")
     p.add_argument("--producers", type=int, default=2, help="steady: transactional producers")
     p.add_argument("--seconds", type=float, default=5.0, help="steady: how long to run")
@@ -260,11 +421,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--abort-ratio", type=float, default=0.2, help="steady: share of transactions aborted")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--hold-ms", type=int, default=30_000, help="late: how long the transaction stays open")
-    p.add_argument("--transaction-timeout-ms", type=int, default=60_000,
-                   help="late: the producer's transaction.timeout.ms (<= the brokers' transaction.max.timeout.ms)")
-    p.add_argument("--backdate-ms", type=int, default=0,
-                   help="hanging: make the orphan's CreateTime this much older than now, so time-based tools "
-                        "(find-hanging, the broker's PartitionsWithLateTransactionsCount) see it as old at once")
+    p.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=60_000,
+        help="late: the producer's transaction.timeout.ms (<= the brokers' transaction.max.timeout.ms)",
+    )
+    p.add_argument(
+        "--backdate-ms",
+        type=int,
+        default=0,
+        help="hanging: make the orphan's CreateTime this much older than now, so time-based tools "
+        "(find-hanging, the broker's PartitionsWithLateTransactionsCount) see it as old at once",
+    )
     return p
 
 
@@ -287,8 +456,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(truth_json(args.scenario, truth), flush=True)
     elif not args.json:
         for t in truth:
-            print(f"{t.kind:9} {t.topic}-{t.partition} producer {t.producer_id}/{t.producer_epoch} "
-                  f"start offset {t.start_offset} ({t.transactional_id})")
+            print(
+                f"{t.kind:9} {t.topic}-{t.partition} producer {t.producer_id}/{t.producer_epoch} "
+                f"start offset {t.start_offset} ({t.transactional_id})"
+            )
     return 0
 
 

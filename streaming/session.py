@@ -18,8 +18,7 @@ CONNECTOR_JARS_DIR = Path(os.environ.get("TXNWATCH_JARS_DIR", ROOT / ".cache" / 
 
 BASE_CONF: dict[str, str] = {
     # transformWithState needs RocksDB; the OSS default (HDFS-backed) is rejected (notes/spark-4.3.md).
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
 }
@@ -29,13 +28,19 @@ def connector_jars(directory: Path = CONNECTOR_JARS_DIR) -> list[str]:
     """Spark's Kafka connector and the runtime jars pyspark does not ship (kafka-clients, commons-pool2, ...)."""
     jars = sorted(str(p) for p in directory.glob("*.jar"))
     if not jars:
-        raise RuntimeError(f"no Spark Kafka connector jars in {directory}: run `make jars`, or on a cluster pass "
-                           "spark.jars.packages=org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>")
+        raise RuntimeError(
+            f"no Spark Kafka connector jars in {directory}: run `make jars`, or on a cluster pass "
+            "spark.jars.packages=org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>"
+        )
     return jars
 
 
-def build_session(master: str = "local[*]", app_name: str = "txnwatch",
-                  extra_conf: Mapping[str, str] | None = None, jars: list[str] | None = None) -> SparkSession:
+def build_session(
+    master: str = "local[*]",
+    app_name: str = "txnwatch",
+    extra_conf: Mapping[str, str] | None = None,
+    jars: list[str] | None = None,
+) -> SparkSession:
     # Python workers must run this interpreter so they can import detectors/ and streaming/.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))

@@ -50,13 +50,17 @@ def spark():  # type: ignore[no-untyped-def]
     from streaming.session import build_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = build_session(master="local[2]", app_name="txnwatch-tests", extra_conf={
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.default.parallelism": "2",
-        "spark.sql.adaptive.enabled": "false",
-    })
+    session = build_session(
+        master="local[2]",
+        app_name="txnwatch-tests",
+        extra_conf={
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.sql.adaptive.enabled": "false",
+        },
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

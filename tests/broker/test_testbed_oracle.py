@@ -26,8 +26,13 @@ HOUR_MS = 3_600_000
 
 
 def run_workload(bootstrap: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "dev.workload", "--bootstrap-server", bootstrap, "--json", *args],
-                          capture_output=True, text=True, timeout=180, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "dev.workload", "--bootstrap-server", bootstrap, "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -40,10 +45,12 @@ def offsets(bootstrap: str, tp: TopicPartition, isolation: str) -> int:
         consumer.close()
 
 
-def test_hanging_scenario_is_hanging_for_kafkas_own_tools(kafka_cluster: Cluster, bootstrap: str,
-                                                          unique: str) -> None:
-    truth = run_workload(bootstrap, "--scenario", "hanging", "--topic-prefix", unique,
-                         "--backdate-ms", str(HOUR_MS))
+def test_hanging_scenario_is_hanging_for_kafkas_own_tools(
+    kafka_cluster: Cluster, bootstrap: str, unique: str
+) -> None:
+    truth = run_workload(
+        bootstrap, "--scenario", "hanging", "--topic-prefix", unique, "--backdate-ms", str(HOUR_MS)
+    )
     assert truth["scenario"] == "hanging"
     hanging = [t for t in truth["transactions"] if t["kind"] == "hanging"]
     assert len(hanging) == 1
@@ -54,12 +61,14 @@ def test_hanging_scenario_is_hanging_for_kafkas_own_tools(kafka_cluster: Cluster
     producers = oracle.describe_producers(bootstrap, h["topic"], h["partition"])
     open_rows = [p for p in producers if p["CurrentTransactionStartOffset"] != "-1"]
     assert [(int(p["ProducerId"]), int(p["CurrentTransactionStartOffset"])) for p in open_rows] == [
-        (h["producer_id"], h["start_offset"])]
+        (h["producer_id"], h["start_offset"])
+    ]
 
     # find-hanging, with its default 15-minute threshold, reports exactly this transaction.
     rows = oracle.find_hanging(bootstrap, topic=h["topic"])
     assert [(r["Topic"], int(r["Partition"]), int(r["ProducerId"]), int(r["StartOffset"])) for r in rows] == [
-        (h["topic"], h["partition"], h["producer_id"], h["start_offset"])]
+        (h["topic"], h["partition"], h["producer_id"], h["start_offset"])
+    ]
 
     # The committed partition of the same transaction is not hanging.
     committed = [t for t in truth["transactions"] if t["kind"] == "committed"]
@@ -71,8 +80,12 @@ def test_hanging_scenario_is_hanging_for_kafkas_own_tools(kafka_cluster: Cluster
     producer.close()
     assert offsets(bootstrap, tp, "read_committed") == h["start_offset"]
     assert offsets(bootstrap, tp, "read_uncommitted") == h["start_offset"] + 2
-    reader = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                           enable_auto_commit=False, consumer_timeout_ms=3000)
+    reader = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+    )
     reader.assign([tp])
     reader.seek_to_beginning(tp)
     assert [r.value for r in reader] == []
@@ -80,8 +93,10 @@ def test_hanging_scenario_is_hanging_for_kafkas_own_tools(kafka_cluster: Cluster
 
     # The broker's own metric counts it (its CreateTime is an hour old, past max.timeout + 5 min).
     if kafka_cluster.nodes:
-        late = oracle.jmx_value(kafka_cluster.jmx_urls[1],
-                                "kafka.server:type=ReplicaManager,name=PartitionsWithLateTransactionsCount")
+        late = oracle.jmx_value(
+            kafka_cluster.jmx_urls[1],
+            "kafka.server:type=ReplicaManager,name=PartitionsWithLateTransactionsCount",
+        )
         assert late >= 1
 
     # kafka-python's find_hanging_transactions asks only the coordinators: it cannot see this orphan.
@@ -94,8 +109,16 @@ def test_hanging_scenario_is_hanging_for_kafkas_own_tools(kafka_cluster: Cluster
     assert all(row["transactional_id"] != h["transactional_id"] for row in peer)
 
     # Kafka's abort (WriteTxnMarkers) releases it: the LSO moves past the start offset.
-    oracle.transactions_command(bootstrap, "abort", "--topic", h["topic"], "--partition", str(h["partition"]),
-                                "--start-offset", str(h["start_offset"]))
+    oracle.transactions_command(
+        bootstrap,
+        "abort",
+        "--topic",
+        h["topic"],
+        "--partition",
+        str(h["partition"]),
+        "--start-offset",
+        str(h["start_offset"]),
+    )
     assert offsets(bootstrap, tp, "read_committed") > h["start_offset"]
     assert oracle.find_hanging(bootstrap, topic=h["topic"], max_transaction_timeout_min=0) == []
 
@@ -110,8 +133,11 @@ def test_steady_scenario_leaves_nothing_hanging(bootstrap: str, unique: str) -> 
     deadline = time.monotonic() + 20
     leftover: list[dict[str, str]] = []
     while time.monotonic() < deadline:
-        leftover = [row for t in topics for row in oracle.find_hanging(bootstrap, topic=t,
-                                                                      max_transaction_timeout_min=0)]
+        leftover = [
+            row
+            for t in topics
+            for row in oracle.find_hanging(bootstrap, topic=t, max_transaction_timeout_min=0)
+        ]
         if not leftover:
             break
         time.sleep(1)
@@ -122,18 +148,60 @@ def test_steady_scenario_leaves_nothing_hanging(bootstrap: str, unique: str) -> 
 
 
 def test_late_scenario_is_open_but_not_hanging(bootstrap: str, unique: str) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "dev.workload", "--bootstrap-server", bootstrap, "--json",
-                             "--scenario", "late", "--topic-prefix", unique, "--hold-ms", "8000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dev.workload",
+            "--bootstrap-server",
+            bootstrap,
+            "--json",
+            "--scenario",
+            "late",
+            "--topic-prefix",
+            unique,
+            "--hold-ms",
+            "8000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         truth = json.loads(proc.stdout.readline())  # printed while the transaction is still open
         (t,) = truth["transactions"]
         assert t["kind"] == "late"
         producers = oracle.describe_producers(bootstrap, t["topic"], t["partition"])
-        assert [int(p["CurrentTransactionStartOffset"]) for p in producers
-                if int(p["ProducerId"]) == t["producer_id"]] == [t["start_offset"]]
+        assert [
+            int(p["CurrentTransactionStartOffset"])
+            for p in producers
+            if int(p["ProducerId"]) == t["producer_id"]
+        ] == [t["start_offset"]]
         # The coordinator still owns it with this partition, so even a 0-minute find-hanging says not hanging.
         assert oracle.find_hanging(bootstrap, topic=t["topic"], max_transaction_timeout_min=0) == []
     finally:
         assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def test_hanging_offsets_scenario_pins_consumer_offsets(bootstrap: str, unique: str) -> None:
+    truth = run_workload(bootstrap, "--scenario", "hanging-offsets", "--topic-prefix", unique)
+    (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
+    assert h["topic"] == "__consumer_offsets"
+    rows = oracle.find_hanging(bootstrap, topic="__consumer_offsets", max_transaction_timeout_min=0)
+    assert (h["partition"], h["producer_id"], h["start_offset"]) in {
+        (int(r["Partition"]), int(r["ProducerId"]), int(r["StartOffset"])) for r in rows
+    }
+    # An abort through the group coordinator's WriteTxnMarkers path releases it.
+    oracle.transactions_command(
+        bootstrap,
+        "abort",
+        "--topic",
+        "__consumer_offsets",
+        "--partition",
+        str(h["partition"]),
+        "--start-offset",
+        str(h["start_offset"]),
+    )
+    rows = oracle.find_hanging(bootstrap, topic="__consumer_offsets", max_transaction_timeout_min=0)
+    assert h["producer_id"] not in {int(r["ProducerId"]) for r in rows}

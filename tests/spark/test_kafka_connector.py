@@ -26,29 +26,48 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     producer.close()
 
 
-def test_streaming_read_and_write_through_the_connector(spark: SparkSession, bootstrap: str, unique: str,
-                                                        tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_streaming_read_and_write_through_the_connector(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     src, dst = f"{unique}in", f"{unique}out"
     _produce(bootstrap, src, [f"v{i}".encode() for i in range(10)])
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([NewTopic(dst, 1, 1)])
     admin.close()
-    stream = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", src).option("startingOffsets", "earliest").load())
-    query = (stream.selectExpr("key", "upper(cast(value as string)) as value").writeStream.format("kafka")
-             .option("kafka.bootstrap.servers", bootstrap).option("topic", dst)
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    stream = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", src)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    query = (
+        stream.selectExpr("key", "upper(cast(value as string)) as value")
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", dst)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
     try:
         query.processAllAvailable()
     finally:
         query.stop()
-    out = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", dst)
-           .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) as v").collect())
+    out = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", dst)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("cast(value as string) as v")
+        .collect()
+    )
     assert sorted(r.v for r in out) == sorted(f"V{i}" for i in range(10))
 
 
-def test_default_offset_reader_sees_no_partition_of_transaction_state(spark: SparkSession, bootstrap: str,
-                                                                      unique: str) -> None:
+def test_default_offset_reader_sees_no_partition_of_transaction_state(
+    spark: SparkSession, bootstrap: str, unique: str
+) -> None:
     # Make sure __transaction_state exists and has records: one committed transaction.
     producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{unique}conn")
     producer.init_transactions()
@@ -59,6 +78,12 @@ def test_default_offset_reader_sees_no_partition_of_transaction_state(spark: Spa
     producer.close()
     # Spark's AdminClient-based offset reader drops internal topics (ConsumerStrategy.retrieveAllPartitions
     # filters isInternal): a batch read of __transaction_state returns nothing although it has records.
-    rows = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", "__transaction_state").option("startingOffsets", "earliest").load().count())
+    rows = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", "__transaction_state")
+        .option("startingOffsets", "earliest")
+        .load()
+        .count()
+    )
     assert rows == 0

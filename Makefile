@@ -1,0 +1,71 @@
+# txnwatch — `make test` and `make demo` set up everything they need (venv, PyPI packages, Maven jars, Debian
+# packages) and are quick when it is already there.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+JARS   := .cache/jars
+MVN    := mvn -q -B -s dev/jvm/settings.xml
+PYTEST_ARGS ?=
+
+.PHONY: help deps venv jars lint typecheck test test-unit testbed-up testbed-down clean
+
+help:
+	@echo "make test          lint, type-check and run every test tier against a real local Kafka broker and Spark"
+	@echo "make test-unit     the pure tier only (no JVM)"
+	@echo "make testbed-up    start a local KRaft broker (python -m dev.kafka up --no-verification)"
+	@echo "make testbed-down  stop it"
+
+# Debian packages: a JDK (Kafka 4 brokers need Java 17+) and Maven (resolves the jars from Maven Central).
+deps:
+	@if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then \
+		echo "installing openjdk-17-jdk-headless and maven from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven; \
+	fi
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "txnwatch needs Python >= 3.11"'
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+$(JARS)/kafka/.resolved: dev/jvm/kafka/pom.xml dev/jvm/settings.xml | deps
+	rm -rf $(JARS)/kafka
+	$(MVN) -f dev/jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS))/kafka
+	@touch $@
+
+$(JARS)/spark/.resolved: dev/jvm/spark/pom.xml dev/jvm/settings.xml | deps
+	rm -rf $(JARS)/spark
+	$(MVN) -f dev/jvm/spark/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS))/spark
+	@touch $@
+
+jars: $(JARS)/kafka/.resolved $(JARS)/spark/.resolved
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy detectors admin
+
+# Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
+test: deps venv jars lint typecheck
+	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
+
+test-unit: venv
+	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+
+testbed-up: venv jars
+	$(PY) -m dev.kafka up --no-verification
+
+testbed-down: venv
+	$(PY) -m dev.kafka down
+
+clean:
+	-$(PY) -m dev.kafka down
+	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
