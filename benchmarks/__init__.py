@@ -1,0 +1,1 @@
+"""Micro-benchmarks (python -m benchmarks.<name>)."""

@@ -1,0 +1,502 @@
+"""The domain records: what partition leaders and coordinators report, the verdicts, and abort candidates.
+
+Every model is frozen (hashable, safe to share) and rejects unknown fields; records that travel as JSON
+carry a `schema_version`. Durations and timestamps are integers in milliseconds and end in `_ms`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Literal, Protocol, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+# Where an open transaction's age comes from: the batch at its start offset, LastTimestamp, or nowhere.
+OpenSinceBasis = Literal["start-timestamp", "last-timestamp", "unknown"]
+# Kafka's producer epoch is an int16; the coordinator hands out a new producer id before it would overflow.
+MAX_PRODUCER_EPOCH = 32767
+
+
+class Model(BaseModel):
+    """Base of every txnwatch model: frozen (hashable, usable in sets) and strict about unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ------------------------------------------------------------------------------------------------ enums
+
+
+class CoordinatorState(StrEnum):
+    """Coordinator-side transaction state with Kafka's own names (`TransactionState`).
+
+    The order matches the `TransactionStatus` byte of `__transaction_state` (0..7), so
+    `CoordinatorState.from_status(byte)` maps the codec's value without importing it.
+    """
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+
+    @classmethod
+    def from_status(cls, status: int | str) -> CoordinatorState:
+        """Map a `TransactionStatus` byte (0..7, or the codec's IntEnum) or a Kafka state name to a state.
+
+        Raises:
+            ValueError: for an unknown byte or name.
+        """
+        if isinstance(status, str) and not isinstance(status, int):
+            return cls(status)
+        if not 0 <= status < len(_STATES_BY_STATUS):
+            raise ValueError(f"unknown TransactionStatus {status}")
+        return _STATES_BY_STATUS[status]
+
+
+_STATES_BY_STATUS: tuple[CoordinatorState, ...] = tuple(CoordinatorState)
+
+
+class VerdictKind(StrEnum):
+    """What txnwatch concludes about one open transaction (see docs/detection.md)."""
+
+    OPEN = "OPEN"
+    LATE = "LATE"
+    HANGING = "HANGING"
+    STUCK_PREPARE = "STUCK_PREPARE"
+    COORDINATOR_OVERDUE = "COORDINATOR_OVERDUE"
+
+
+class HangingReason(StrEnum):
+    """Why a HANGING transaction is proven to hang; each has a rule function of the same name."""
+
+    NO_COORDINATOR_STATE = "no-coordinator-state"
+    COORDINATOR_COMPLETED = "coordinator-completed"
+    PARTITION_NOT_IN_TRANSACTION = "partition-not-in-transaction"
+    OLDER_THAN_COORDINATOR_TRANSACTION = "older-than-coordinator-transaction"
+
+
+class CoordinatorRole(StrEnum):
+    """How the coordinator record we were given relates to the open transaction's producer id."""
+
+    NONE = "none"  # no record, a tombstone, or Dead: no transactional id owns the producer id
+    CURRENT = "current"  # record.producer_id == producer id
+    PREVIOUS = "previous"  # record.previous_producer_id == producer id (retired after an epoch overflow)
+    NEXT = "next"  # record.next_producer_id == producer id (handed out, not used for markers yet)
+
+
+class CandidateStatus(StrEnum):
+    """Life cycle of an abort candidate on the compacted candidates topic."""
+
+    OPENED = "OPENED"
+    RESOLVED = "RESOLVED"
+
+
+# ----------------------------------------------------------------------------------- partition side
+
+
+class TopicPartition(Model):
+    """Our own topic-partition (never `kafka.structs.TopicPartition`)."""
+
+    topic: str = Field(min_length=1)
+    partition: int = Field(ge=0)
+
+
+class OpenTransaction(Model):
+    """One open transaction as a partition leader reports it (DescribeProducers, plus the start batch).
+
+    `start_timestamp_ms` and `start_batch_producer_epoch` come from the record batch at `start_offset`
+    (its max timestamp and producer epoch); they are None when the collector could not fetch that batch.
+    `last_timestamp_ms` is DescribeProducers' LastTimestamp: the max timestamp of the producer's latest
+    batch on the partition (-1 if the broker does not know it).
+    """
+
+    producer_id: int = Field(ge=0)
+    producer_epoch: int = Field(ge=0, le=MAX_PRODUCER_EPOCH)
+    coordinator_epoch: int = Field(default=-1, ge=-1)
+    start_offset: int = Field(ge=0)
+    start_timestamp_ms: int | None = None
+    start_batch_producer_epoch: int | None = Field(default=None, ge=0, le=MAX_PRODUCER_EPOCH)
+    last_sequence: int = Field(default=-1, ge=-1)
+    last_timestamp_ms: int = Field(default=-1, ge=-1)
+
+    @property
+    def open_since_ms(self) -> int:
+        """The best known start of the transaction: the start batch's timestamp, else LastTimestamp.
+
+        Non-positive timestamps are unknown (Kafka's NO_TIMESTAMP is -1; the broker's own lateness check also
+        ignores them); the result is then <= 0 and every age computed from it counts as unknown, not old.
+        """
+        start = self.start_timestamp_ms
+        return start if start is not None and start > 0 else self.last_timestamp_ms
+
+    @property
+    def open_since_basis(self) -> OpenSinceBasis:
+        """Where `open_since_ms` comes from."""
+        if self.start_timestamp_ms is not None and self.start_timestamp_ms > 0:
+            return "start-timestamp"
+        return "last-timestamp" if self.last_timestamp_ms > 0 else "unknown"
+
+    @property
+    def first_batch_epoch(self) -> int:
+        """Epoch of the transaction's first batch; falls back to the producer's latest epoch."""
+        if self.start_batch_producer_epoch is not None:
+            return self.start_batch_producer_epoch
+        return self.producer_epoch
+
+
+class PartitionSnapshot(Model):
+    """What one partition leader said at `observed_at_ms` (published by the collector, JSON).
+
+    An empty `open_transactions` is an explicit "no open transactions now". `max_transaction_timeout_ms` is
+    the leader's `transaction.max.timeout.ms`, None when unknown (the detection default applies).
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    cluster: str = Field(min_length=1)
+    sweep_id: str
+    observed_at_ms: int
+    leader: int
+    topic: str = Field(min_length=1)
+    partition: int = Field(ge=0)
+    open_transactions: tuple[OpenTransaction, ...] = ()
+    last_stable_offset: int | None = None
+    high_watermark: int | None = None
+    max_transaction_timeout_ms: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_open_transaction_per_producer(self) -> Self:
+        # A leader keeps one ProducerStateEntry per producer id, so it has at most one open txn per producer.
+        ids = [t.producer_id for t in self.open_transactions]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"{self.topic}-{self.partition}: duplicate producer ids in open_transactions")
+        return self
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(topic=self.topic, partition=self.partition)
+
+
+class BrokerSweepSummary(Model):
+    """One per broker per sweep, so the consumer knows which partitions a sweep covered (JSON)."""
+
+    schema_version: int = SCHEMA_VERSION
+    cluster: str = Field(min_length=1)
+    sweep_id: str
+    observed_at_ms: int
+    broker: int
+    partitions_covered: int = Field(ge=0)
+    errors: dict[str, int] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------- coordinator side
+
+
+class TxnLogValueLike(Protocol):
+    """The shape of a decoded `__transaction_state` value (detectors.codec.TxnLogValue matches it)."""
+
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def transaction_timeout_ms(self) -> int: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def partitions(self) -> Sequence[tuple[str, Sequence[int]]] | None: ...
+    @property
+    def last_update_timestamp_ms(self) -> int: ...
+    @property
+    def start_timestamp_ms(self) -> int: ...
+    @property
+    def previous_producer_id(self) -> int: ...
+    @property
+    def next_producer_id(self) -> int: ...
+    @property
+    def client_transaction_version(self) -> int: ...
+
+
+class CoordinatorRecord(Model):
+    """The coordinator's state for one transactional id (JSON).
+
+    Built from a `__transaction_state` record (`from_log_value`) or, where that topic cannot be read, from
+    ListTransactions + DescribeTransactions (`origin="describe-transactions"`; source_* are then -1 and
+    `last_update_timestamp_ms` should be the first time the collector saw the state).
+    A tombstone (transactional id expired) has `tombstone=True`, `state=None` and -1 producer fields.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    transactional_id: str
+    producer_id: int = Field(ge=-1)
+    producer_epoch: int = Field(ge=-1, le=MAX_PRODUCER_EPOCH)
+    previous_producer_id: int = Field(default=-1, ge=-1)
+    next_producer_id: int = Field(default=-1, ge=-1)
+    client_transaction_version: int = Field(default=0, ge=0)
+    # -1 for a two-phase-commit transaction (KIP-939): no timeout.
+    transaction_timeout_ms: int
+    state: CoordinatorState | None
+    partitions: tuple[TopicPartition, ...] = ()
+    last_update_timestamp_ms: int
+    start_timestamp_ms: int
+    source_partition: int = -1
+    source_offset: int = -1
+    source_timestamp_ms: int = -1
+    tombstone: bool = False
+    origin: Literal["transaction-log", "describe-transactions"] = "transaction-log"
+
+    @model_validator(mode="after")
+    def _tombstone_has_no_state(self) -> Self:
+        if self.tombstone != (self.state is None):
+            raise ValueError("a tombstone has state None, and only a tombstone does")
+        return self
+
+    @classmethod
+    def from_log_value(
+        cls,
+        transactional_id: str,
+        value: TxnLogValueLike | None,
+        *,
+        source_partition: int,
+        source_offset: int,
+        source_timestamp_ms: int,
+    ) -> CoordinatorRecord:
+        """Build a record from a decoded `__transaction_state` key and value (None = tombstone).
+
+        Args:
+            transactional_id: the record key's transactional id.
+            value: the decoded value (e.g. `detectors.codec.TxnLogValue`), or None for a tombstone.
+            source_partition: `__transaction_state` partition the record was read from.
+            source_offset: its offset there.
+            source_timestamp_ms: the record's timestamp.
+
+        Returns:
+            The record; partitions are flattened from (topic, ids) groups and sorted.
+
+        Raises:
+            ValueError (pydantic.ValidationError): if the value has an unknown status or invalid fields.
+        """
+        if value is None:
+            return cls.tombstone_of(
+                transactional_id,
+                source_partition=source_partition,
+                source_offset=source_offset,
+                source_timestamp_ms=source_timestamp_ms,
+            )
+        partitions = tuple(
+            sorted(
+                (
+                    TopicPartition(topic=topic, partition=p)
+                    for topic, ids in (value.partitions or ())
+                    for p in ids
+                ),
+                key=lambda tp: (tp.topic, tp.partition),
+            )
+        )
+        return cls(
+            transactional_id=transactional_id,
+            producer_id=value.producer_id,
+            producer_epoch=value.producer_epoch,
+            previous_producer_id=value.previous_producer_id,
+            next_producer_id=value.next_producer_id,
+            client_transaction_version=value.client_transaction_version,
+            transaction_timeout_ms=value.transaction_timeout_ms,
+            state=CoordinatorState.from_status(int(value.status)),
+            partitions=partitions,
+            last_update_timestamp_ms=value.last_update_timestamp_ms,
+            start_timestamp_ms=value.start_timestamp_ms,
+            source_partition=source_partition,
+            source_offset=source_offset,
+            source_timestamp_ms=source_timestamp_ms,
+        )
+
+    @classmethod
+    def tombstone_of(
+        cls,
+        transactional_id: str,
+        *,
+        source_partition: int = -1,
+        source_offset: int = -1,
+        source_timestamp_ms: int = -1,
+    ) -> CoordinatorRecord:
+        """A tombstone: the coordinator expired the transactional id (value = null in the log)."""
+        return cls(
+            transactional_id=transactional_id,
+            producer_id=-1,
+            producer_epoch=-1,
+            transaction_timeout_ms=-1,
+            state=None,
+            last_update_timestamp_ms=source_timestamp_ms,
+            start_timestamp_ms=-1,
+            source_partition=source_partition,
+            source_offset=source_offset,
+            source_timestamp_ms=source_timestamp_ms,
+            tombstone=True,
+        )
+
+    def lists(self, topic: str, partition: int) -> bool:
+        """True if the coordinator's transaction includes topic-partition."""
+        return any(tp.partition == partition and tp.topic == topic for tp in self.partitions)
+
+
+# -------------------------------------------------------------------------------------------- limits
+
+
+class DetectionLimits(Model):
+    """Thresholds of the rules (the `detection` section of Settings)."""
+
+    # How long a contradiction must last before it counts: covers the coordinator view lagging the snapshot.
+    grace_ms: int = Field(default=10_000, ge=0)
+    # Added to transaction.max.timeout.ms before an open transaction counts as LATE (Kafka's metric: 5 min).
+    late_buffer_ms: int = Field(default=0, ge=0)
+    # Tolerated difference between producer, coordinator and collector clocks.
+    clock_skew_ms: int = Field(default=5_000, ge=0)
+    # The broker's transaction.abort.timed.out.transaction.cleanup.interval.ms (default 10 s).
+    coordinator_cleanup_interval_ms: int = Field(default=10_000, ge=0)
+    # transaction.max.timeout.ms when the broker's value is unknown (Kafka's default, 15 min).
+    default_max_transaction_timeout_ms: int = Field(default=900_000, ge=1)
+
+
+# ------------------------------------------------------------------------------------------ verdicts
+
+
+class CoordinatorEvidence(Model):
+    """The coordinator record a verdict was judged against."""
+
+    role: CoordinatorRole
+    transactional_id: str
+    state: CoordinatorState | None
+    producer_id: int
+    producer_epoch: int
+    previous_producer_id: int
+    next_producer_id: int
+    client_transaction_version: int
+    transaction_timeout_ms: int
+    start_timestamp_ms: int
+    last_update_timestamp_ms: int
+    partition_listed: bool
+
+
+class Evidence(Model):
+    """The numbers a human needs to check a verdict by hand."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    first_batch_epoch: int
+    coordinator_epoch: int
+    start_offset: int
+    open_since_ms: int
+    open_since_basis: OpenSinceBasis
+    last_timestamp_ms: int
+    observed_at_ms: int
+    now_ms: int
+    age_ms: int
+    last_stable_offset: int | None = None
+    high_watermark: int | None = None
+    coordinator: CoordinatorEvidence | None = None
+    # When the producer id lost its transactional id (tombstone or move), if known.
+    retired_at_ms: int | None = None
+    grace_ms: int
+    clock_skew_ms: int
+    max_transaction_timeout_ms: int
+    max_transaction_timeout_source: Literal["broker", "default"]
+    late_threshold_ms: int
+    overdue_threshold_ms: int | None = None
+
+
+class Verdict(Model):
+    """The classification of one open transaction, with its evidence and a one-line explanation."""
+
+    kind: VerdictKind
+    reason: HangingReason | None = None
+    evidence: Evidence
+    explanation: str
+
+    @model_validator(mode="after")
+    def _reason_only_when_hanging(self) -> Self:
+        if (self.kind is VerdictKind.HANGING) != (self.reason is not None):
+            raise ValueError("a HANGING verdict needs a reason, and only HANGING has one")
+        return self
+
+
+# ------------------------------------------------------------------------------------------- aborting
+
+
+class WriteTxnMarkersSpec(Model):
+    """What Admin.abortTransaction sends to the leader: an ABORT marker (WriteTxnMarkers).
+
+    `coordinator_epoch` is the leader-reported one, 0 when it is negative (never -1), as Kafka's
+    TransactionsCommand does: a broker fences a marker whose coordinator epoch is below the partition's.
+    """
+
+    topic: str = Field(min_length=1)
+    partition: int = Field(ge=0)
+    producer_id: int = Field(ge=0)
+    producer_epoch: int = Field(ge=0, le=MAX_PRODUCER_EPOCH)
+    coordinator_epoch: int = Field(ge=0)
+
+
+def candidate_id(
+    cluster: str, topic: str, partition: int, producer_id: int, producer_epoch: int, start_offset: int
+) -> str:
+    """Deterministic id of an abort candidate (the key on the compacted candidates topic).
+
+    The first 32 hex digits (128 bits) of SHA-256 over the compact JSON array
+    `[cluster, topic, partition, producer_id, producer_epoch, start_offset]`; JSON keeps the fields apart
+    whatever characters the cluster name contains.
+    """
+    payload = json.dumps(
+        [cluster, topic, partition, producer_id, producer_epoch, start_offset],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
+
+
+class AbortCandidate(Model):
+    """A transaction proven HANGING, with the abort to send and the equivalent Kafka CLI line (JSON)."""
+
+    schema_version: int = SCHEMA_VERSION
+    candidate_id: str
+    cluster: str = Field(min_length=1)
+    topic: str = Field(min_length=1)
+    partition: int = Field(ge=0)
+    start_offset: int = Field(ge=0)
+    spec: WriteTxnMarkersSpec
+    reason: HangingReason
+    evidence: Evidence
+    explanation: str
+    first_detected_ms: int
+    kafka_cli: str
+    status: CandidateStatus = CandidateStatus.OPENED
+    resolved_at_ms: int | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        expected = candidate_id(
+            self.cluster,
+            self.topic,
+            self.partition,
+            self.spec.producer_id,
+            self.spec.producer_epoch,
+            self.start_offset,
+        )
+        if self.candidate_id != expected:
+            raise ValueError(f"candidate_id {self.candidate_id} does not match its fields ({expected})")
+        if (self.spec.topic, self.spec.partition) != (self.topic, self.partition):
+            raise ValueError("spec names another partition than the candidate")
+        if (self.status is CandidateStatus.RESOLVED) != (self.resolved_at_ms is not None):
+            raise ValueError("resolved_at_ms is set exactly when status is RESOLVED")
+        return self
+
+    def resolved(self, *, resolved_at_ms: int) -> AbortCandidate:
+        """The same candidate marked RESOLVED (the transaction is no longer open)."""
+        return self.model_copy(update={"status": CandidateStatus.RESOLVED, "resolved_at_ms": resolved_at_ms})
