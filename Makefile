@@ -10,9 +10,10 @@ JARS   := .cache/jars
 MVN    := mvn -q -B -s dev/jvm/settings.xml
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv jars lint typecheck test test-unit testbed-up testbed-down clean
+.PHONY: help deps venv jars lint typecheck test test-unit testbed-up testbed-down clean demo
 
 help:
+	@echo "make demo          a local broker, real traffic incl. a hanging transaction, the collector and the streaming job (DEMO_SECONDS=240)"
 	@echo "make test          lint, type-check and run every test tier against a real local Kafka broker and Spark"
 	@echo "make test-unit     the pure tier only (no JVM)"
 	@echo "make testbed-up    start a local KRaft broker (python -m dev.kafka up --no-verification)"
@@ -57,7 +58,7 @@ typecheck: venv
 test: deps venv jars lint typecheck
 	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
 
-test-unit: venv
+test-unit: venv jars
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
 testbed-up: venv jars
@@ -69,3 +70,8 @@ testbed-down: venv
 clean:
 	-$(PY) -m dev.kafka down
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+
+# The README's first command: broker, traffic (steady, late, really hanging), collector and streaming job, shown
+# to a person. DEMO_SECONDS bounds it (default 240); Ctrl-C stops everything it started.
+demo: deps venv jars
+	$(PY) -m dev.demo --seconds $${DEMO_SECONDS:-240}
