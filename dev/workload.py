@@ -225,7 +225,9 @@ def late(
     producer = _producer(bootstrap, txn_id, transaction_timeout_ms=args.transaction_timeout_ms)
     pid, epoch = _pid_epoch(producer)
     producer.begin_transaction()
-    md = producer.send(topic, value=b"late", partition=0).get(timeout=30)
+    # --backdate-ms stands for a producer whose clock runs behind: the transaction looks older than it is.
+    ts = int(time.time() * 1000) - args.backdate_ms
+    md = producer.send(topic, value=b"late", partition=0, timestamp_ms=ts).get(timeout=30)
     truth = [TruthRecord("late", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp)]
     emit(truth)  # scripts learn the truth while the transaction is still open
     _log(f"late: transaction {txn_id} open on {topic}-0 at offset {md.offset}; holding {args.hold_ms} ms")
@@ -431,7 +433,7 @@ def parser() -> argparse.ArgumentParser:
         "--backdate-ms",
         type=int,
         default=0,
-        help="hanging: make the orphan's CreateTime this much older than now, so time-based tools "
+        help="hanging, late: make the first record's CreateTime this much older than now, so time-based tools "
         "(find-hanging, the broker's PartitionsWithLateTransactionsCount) see it as old at once",
     )
     return p

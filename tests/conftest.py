@@ -47,6 +47,7 @@ def unique() -> str:
 
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
+    from streaming.job import spark_conf
     from streaming.session import build_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -59,6 +60,7 @@ def spark():  # type: ignore[no-untyped-def]
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.sql.adaptive.enabled": "false",
+            **spark_conf(),
         },
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -1,0 +1,256 @@
+"""The driver's Prometheus endpoint: the latest verdicts and windows, as gauges built at scrape time.
+
+A custom collector yields only what is current (partitions with open transactions, verdicts not yet gone), so
+no series goes stale and nothing needs deleting. Query health comes from a StreamingQueryListener.
+Producer ids and transactional ids never become labels.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram, disable_created_metrics, start_http_server
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from pyspark.sql.streaming import StreamingQueryListener
+
+# `_created` series double every counter's output and nobody alerts on them.
+disable_created_metrics()
+
+
+@dataclass
+class VerdictState:
+    topic: str
+    partition: int
+    kind: str
+    reason: str | None
+    lso_lag: int | None
+    age_ms: int
+    candidate: bool
+
+
+@dataclass
+class WindowState:
+    leader: int
+    window_end_ms: int
+    observed_at_ms: int
+    duration_ms: int
+    late: bool
+    open_count: int
+
+
+class LiveState:
+    """What the foreachBatch sinks learned, read by the collector at scrape time (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.verdicts: dict[tuple[str, int, int], VerdictState] = {}
+        self.windows: dict[tuple[str, int], WindowState] = {}
+
+    def apply_events(self, rows: Iterable[Any]) -> None:
+        with self._lock:
+            for r in rows:
+                key = (r.topic, int(r.partition), int(r.producer_id))
+                if r.event == "VERDICT":
+                    self.verdicts[key] = VerdictState(
+                        r.topic,
+                        int(r.partition),
+                        r.kind,
+                        r.reason,
+                        r.lso_lag,
+                        int(r.age_ms),
+                        r.candidate_id is not None,
+                    )
+                elif r.event == "GONE":
+                    self.verdicts.pop(key, None)
+
+    def apply_windows(self, rows: Iterable[Any]) -> None:
+        with self._lock:
+            for r in rows:
+                key = (r.topic, int(r.partition))
+                newest = r.newest
+                end_ms = int(r.window.end.timestamp() * 1000)
+                known = self.windows.get(key)
+                if known is not None and known.observed_at_ms > newest.observed_at_ms:
+                    continue
+                self.windows[key] = WindowState(
+                    int(r.leader),
+                    end_ms,
+                    int(newest.observed_at_ms),
+                    int(newest.duration_ms),
+                    bool(newest.late),
+                    int(newest.open_count),
+                )
+
+    def snapshot(self) -> tuple[list[VerdictState], dict[tuple[str, int], WindowState]]:
+        with self._lock:
+            return list(self.verdicts.values()), dict(self.windows)
+
+
+class VerdictCollector(Collector):
+    """Builds the metric contract of ARCHITECTURE.md from LiveState on every scrape."""
+
+    def __init__(self, state: LiveState, cluster: str) -> None:
+        self.state = state
+        self.cluster = cluster
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        verdicts, windows = self.state.snapshot()
+        c = self.cluster
+        duration = GaugeMetricFamily(
+            "txnwatch_max_active_transaction_duration_seconds",
+            "KIP-664 MaxActiveTransactionDuration: age of the oldest open transaction, per partition with open "
+            "transactions (newest snapshot).",
+            labels=["cluster", "topic", "partition"],
+        )
+        late_by_broker: Counter[int] = Counter()
+        for (topic, partition), w in sorted(windows.items()):
+            if w.open_count > 0:
+                duration.add_metric([c, topic, str(partition)], w.duration_ms / 1000)
+                late_by_broker[w.leader] += int(w.late)
+        yield duration
+        late = GaugeMetricFamily(
+            "txnwatch_partitions_with_late_transactions",
+            "KIP-664 PartitionsWithLateTransactionsCount: leader partitions whose oldest open transaction is "
+            "older than transaction.max.timeout.ms (+ buffer), per broker.",
+            labels=["cluster", "broker"],
+        )
+        for broker in sorted({w.leader for w in windows.values()}):
+            late.add_metric([c, str(broker)], late_by_broker[broker])
+        yield late
+        cluster_late = GaugeMetricFamily(
+            "txnwatch_cluster_partitions_with_late_transactions",
+            "PartitionsWithLateTransactionsCount summed over the cluster.",
+            labels=["cluster"],
+        )
+        cluster_late.add_metric([c], sum(late_by_broker.values()))
+        yield cluster_late
+
+        hanging = GaugeMetricFamily(
+            "txnwatch_hanging_transactions",
+            "Open transactions proven HANGING, by reason.",
+            labels=["cluster", "reason"],
+        )
+        for reason, n in sorted(Counter(v.reason for v in verdicts if v.kind == "HANGING").items()):
+            hanging.add_metric([c, str(reason)], n)
+        yield hanging
+        candidates = GaugeMetricFamily(
+            "txnwatch_abort_candidates", "Open abort candidates (HANGING, not yet gone).", labels=["cluster"]
+        )
+        candidates.add_metric([c], sum(1 for v in verdicts if v.candidate))
+        yield candidates
+        stuck = GaugeMetricFamily(
+            "txnwatch_stuck_prepare_transactions",
+            "Transactions whose coordinator is in PrepareCommit/PrepareAbort with markers overdue (alert only).",
+            labels=["cluster"],
+        )
+        stuck.add_metric([c], sum(1 for v in verdicts if v.kind == "STUCK_PREPARE"))
+        yield stuck
+        kinds = GaugeMetricFamily(
+            "txnwatch_open_transactions", "Open transactions by verdict kind.", labels=["cluster", "kind"]
+        )
+        for kind, n in sorted(Counter(v.kind for v in verdicts).items()):
+            kinds.add_metric([c, kind], n)
+        yield kinds
+        lag = GaugeMetricFamily(
+            "txnwatch_last_stable_offset_lag",
+            "High watermark minus last stable offset, per partition with open transactions.",
+            labels=["cluster", "topic", "partition"],
+        )
+        per_partition: dict[tuple[str, int], int] = {}
+        for v in verdicts:
+            if v.lso_lag is not None:
+                per_partition[(v.topic, v.partition)] = max(
+                    per_partition.get((v.topic, v.partition), 0), v.lso_lag
+                )
+        for (topic, partition), value in sorted(per_partition.items()):
+            lag.add_metric([c, topic, str(partition)], value)
+        yield lag
+
+
+class Health:
+    """Query health metrics, fed by the listener and the sinks."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.batch_duration = Histogram(
+            "txnwatch_stream_batch_duration_seconds",
+            "Micro-batch duration.",
+            ["query"],
+            registry=registry,
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+        )
+        self.input_rows = PromCounter(
+            "txnwatch_stream_input_rows",
+            "Rows read, by query and source.",
+            ["query", "source"],
+            registry=registry,
+        )
+        self.dead_letters = PromCounter(
+            "txnwatch_dead_letter_records",
+            "Malformed input records sent to the dead-letter topic.",
+            ["source"],
+            registry=registry,
+        )
+        self.offsets_behind = Gauge(
+            "txnwatch_stream_source_offsets_behind_latest",
+            "Kafka source lag in offsets after the last batch (max over partitions), by query and source; for the "
+            "transaction log this is the coordinator-record lag.",
+            ["query", "source"],
+            registry=registry,
+        )
+        self.last_batch = Gauge(
+            "txnwatch_stream_last_batch_timestamp_seconds",
+            "When each query last finished a batch.",
+            ["query"],
+            registry=registry,
+        )
+
+
+class HealthListener(StreamingQueryListener):
+    """Turns query progress into Health metrics. Runs on the driver's listener thread: fast, never raises."""
+
+    def __init__(self, health: Health) -> None:
+        self.health = health
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            p = event.progress
+            query = p.name or str(p.id)
+            self.health.batch_duration.labels(query).observe(p.batchDuration / 1000)
+            self.health.last_batch.labels(query).set(time.time())
+            for s in p.sources:
+                source = _source_name(s.description)
+                self.health.input_rows.labels(query, source).inc(s.numInputRows)
+                behind = (s.metrics or {}).get("maxOffsetsBehindLatest")
+                if behind is not None:
+                    self.health.offsets_behind.labels(query, source).set(float(behind))
+        except Exception:  # a metrics hiccup must never disturb the query
+            pass
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+def _source_name(description: str) -> str:
+    # KafkaV2[Subscribe[__transaction_state]] -> __transaction_state
+    if "[" in description:
+        return description.rsplit("[", 1)[-1].rstrip("]")
+    return description
+
+
+def serve(registry: CollectorRegistry, host: str, port: int) -> int:
+    """Start the /metrics endpoint; returns the bound port (port 0 picks a free one)."""
+    server, _ = start_http_server(port, addr=host, registry=registry)
+    return int(server.server_port)

@@ -1,0 +1,452 @@
+"""`txnwatch stream`: three Structured Streaming queries on one SparkSession, plus the driver's /metrics.
+
+- reconcile: snapshots + coordinator records → stage 1 (transactional id) → stage 2 (producer id) → verdicts,
+  abort candidates (to the compacted candidates topic) and the live state behind the gauges;
+- windows: snapshots → KIP-664 windows → the duration and late-partition gauges;
+- dead-letter: malformed input of every source → the dead-letter topic and a counter.
+Each has its own checkpoint under `--checkpoint-location`; a restart resumes state, timers and offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TextIO
+
+from prometheus_client import CollectorRegistry
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from detectors.settings import Settings
+from streaming import sources
+from streaming.exporter import Health, HealthListener, LiveState, VerdictCollector, serve
+from streaming.reconcile import (
+    EVENT_SCHEMA,
+    FACT_SCHEMA,
+    STAGE2_INPUT_COLUMNS,
+    ProducerIdFacts,
+    ReconcileConfig,
+    TransactionReconciler,
+)
+from streaming.windows import window_metrics
+
+log = logging.getLogger("txnwatch.stream")
+
+TRANSACTION_LOG = "__transaction_state"
+CoordinatorSource = Literal["log", "describe", "both"]
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """Everything `txnwatch stream` is told (flags over Settings)."""
+
+    settings: Settings
+    kafka_options: Mapping[str, str]  # Java client properties, without the "kafka." prefix
+    checkpoint_location: str
+    trigger: str = "5 seconds"
+    # The windows and dead-letter queries: their outputs need no seconds-fresh answer, and on 2 cores every
+    # batch they skip is CPU the reconcile query (detection latency) gets.
+    secondary_trigger: str = "15 seconds"
+    starting_offsets: str = (
+        "latest"  # of the snapshot topic; the transaction log is always read from earliest
+    )
+    max_offsets_per_trigger: int | None = None
+    window: str = "1 minute"
+    watermark: str = "2 minutes"
+    expire_after_ms: int = 30_000
+    view_ttl_ms: int = 24 * 3_600_000
+    transaction_log_topic: str = TRANSACTION_LOG
+    coordinator_source: CoordinatorSource = "log"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9465  # the collector's endpoint defaults to 9464
+    command_config_path: str | None = None
+    output: Literal["table", "json"] = "table"
+
+    @property
+    def spark_kafka_options(self) -> dict[str, str]:
+        return {f"kafka.{k}": v for k, v in self.kafka_options.items()}
+
+
+def spark_conf() -> dict[str, str]:
+    return {
+        # The default (AdminClient) offset reader drops internal topics, so it sees no partition of
+        # __transaction_state; the consumer-based reader does not (tests/spark/test_kafka_connector.py).
+        "spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "true",
+        # On 2 cores, three queries' Python workers start at once and can take longer than the 15 s default
+        # to connect back ("Python worker failed to connect back").
+        "spark.python.authenticate.socketTimeout": "120s",
+    }
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def _source(opts: StreamOptions, topic: str, starting: str) -> sources.KafkaSource:
+    return sources.KafkaSource(
+        topic=topic,
+        options=opts.spark_kafka_options,
+        starting_offsets=starting,
+        max_offsets_per_trigger=opts.max_offsets_per_trigger,
+    )
+
+
+def _snapshots(spark: SparkSession, opts: StreamOptions) -> DataFrame:
+    raw = sources.read_kafka(spark, _source(opts, opts.settings.topics.producer_state, opts.starting_offsets))
+    return sources.parse_snapshots(raw)
+
+
+def _coordinator_inputs(spark: SparkSession, opts: StreamOptions) -> list[tuple[str, DataFrame]]:
+    inputs = []
+    if opts.coordinator_source in ("log", "both"):
+        raw = sources.read_kafka(spark, _source(opts, opts.transaction_log_topic, "earliest"))
+        inputs.append(("transaction-log", sources.decode_transaction_log(raw)))
+    if opts.coordinator_source in ("describe", "both"):
+        raw = sources.read_kafka(spark, _source(opts, opts.settings.topics.coordinator_state, "earliest"))
+        inputs.append(("coordinator-state", sources.parse_coordinator_json(raw)))
+    return inputs
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def open_transaction_rows(snapshots: DataFrame) -> DataFrame:
+    """One row per open transaction, carrying a one-transaction PartitionSnapshot JSON for stage 2."""
+    s = snapshots.select("*", F.explode("open_transactions").alias("t"))
+    one = F.struct(
+        "schema_version",
+        "cluster",
+        "sweep_id",
+        "observed_at_ms",
+        "leader",
+        "topic",
+        "partition",
+        F.array("t").alias("open_transactions"),
+        "last_stable_offset",
+        "high_watermark",
+        "max_transaction_timeout_ms",
+    )
+    return s.select(
+        F.col("t.producer_id").alias("producer_id"),
+        F.lit("open").alias("fact"),
+        F.lit(None).cast("string").alias("transactional_id"),
+        F.lit(None).cast("string").alias("record_json"),
+        F.lit(None).cast("long").alias("fact_time_ms"),
+        "topic",
+        "partition",
+        F.to_json(one).alias("snapshot_json"),
+        "observed_at_ms",
+    )
+
+
+def fact_rows(facts: DataFrame) -> DataFrame:
+    return facts.select(
+        "producer_id",
+        "fact",
+        "transactional_id",
+        "record_json",
+        "fact_time_ms",
+        F.lit(None).cast("string").alias("topic"),
+        F.lit(None).cast("long").alias("partition"),
+        F.lit(None).cast("string").alias("snapshot_json"),
+        F.lit(None).cast("long").alias("observed_at_ms"),
+    )
+
+
+def reconcile_events(
+    snapshots: DataFrame, coordinator_records: DataFrame, config: ReconcileConfig
+) -> DataFrame:
+    """The two stateful stages: coordinator records + good snapshots → EVENT_SCHEMA rows."""
+    facts = coordinator_records.groupBy("transactional_id").transformWithState(
+        ProducerIdFacts(), FACT_SCHEMA, "Append", "None"
+    )
+    stage2_input = (
+        fact_rows(facts).unionByName(open_transaction_rows(snapshots)).select(*STAGE2_INPUT_COLUMNS)
+    )
+    return stage2_input.groupBy("producer_id").transformWithState(
+        TransactionReconciler(config), EVENT_SCHEMA, "Append", "ProcessingTime"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- sinks
+
+
+def format_event(r: Row) -> str:
+    where = f"{r.topic}-{r.partition} producer {r.producer_id} start offset {r.start_offset}"
+    if r.event == "OPENED":
+        cli = json.loads(r.payload)["kafka_cli"]
+        return f"HANGING   {where}: {r.explanation}\n          abort: {cli}\n          candidate {r.candidate_id}"
+    if r.event == "RESOLVED":
+        return f"RESOLVED  {where}: no longer open (candidate {r.candidate_id})"
+    return f"{r.kind:<9} {where}: {r.explanation}"
+
+
+class Sinks:
+    """The driver-side ends of the queries (foreachBatch bodies)."""
+
+    def __init__(
+        self, spark: SparkSession, opts: StreamOptions, live: LiveState, health: Health, out: TextIO | None
+    ) -> None:
+        self.spark = spark
+        self.opts = opts
+        self.live = live
+        self.health = health
+        self.out = out
+        self._last_kind: dict[tuple[str, int, int], str] = {}
+
+    def _write_kafka(self, df: DataFrame, topic: str) -> None:
+        df.write.format("kafka").options(**self.opts.spark_kafka_options).option("topic", topic).save()
+
+    def events(self, df: DataFrame, batch_id: int) -> None:
+        # The batch is read twice (collect for the gauges and console, write for the candidates): persist it
+        # so the stateful stages run once per batch.
+        df.persist()
+        try:
+            rows = df.collect()  # one row per open transaction per batch: small
+            self.live.apply_events(rows)
+            if any(r.event in ("OPENED", "RESOLVED") for r in rows):
+                self._write_kafka(
+                    df.where(F.col("event").isin("OPENED", "RESOLVED")).select(
+                        F.col("candidate_id").alias("key"), F.col("payload").alias("value")
+                    ),
+                    self.opts.settings.topics.abort_candidates,
+                )
+        finally:
+            df.unpersist()
+        if self.out is not None:
+            for r in rows:
+                key = (r.topic, int(r.partition), int(r.producer_id))
+                changed = r.event == "VERDICT" and self._last_kind.get(key) != r.kind
+                # People see changes: candidates opened and resolved, and verdicts that moved (HANGING is
+                # announced by its OPENED line); scripts (--output json) get every changed event as JSON.
+                if r.event in ("OPENED", "RESOLVED") or (
+                    changed and (r.kind != "HANGING" or self.opts.output == "json")
+                ):
+                    print(self._render(r), file=self.out, flush=True)
+                if r.event == "VERDICT":
+                    self._last_kind[key] = r.kind
+                elif r.event == "GONE":
+                    self._last_kind.pop(key, None)
+
+    def _render(self, r: Row) -> str:
+        if self.opts.output == "json":
+            return json.dumps({k: v for k, v in r.asDict().items() if v is not None})
+        return format_event(r)
+
+    def windows(self, df: DataFrame, batch_id: int) -> None:
+        self.live.apply_windows(df.collect())
+
+    def dead_letters(self, df: DataFrame, batch_id: int) -> None:
+        df.persist()
+        try:
+            rows = df.select("source", "source_topic", "source_partition", "source_offset", "error").collect()
+            if not rows:
+                return
+            for r in rows:
+                self.health.dead_letters.labels(r.source).inc()
+                log.warning(
+                    "dead letter from %s %s-%s@%s: %s",
+                    r.source,
+                    r.source_topic,
+                    r.source_partition,
+                    r.source_offset,
+                    r.error,
+                )
+            header = lambda name, col: F.struct(  # noqa: E731
+                F.lit(name).alias("key"), F.col(col).cast("string").cast("binary").alias("value")
+            )
+            self._write_kafka(
+                df.select(
+                    "key",
+                    "value",
+                    F.array(
+                        header("txnwatch.source", "source"),
+                        header("txnwatch.source-topic", "source_topic"),
+                        header("txnwatch.source-partition", "source_partition"),
+                        header("txnwatch.source-offset", "source_offset"),
+                        header("txnwatch.error", "error"),
+                    ).alias("headers"),
+                ),
+                self.opts.settings.topics.dead_letter,
+            )
+        finally:
+            df.unpersist()
+
+
+# ------------------------------------------------------------------------------------------------ job
+
+
+@dataclass
+class RunningJob:
+    queries: list[StreamingQuery]
+    metrics_port: int
+    live: LiveState
+    health: Health
+
+    def stop(self) -> None:
+        for q in self.queries:
+            try:
+                q.stop()
+            except Exception as exc:  # stopping is best effort; report and go on with the others
+                log.warning("stopping %s: %s", q.name, exc)
+
+    def failed(self) -> str | None:
+        for q in self.queries:
+            if not q.isActive and q.exception() is not None:
+                return f"query {q.name} stopped: {q.exception()}"
+        return None
+
+
+def ensure_topics(opts: StreamOptions, client_kwargs: Mapping[str, Any]) -> None:
+    """Create the job's output topics if missing: candidates compacted (key = candidate id), dead letters kept."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(**client_kwargs)
+    try:
+        brokers = len(admin.describe_cluster()["brokers"])
+        rf = min(3, brokers)
+        existing = set(admin.list_topics())
+        topics = opts.settings.topics
+        wanted = [
+            NewTopic(topics.abort_candidates, 1, rf, topic_configs={"cleanup.policy": "compact"}),
+            NewTopic(topics.dead_letter, 1, rf, topic_configs={"retention.ms": str(14 * 24 * 3_600_000)}),
+        ]
+        missing = [t for t in wanted if t.name not in existing]
+        if missing:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(missing)
+    finally:
+        admin.close()
+
+
+QUERIES = ("reconcile", "windows", "dead-letter")
+FIRST_BATCH_WAIT_S = 120.0
+
+
+def _await_first_batch(query: StreamingQuery, timeout_s: float) -> None:
+    """Start queries one after the other: their first batches (Python workers, RocksDB, the whole transaction
+    log) compete for the same two cores otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and query.isActive and query.lastProgress is None:
+        time.sleep(0.5)
+
+
+def _short_errors(sink: Callable[[DataFrame, int], None]) -> Callable[[DataFrame, int], None]:
+    """Re-raise a failed foreachBatch body with a bounded message.
+
+    A Py4J error carries whole nested Java and Python stack traces; Spark then formats that text with a regex
+    that overflows the stream thread's stack (seen when stopping a query interrupts a batch mid-collect), which
+    buries the real cause under thousands of lines.
+    """
+
+    def run_sink(df: DataFrame, batch_id: int) -> None:
+        try:
+            sink(df, batch_id)
+        except Exception as exc:
+            cause = getattr(exc, "java_exception", None) or exc
+            raise RuntimeError(f"{sink.__name__} failed in batch {batch_id}: {str(cause)[:2000]}") from None
+
+    return run_sink
+
+
+def start(
+    spark: SparkSession,
+    opts: StreamOptions,
+    *,
+    out: TextIO | None = sys.stdout,
+    registry: CollectorRegistry | None = None,
+    queries: tuple[str, ...] = QUERIES,
+) -> RunningJob:
+    """Start the three queries and the /metrics endpoint; returns at once."""
+    registry = registry or CollectorRegistry()
+    live = LiveState()
+    health = Health(registry)
+    registry.register(VerdictCollector(live, opts.settings.cluster))
+    spark.streams.addListener(HealthListener(health))
+    port = serve(registry, opts.metrics_host, opts.metrics_port)
+    sinks = Sinks(spark, opts, live, health, out)
+    config = ReconcileConfig(
+        limits=opts.settings.detection,
+        expire_after_ms=opts.expire_after_ms,
+        view_ttl_ms=opts.view_ttl_ms,
+        bootstrap=opts.kafka_options.get("bootstrap.servers"),
+        command_config=opts.command_config_path,
+    )
+    ck = opts.checkpoint_location.rstrip("/")
+
+    def start_query(
+        name: str, df: DataFrame, sink: Callable[[DataFrame, int], None], mode: str, trigger: str
+    ) -> StreamingQuery:
+        return (
+            df.writeStream.queryName(name)
+            .outputMode(mode)
+            .foreachBatch(_short_errors(sink))
+            .trigger(processingTime=trigger)
+            .option("checkpointLocation", f"{ck}/{name}")
+            .start()
+        )
+
+    started = []
+    if "reconcile" in queries:
+        snapshots = _snapshots(spark, opts)
+        coordinator = _coordinator_inputs(spark, opts)
+        records = _union([sources.good_coordinator_records(df) for _, df in coordinator])
+        events = reconcile_events(sources.good_snapshots(snapshots), records, config)
+        started.append(start_query("txnwatch-reconcile", events, sinks.events, "append", opts.trigger))
+        _await_first_batch(started[-1], FIRST_BATCH_WAIT_S)
+    if "windows" in queries:
+        win = window_metrics(
+            sources.good_snapshots(_snapshots(spark, opts)),
+            opts.settings.detection,
+            window=opts.window,
+            watermark=opts.watermark,
+        )
+        started.append(start_query("txnwatch-windows", win, sinks.windows, "update", opts.secondary_trigger))
+        _await_first_batch(started[-1], FIRST_BATCH_WAIT_S)
+    if "dead-letter" in queries:  # a separate read: a query has one sink
+        dead = [sources.snapshot_dead_letters(_snapshots(spark, opts))]
+        dead += [sources.coordinator_dead_letters(df, name) for name, df in _coordinator_inputs(spark, opts)]
+        started.append(
+            start_query(
+                "txnwatch-dead-letter", _union(dead), sinks.dead_letters, "append", opts.secondary_trigger
+            )
+        )
+    return RunningJob(started, port, live, health)
+
+
+def run(
+    spark: SparkSession, opts: StreamOptions, *, seconds: float | None = None, out: TextIO | None = sys.stdout
+) -> int:
+    """Run until Ctrl-C, a failed query, or `seconds`; returns the exit code."""
+    job = start(spark, opts, out=out)
+    if out is not None:
+        print(
+            f"txnwatch stream: metrics on http://{opts.metrics_host}:{job.metrics_port}/metrics, "
+            f"checkpoints in {opts.checkpoint_location}",
+            file=out,
+            flush=True,
+        )
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            problem = job.failed()
+            if problem:
+                print(f"txnwatch stream: {problem}", file=sys.stderr)
+                return 1
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        job.stop()
+    return 0

@@ -1,0 +1,297 @@
+"""The job's inputs: partition snapshots (JSON) and coordinator records (`__transaction_state` binary, or the
+collector's JSON fallback), each split into good rows and dead letters.
+
+Spark's default Kafka offset reader drops internal topics, so `__transaction_state` is read with
+`spark.sql.streaming.kafka.useDeprecatedOffsetFetching=true` (the consumer-based reader); see
+docs/streaming.md for the evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from detectors.codec import DecodeError, decode_key, decode_value
+from detectors.models import SCHEMA_VERSION, CoordinatorState
+from streaming.schemas import COORDINATOR_RECORD_SCHEMA, PARTITION_SNAPSHOT_SCHEMA
+
+SNAPSHOT_TYPE = "partition-snapshot"
+TYPE_HEADER = "txnwatch.type"
+
+DEAD_LETTER_SCHEMA = T.StructType(
+    [
+        T.StructField("source", T.StringType(), False),
+        T.StructField("source_topic", T.StringType(), False),
+        T.StructField("source_partition", T.IntegerType(), False),
+        T.StructField("source_offset", T.LongType(), False),
+        T.StructField("error", T.StringType(), False),
+        T.StructField("key", T.BinaryType(), True),
+        T.StructField("value", T.BinaryType(), True),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """Where and how to read one topic."""
+
+    topic: str
+    options: Mapping[str, str]  # kafka.* client properties plus source options
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+
+
+def read_kafka(spark: SparkSession, source: KafkaSource) -> DataFrame:
+    reader = (
+        spark.readStream.format("kafka")
+        .option("subscribe", source.topic)
+        .option("startingOffsets", source.starting_offsets)
+        .option("includeHeaders", "true")
+        # Compaction and retention may remove offsets the checkpoint points at; that is not a reason to stop.
+        .option("failOnDataLoss", "false")
+    )
+    if source.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(source.max_offsets_per_trigger))
+    for key, value in source.options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def _header(name: str) -> Column:
+    matching = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.when(F.size(matching) > 0, F.element_at(matching, 1)["value"].cast("string"))
+
+
+# ------------------------------------------------------------------------------------- snapshots
+
+
+def _snapshot_problem(s: Column) -> Column:
+    """Why a parsed snapshot is unusable, or null if it is fine (from_json turns bad fields into nulls)."""
+    txn_ok = F.forall(
+        F.coalesce(s["open_transactions"], F.array()),
+        lambda t: (
+            t["producer_id"].isNotNull() & t["producer_epoch"].isNotNull() & t["start_offset"].isNotNull()
+        ),
+    )
+    return (
+        F.when(s.isNull(), F.lit("not JSON"))
+        .when(s["schema_version"] != SCHEMA_VERSION, F.lit(f"schema_version is not {SCHEMA_VERSION}"))
+        .when(
+            s["cluster"].isNull()
+            | s["topic"].isNull()
+            | s["partition"].isNull()
+            | s["leader"].isNull()
+            | s["observed_at_ms"].isNull()
+            | s["open_transactions"].isNull(),
+            F.lit("missing or mistyped PartitionSnapshot fields"),
+        )
+        .when(~txn_ok, F.lit("an open transaction lacks producer_id, producer_epoch or start_offset"))
+    )
+
+
+def parse_snapshots(raw: DataFrame) -> DataFrame:
+    """Kafka rows → one row per message: `snapshot` struct (PartitionSnapshot) and `problem` (null if good).
+
+    Sweep summaries (header txnwatch.type=broker-sweep-summary) are not snapshots and are dropped here.
+    """
+    typed = raw.withColumn("record_type", _header(TYPE_HEADER)).where(
+        F.col("record_type").isNull() | (F.col("record_type") == SNAPSHOT_TYPE)
+    )
+    parsed = typed.withColumn(
+        "snapshot",
+        F.from_json(F.col("value").cast("string"), PARTITION_SNAPSHOT_SCHEMA, {"mode": "PERMISSIVE"}),
+    )
+    # from_json yields a struct of nulls for text that is not JSON at all.
+    parsed = parsed.withColumn(
+        "snapshot",
+        F.when(F.col("snapshot")["schema_version"].isNull(), F.lit(None)).otherwise(F.col("snapshot")),
+    )
+    return parsed.withColumn("problem", _snapshot_problem(F.col("snapshot")))
+
+
+def snapshot_dead_letters(parsed: DataFrame) -> DataFrame:
+    return parsed.where(F.col("problem").isNotNull()).select(
+        F.lit("producer-state").alias("source"),
+        F.col("topic").alias("source_topic"),
+        F.col("partition").alias("source_partition"),
+        F.col("offset").alias("source_offset"),
+        F.concat(F.lit("malformed PartitionSnapshot: "), F.col("problem")).alias("error"),
+        "key",
+        "value",
+    )
+
+
+def good_snapshots(parsed: DataFrame) -> DataFrame:
+    return parsed.where(F.col("problem").isNull()).select("snapshot.*")
+
+
+# ------------------------------------------------------------------------------ coordinator records
+
+
+def _arrow_type(data_type: T.DataType) -> pa.DataType:
+    if isinstance(data_type, T.LongType):
+        return pa.int64()
+    if isinstance(data_type, T.IntegerType):
+        return pa.int32()
+    if isinstance(data_type, T.StringType):
+        return pa.string()
+    if isinstance(data_type, T.BooleanType):
+        return pa.bool_()
+    if isinstance(data_type, T.BinaryType):
+        return pa.binary()
+    if isinstance(data_type, T.ArrayType):
+        return pa.list_(_arrow_type(data_type.elementType))
+    if isinstance(data_type, T.StructType):
+        return pa.struct([pa.field(f.name, _arrow_type(f.dataType)) for f in data_type.fields])
+    raise TypeError(f"no Arrow type for {data_type}")
+
+
+DECODED_SCHEMA = T.StructType(
+    [
+        # All nullable: a row that does not decode has only its error, raw bytes and origin.
+        *(T.StructField(f.name, f.dataType, True) for f in COORDINATOR_RECORD_SCHEMA.fields),
+        T.StructField("error", T.StringType(), True),
+        T.StructField("key", T.BinaryType(), True),
+        T.StructField("value", T.BinaryType(), True),
+        T.StructField("kafka_topic", T.StringType(), True),
+        T.StructField("kafka_partition", T.IntegerType(), True),
+        T.StructField("kafka_offset", T.LongType(), True),
+    ]
+)
+# The decoded columns: CoordinatorRecord's fields (same names and types as the JSON fallback) plus the raw
+# bytes, where they came from and the decode error, so bad rows can go to the dead-letter topic untouched.
+DECODED_ARROW_SCHEMA = pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in DECODED_SCHEMA.fields])
+
+
+def _decode_row(
+    key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int, ts_ms: int
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "source_partition": partition,
+        "source_offset": offset,
+        "source_timestamp_ms": ts_ms,
+        "origin": "transaction-log",
+        "kafka_topic": topic,
+        "kafka_partition": partition,
+        "kafka_offset": offset,
+        "key": key,
+        "value": value,
+    }
+    try:
+        if key is None:
+            raise DecodeError("record has no key")
+        k = decode_key(key)
+        row["transactional_id"] = k.transactional_id
+        v = decode_value(value)
+        if v is None:  # tombstone: the coordinator expired the transactional id
+            row.update(
+                producer_id=-1,
+                producer_epoch=-1,
+                previous_producer_id=-1,
+                next_producer_id=-1,
+                client_transaction_version=0,
+                transaction_timeout_ms=-1,
+                state=None,
+                partitions=[],
+                last_update_timestamp_ms=ts_ms,
+                start_timestamp_ms=-1,
+                tombstone=True,
+            )
+        else:
+            row.update(
+                producer_id=v.producer_id,
+                producer_epoch=v.producer_epoch,
+                previous_producer_id=v.previous_producer_id,
+                next_producer_id=v.next_producer_id,
+                client_transaction_version=v.client_transaction_version,
+                transaction_timeout_ms=v.transaction_timeout_ms,
+                state=CoordinatorState.from_status(int(v.status)).value,
+                partitions=sorted(
+                    ({"topic": t, "partition": p} for t, ids in (v.partitions or ()) for p in ids),
+                    key=lambda tp: (tp["topic"], tp["partition"]),
+                ),
+                last_update_timestamp_ms=v.last_update_timestamp_ms,
+                start_timestamp_ms=v.start_timestamp_ms,
+                tombstone=False,
+            )
+    except (DecodeError, ValueError) as exc:
+        row["error"] = f"undecodable __transaction_state record: {exc}"
+    return row
+
+
+def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: raw `__transaction_state` rows → DECODED_SCHEMA rows (runs on executors)."""
+    for batch in batches:
+        cols = batch.to_pydict()
+        rows = [
+            _decode_row(k, v, t, p, o, ts)
+            for k, v, t, p, o, ts in zip(
+                cols["key"],
+                cols["value"],
+                cols["topic"],
+                cols["partition"],
+                cols["offset"],
+                cols["ts_ms"],
+                strict=True,
+            )
+        ]
+        yield pa.RecordBatch.from_pylist(rows, schema=DECODED_ARROW_SCHEMA)
+
+
+def decode_transaction_log(raw: DataFrame) -> DataFrame:
+    """Kafka rows of `__transaction_state` → decoded coordinator records (with `error` set on bad rows)."""
+    slim = raw.select(
+        "key", "value", "topic", "partition", "offset", (F.unix_millis(F.col("timestamp"))).alias("ts_ms")
+    )
+    return slim.mapInArrow(decode_batches, DECODED_SCHEMA)
+
+
+def parse_coordinator_json(raw: DataFrame) -> DataFrame:
+    """The collector's fallback topic (CoordinatorRecord JSON) → the same columns as the decoded log."""
+    parsed = raw.withColumn(
+        "r", F.from_json(F.col("value").cast("string"), COORDINATOR_RECORD_SCHEMA, {"mode": "PERMISSIVE"})
+    )
+    r = F.col("r")
+    problem = (
+        F.when(r["schema_version"].isNull(), F.lit("not JSON"))
+        .when(r["schema_version"] != SCHEMA_VERSION, F.lit(f"schema_version is not {SCHEMA_VERSION}"))
+        .when(
+            r["transactional_id"].isNull()
+            | r["producer_id"].isNull()
+            | r["tombstone"].isNull()
+            | r["last_update_timestamp_ms"].isNull(),
+            F.lit("missing or mistyped CoordinatorRecord fields"),
+        )
+    )
+    return parsed.select(
+        *[r[f.name].alias(f.name) for f in COORDINATOR_RECORD_SCHEMA.fields],
+        F.when(problem.isNotNull(), F.concat(F.lit("malformed CoordinatorRecord: "), problem)).alias("error"),
+        "key",
+        "value",
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+    )
+
+
+def coordinator_dead_letters(decoded: DataFrame, source: str) -> DataFrame:
+    return decoded.where(F.col("error").isNotNull()).select(
+        F.lit(source).alias("source"),
+        F.col("kafka_topic").alias("source_topic"),
+        F.col("kafka_partition").alias("source_partition"),
+        F.col("kafka_offset").alias("source_offset"),
+        F.col("error"),
+        "key",
+        "value",
+    )
+
+
+def good_coordinator_records(decoded: DataFrame) -> DataFrame:
+    return decoded.where(F.col("error").isNull()).select(*[f.name for f in COORDINATOR_RECORD_SCHEMA.fields])

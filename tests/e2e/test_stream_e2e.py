@@ -1,0 +1,327 @@
+"""End to end: real broker → real `txnwatch collect` → Kafka → the Spark job (real connector) → candidates and
+/metrics. The scenarios come from dev/workload.py; the expectations from its ground truth.
+
+One job runs for the module (its first batch starts Python workers and reads the whole transaction log, which
+takes a while on 2 cores); detection latency is measured from the moment the hanging transaction exists.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.structs import TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+from pyspark.sql import SparkSession
+
+from detectors.models import AbortCandidate, HangingReason
+from detectors.settings import KafkaSettings, Settings, TopicSettings
+from streaming import job
+
+pytestmark = pytest.mark.e2e
+
+DETECTION_BUDGET_S = 60.0
+
+
+class Console(io.TextIOBase):
+    """A thread-safe console the job prints to; tests read what a person would have seen."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.lines: list[str] = []
+
+    def write(self, s: str) -> int:
+        with self._lock:
+            self.lines.extend(line for line in s.splitlines() if line.strip())
+        return len(s)
+
+    def text(self) -> str:
+        with self._lock:
+            return "\n".join(self.lines)
+
+
+@dataclass
+class Env:
+    bootstrap: str
+    prefix: str
+    settings: Settings
+    opts: job.StreamOptions
+    collector: subprocess.Popen[str]
+    console: Console
+    hanging: dict | None = None  # ground truth of the hanging transaction, once the first test made it
+
+
+def workload(bootstrap: str, *args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "dev.workload", "--bootstrap-server", bootstrap, "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def read_topic(bootstrap: str, topic: str) -> list:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=2000)
+    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    records = list(consumer)
+    consumer.close()
+    return records
+
+
+def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 1.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def first_batch_done(running: job.RunningJob, name: str) -> bool:
+    q = next(q for q in running.queries if q.name == name)
+    return q.lastProgress is not None
+
+
+@pytest.fixture(scope="module")
+def env(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    prefix = f"e2e{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        cluster="e2e", kafka=KafkaSettings(bootstrap_servers=bootstrap), topics=TopicSettings(prefix=prefix)
+    )
+    log = (tmp_path_factory.mktemp("collector") / "collector.log").open("w")
+    collector = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "txnwatch_cli",
+            "collect",
+            "--bootstrap-server",
+            bootstrap,
+            "--interval",
+            "5",
+            "--topic-prefix",
+            prefix,
+            "--cluster",
+            "e2e",
+            "--metrics-port",
+            "0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    opts = job.StreamOptions(
+        settings=settings,
+        kafka_options={"bootstrap.servers": bootstrap},
+        checkpoint_location=str(tmp_path_factory.mktemp("checkpoints")),
+        trigger="5 seconds",
+        starting_offsets="earliest",
+        expire_after_ms=20_000,
+        metrics_port=0,
+    )
+    job.ensure_topics(opts, settings.kafka.client_kwargs())
+    try:
+        yield Env(bootstrap, prefix, settings, opts, collector, Console())
+    finally:
+        collector.terminate()
+        collector.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def running(spark: SparkSession, env: Env) -> Iterator[job.RunningJob]:
+    running = job.start(spark, env.opts, out=env.console)
+    try:
+        wait_for(lambda: first_batch_done(running, "txnwatch-reconcile"), 240, "the job's first batch")
+        yield running
+    finally:
+        running.stop()
+
+
+def candidates(env: Env) -> list[AbortCandidate]:
+    return [
+        AbortCandidate.model_validate_json(r.value)
+        for r in read_topic(env.bootstrap, env.settings.topics.abort_candidates)
+    ]
+
+
+def test_hanging_yields_one_candidate_late_and_steady_none(env: Env, running: job.RunningJob) -> None:
+    late_proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dev.workload",
+            "--bootstrap-server",
+            env.bootstrap,
+            "--json",
+            "--scenario",
+            "late",
+            "--topic-prefix",
+            f"{env.prefix}-late-",
+            "--hold-ms",
+            "75000",
+            "--backdate-ms",
+            "120000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert late_proc.stdout is not None
+    late = json.loads(late_proc.stdout.readline())["transactions"][0]
+    steady = workload(
+        env.bootstrap, "--scenario", "steady", "--topic-prefix", f"{env.prefix}-steady-", "--seconds", "3"
+    )
+    truth = workload(env.bootstrap, "--scenario", "hanging", "--topic-prefix", f"{env.prefix}-hang-")
+    made_at = time.monotonic()
+    (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
+
+    def opened() -> list[AbortCandidate]:
+        return [c for c in candidates(env) if c.topic == h["topic"] and c.status.value == "OPENED"]
+
+    found = wait_for(opened, DETECTION_BUDGET_S + 30, "the hanging transaction's candidate")
+    latency_s = time.monotonic() - made_at
+    print(f"\ndetection latency: {latency_s:.1f}s")
+    assert latency_s <= DETECTION_BUDGET_S
+    (c,) = found
+    assert c.reason is HangingReason.COORDINATOR_COMPLETED
+    assert (c.spec.topic, c.spec.partition, c.spec.producer_id, c.spec.producer_epoch) == (
+        h["topic"],
+        h["partition"],
+        h["producer_id"],
+        h["producer_epoch"],
+    )
+    assert c.start_offset == h["start_offset"]
+    assert c.spec.coordinator_epoch == 0  # the leader reports -1 before any marker: never send -1
+    assert f"--start-offset {h['start_offset']}" in c.kafka_cli
+    assert "HANGING" in env.console.text() and c.kafka_cli in env.console.text()
+
+    # The late transaction: the KIP-664 metrics see it, no candidate names it.
+    def late_seen() -> bool:
+        m = scrape(running.metrics_port)
+        durations = {
+            (lb["topic"], lb["partition"]): v
+            for lb, v in m.get("txnwatch_max_active_transaction_duration_seconds", [])
+        }
+        late_count = sum(v for _, v in m.get("txnwatch_partitions_with_late_transactions", []))
+        return durations.get((late["topic"], str(late["partition"])), 0) > 60 and late_count >= 1
+
+    wait_for(late_seen, 60, "the late transaction in the KIP-664 metrics")
+    m = scrape(running.metrics_port)
+    lso = {(lb["topic"], lb["partition"]): v for lb, v in m["txnwatch_last_stable_offset_lag"]}
+    assert lso[(h["topic"], str(h["partition"]))] > 0
+    assert sum(v for lb, v in m["txnwatch_abort_candidates"]) >= 1
+    steady_topics = {t["topic"] for t in steady["transactions"]}
+    named = {x.topic for x in candidates(env)}
+    assert late["topic"] not in named
+    assert not (steady_topics & named)
+    late_proc.wait(timeout=120)
+    env.hanging = h
+
+
+def test_restart_from_checkpoint_opens_nothing_twice(
+    spark: SparkSession, env: Env, running: job.RunningJob
+) -> None:
+    h = env.hanging
+    assert h is not None, "runs after test_hanging_yields_one_candidate_late_and_steady_none"
+    before = [c for c in candidates(env) if c.topic == h["topic"]]
+    assert len(before) == 1
+    running.stop()
+    again = job.start(spark, env.opts, out=env.console)
+    try:
+        reconcile = next(q for q in again.queries if q.name == "txnwatch-reconcile")
+        start_batch = reconcile.lastProgress["batchId"] if reconcile.lastProgress else -1
+        wait_for(
+            lambda: reconcile.lastProgress and reconcile.lastProgress["batchId"] >= start_batch + 3,
+            180,
+            "three batches after the restart",
+        )
+        after = [c for c in candidates(env) if c.topic == h["topic"]]
+        assert [c.status.value for c in after] == ["OPENED"]
+        assert after[0].candidate_id == before[0].candidate_id
+        # State survived: the verdict is HANGING again without a new OPENED.
+        m = scrape(again.metrics_port)
+        assert sum(v for _, v in m["txnwatch_abort_candidates"]) >= 1
+    finally:
+        again.stop()
+
+
+def test_corrupt_records_go_to_dead_letter_and_the_job_keeps_running(
+    spark: SparkSession, env: Env, tmp_path: Path
+) -> None:
+    # __transaction_state cannot be written by clients: copy a real record of it into a normal topic and put a
+    # corrupt one beside it, then point the job's transaction-log source at that copy.
+    log_copy = f"{env.prefix}-txnlog-copy"
+    admin = KafkaAdminClient(bootstrap_servers=env.bootstrap)
+    admin.create_topics([NewTopic(log_copy, 1, 1)])
+    admin.close()
+    real = [r for r in read_topic(env.bootstrap, "__transaction_state") if r.value is not None][:1]
+    assert real, "the transaction log has records after the earlier scenarios"
+    producer = KafkaProducer(bootstrap_servers=env.bootstrap)
+    producer.send(log_copy, key=real[0].key, value=real[0].value)
+    producer.send(log_copy, key=b"\x00\x00\x00\x03abc", value=b"\x00\x01\xff\xff")  # truncated v1 value
+    producer.send(
+        env.settings.topics.producer_state,
+        key=b"x-0",
+        value=b"{this is not json",
+        headers=[("txnwatch.type", b"partition-snapshot")],
+    )
+    producer.flush()
+    producer.close()
+    opts = job.StreamOptions(
+        settings=env.settings,
+        kafka_options={"bootstrap.servers": env.bootstrap},
+        checkpoint_location=str(tmp_path / "ck"),
+        trigger="2 seconds",
+        starting_offsets="earliest",
+        transaction_log_topic=log_copy,
+        metrics_port=0,
+    )
+    dead = job.start(spark, opts, out=None, queries=("dead-letter", "reconcile"))
+    try:
+
+        def dead_letters() -> list:
+            return read_topic(env.bootstrap, env.settings.topics.dead_letter)
+
+        records = wait_for(lambda: len(dead_letters()) >= 2 and dead_letters(), 240, "two dead letters")
+        by_source = {dict(r.headers)["txnwatch.source"].decode(): r for r in records}
+        assert set(by_source) >= {"transaction-log", "producer-state"}
+        bad_log = by_source["transaction-log"]
+        assert bad_log.value == b"\x00\x01\xff\xff"  # raw bytes kept, nothing lost
+        assert dict(bad_log.headers)["txnwatch.source-topic"].decode() == log_copy
+        assert b"undecodable" in dict(bad_log.headers)["txnwatch.error"]
+        assert by_source["producer-state"].value == b"{this is not json"
+        time.sleep(5)
+        assert all(q.isActive for q in dead.queries), dead.failed()
+        m = scrape(dead.metrics_port)
+        counts = {lb["source"]: v for lb, v in m["txnwatch_dead_letter_records_total"]}
+        assert counts["transaction-log"] >= 1 and counts["producer-state"] >= 1
+    finally:
+        dead.stop()
