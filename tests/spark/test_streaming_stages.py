@@ -1,0 +1,285 @@
+"""The streaming job's pieces on real Spark with small inputs: schemas vs. models, decoding, the two stateful
+stages, the KIP-664 windows (checked against detectors.metrics)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from detectors import metrics as dmetrics
+from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
+from detectors.models import (
+    CoordinatorRecord,
+    CoordinatorState,
+    DetectionLimits,
+    OpenTransaction,
+    PartitionSnapshot,
+    TopicPartition,
+)
+from streaming import sources
+from streaming.job import reconcile_events
+from streaming.reconcile import ReconcileConfig
+from streaming.schemas import COORDINATOR_RECORD_SCHEMA, PARTITION_SNAPSHOT_SCHEMA
+from streaming.windows import window_metrics
+
+pytestmark = pytest.mark.spark
+
+NOW = int(time.time() * 1000)
+LIMITS = DetectionLimits(grace_ms=10_000, clock_skew_ms=1_000)
+
+
+def snapshot(
+    topic: str, partition: int, observed_at_ms: int, *txns: OpenTransaction, leader: int = 1
+) -> PartitionSnapshot:
+    return PartitionSnapshot(
+        cluster="c",
+        sweep_id="s",
+        observed_at_ms=observed_at_ms,
+        leader=leader,
+        topic=topic,
+        partition=partition,
+        open_transactions=txns,
+        last_stable_offset=5,
+        high_watermark=9,
+        max_transaction_timeout_ms=60_000,
+    )
+
+
+def txn(pid: int, start_ms: int, *, epoch: int = 0, offset: int = 5) -> OpenTransaction:
+    return OpenTransaction(
+        producer_id=pid,
+        producer_epoch=epoch,
+        start_offset=offset,
+        start_timestamp_ms=start_ms,
+        start_batch_producer_epoch=epoch,
+        last_timestamp_ms=start_ms,
+    )
+
+
+def coordinator(
+    txn_id: str,
+    pid: int,
+    state: CoordinatorState,
+    updated_ms: int,
+    offset: int,
+    *partitions: tuple[str, int],
+    timeout_ms: int = 60_000,
+) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        transactional_id=txn_id,
+        producer_id=pid,
+        producer_epoch=0,
+        transaction_timeout_ms=timeout_ms,
+        state=state,
+        partitions=tuple(TopicPartition(topic=t, partition=p) for t, p in partitions),
+        last_update_timestamp_ms=updated_ms,
+        start_timestamp_ms=updated_ms - 1_000,
+        source_partition=0,
+        source_offset=offset,
+        source_timestamp_ms=updated_ms,
+    )
+
+
+def test_spark_schemas_carry_the_models_json_unchanged(spark: SparkSession) -> None:
+    snap = snapshot("t", 3, NOW, txn(7, NOW - 5_000), txn(8, NOW - 1_000, epoch=2, offset=9))
+    rec = coordinator("x", 7, CoordinatorState.ONGOING, NOW, 4, ("t", 3), ("u", 0))
+    for model, schema in ((snap, PARTITION_SNAPSHOT_SCHEMA), (rec, COORDINATOR_RECORD_SCHEMA)):
+        df = spark.createDataFrame([(model.model_dump_json(),)], "j string")
+        back = df.select(F.to_json(F.from_json("j", schema)).alias("j")).first()
+        assert back is not None
+        assert type(model).model_validate_json(back.j) == model
+
+
+def test_transaction_log_decoding_matches_the_codec_and_isolates_bad_rows(spark: SparkSession) -> None:
+    value = TxnLogValue(
+        version=1,
+        producer_id=42,
+        producer_epoch=3,
+        transaction_timeout_ms=60_000,
+        status=TxnStatus.ONGOING,
+        partitions=(("orders", (0, 2)),),
+        last_update_timestamp_ms=NOW,
+        start_timestamp_ms=NOW - 10,
+        client_transaction_version=2,
+    )
+    rows = [
+        (encode_key(TxnLogKey("tx-1")), encode_value(value), "__transaction_state", 0, 10, NOW),
+        (encode_key(TxnLogKey("tx-2")), None, "__transaction_state", 0, 11, NOW),  # tombstone
+        (b"\x00\x00\x00\x03abc", b"\x00\x01\xff", "__transaction_state", 0, 12, NOW),  # truncated value
+    ]
+    raw = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, ms long"
+    )
+    raw = raw.withColumn("timestamp", F.timestamp_millis("ms")).drop("ms")
+    decoded = {r.kafka_offset: r for r in sources.decode_transaction_log(raw).collect()}
+    good = decoded[10]
+    assert good.error is None
+    assert (good.transactional_id, good.producer_id, good.producer_epoch, good.state) == (
+        "tx-1",
+        42,
+        3,
+        "Ongoing",
+    )
+    assert [(p.topic, p.partition) for p in good.partitions] == [("orders", 0), ("orders", 2)]
+    assert good.client_transaction_version == 2
+    assert decoded[11].tombstone is True and decoded[11].error is None
+    assert decoded[12].error.startswith("undecodable __transaction_state record")
+    assert decoded[12].value == b"\x00\x01\xff"  # the raw bytes travel to the dead-letter topic
+
+
+def test_snapshot_parsing_separates_dead_letters(spark: SparkSession) -> None:
+    good = snapshot("t", 0, NOW, txn(7, NOW)).model_dump_json().encode()
+    header = [("txnwatch.type", bytearray(b"partition-snapshot"))]
+    summary = [("txnwatch.type", bytearray(b"broker-sweep-summary"))]
+    rows = [
+        (b"t-0", good, "ps", 0, 1, header),
+        (b"t-0", b"{oops", "ps", 0, 2, header),
+        (b"t-0", json.dumps({"schema_version": 1, "cluster": "c"}).encode(), "ps", 0, 3, header),
+        (b"__sweep__-broker-1", b"{}", "ps", 0, 4, summary),
+    ]
+    raw = spark.createDataFrame(
+        rows,
+        "key binary, value binary, topic string, partition int, offset long, "
+        "headers array<struct<key:string,value:binary>>",
+    )
+    parsed = sources.parse_snapshots(raw)
+    assert [r.topic for r in sources.good_snapshots(parsed).collect()] == ["t"]
+    dead = {r.source_offset: r.error for r in sources.snapshot_dead_letters(parsed).collect()}
+    assert dead == {
+        2: "malformed PartitionSnapshot: not JSON",
+        3: "malformed PartitionSnapshot: missing or mistyped PartitionSnapshot fields",
+    }
+
+
+def _file_stream(spark: SparkSession, directory: Path, schema: T.StructType) -> DataFrame:
+    directory.mkdir(parents=True, exist_ok=True)
+    return spark.readStream.schema(schema).json(str(directory))
+
+
+def _await_rows(query, rows: int, timeout_s: float = 240) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the query has read `rows` input rows and finished one more batch.
+
+    Not processAllAvailable(): with processing-time timers registered, transformWithState always has another
+    (no-data) batch to run, so "all available" never arrives.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        progress = query.recentProgress
+        read = sum(p["numInputRows"] for p in progress)
+        if read >= rows and progress and progress[-1]["numInputRows"] == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"query read {read} of {rows} rows in {timeout_s}s")
+
+
+def _publish(directory: Path, name: str, lines: list[str]) -> None:
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    os.rename(tmp, directory / f"{name}.json")  # atomic: the file source never sees half a file
+
+
+def test_two_stateful_stages_turn_records_and_snapshots_into_verdicts(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    now = int(time.time() * 1000)  # processing time drives stage 2: be near it
+    coords_dir, snaps_dir = tmp_path / "coords", tmp_path / "snaps"
+    coords = _file_stream(spark, coords_dir, COORDINATOR_RECORD_SCHEMA)
+    snaps = _file_stream(spark, snaps_dir, PARTITION_SNAPSHOT_SCHEMA)
+    config = ReconcileConfig(
+        limits=LIMITS, expire_after_ms=600_000, view_ttl_ms=3_600_000, bootstrap="b:9092"
+    )
+    events = reconcile_events(snaps, coords, config)
+    out: list = []
+    query = (
+        events.writeStream.foreachBatch(lambda df, _: out.extend(df.collect()))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        _publish(
+            coords_dir,
+            "0",
+            [
+                # 7: its transaction completed a minute ago -> an open transaction seen now is hanging.
+                coordinator("done", 7, CoordinatorState.COMPLETE_COMMIT, now - 60_000, 1).model_dump_json(),
+                # 8 then 9: the transactional id moved to a new producer id -> 8 is retired.
+                coordinator("moved", 8, CoordinatorState.COMPLETE_ABORT, now - 90_000, 2).model_dump_json(),
+                coordinator("moved", 9, CoordinatorState.EMPTY, now - 60_000, 3).model_dump_json(),
+                # 10: ongoing and owns the partition -> not hanging (a 15-minute timeout: a slow first batch
+                # on a busy machine must not make it COORDINATOR_OVERDUE).
+                coordinator(
+                    "live", 10, CoordinatorState.ONGOING, now - 2_000, 4, ("t", 2), timeout_ms=900_000
+                ).model_dump_json(),
+            ],
+        )
+        _publish(
+            snaps_dir,
+            "0",
+            [
+                snapshot("t", 0, now - 20_000, txn(7, now - 25_000)).model_dump_json(),
+                snapshot("t", 1, now - 20_000, txn(8, now - 25_000)).model_dump_json(),
+                snapshot("t", 2, now - 20_000, txn(10, now - 3_000)).model_dump_json(),
+            ],
+        )
+        _await_rows(query, 7)
+        _publish(
+            snaps_dir,
+            "1",
+            [
+                snapshot("t", 0, now, txn(7, now - 25_000)).model_dump_json(),
+                snapshot("t", 1, now, txn(8, now - 25_000)).model_dump_json(),
+                snapshot("t", 2, now, txn(10, now - 3_000)).model_dump_json(),
+            ],
+        )
+        _await_rows(query, 10)
+    finally:
+        query.stop()
+    latest = {}
+    for r in out:
+        if r.event == "VERDICT":
+            latest[r.producer_id] = (r.kind, r.reason)
+    assert latest[7] == ("HANGING", "coordinator-completed")
+    assert latest[8] == ("HANGING", "no-coordinator-state")
+    assert latest[10][0] == "OPEN"
+    opened = [r for r in out if r.event == "OPENED"]
+    assert sorted(r.producer_id for r in opened) == [7, 8]  # exactly one OPENED each, over two batches
+    assert all("--start-offset 5" in json.loads(r.payload)["kafka_cli"] for r in opened)
+
+
+def test_windows_agree_with_detectors_metrics(spark: SparkSession, tmp_path: Path) -> None:
+    snaps_dir = tmp_path / "snaps"
+    stream = _file_stream(spark, snaps_dir, PARTITION_SNAPSHOT_SCHEMA)
+    snapshots = [
+        snapshot("t", 0, NOW, txn(1, NOW - 61_000)),  # late: 61 s > 60 s
+        snapshot("t", 1, NOW, txn(2, NOW - 60_000)),  # exactly the threshold: not late
+        snapshot("t", 2, NOW, txn(3, NOW - 5_000), txn(4, NOW - 70_000), leader=2),  # late, by its oldest
+        snapshot("t", 3, NOW),  # nothing open
+    ]
+    out: list = []
+    query = (
+        window_metrics(stream, LIMITS, window="1 minute", watermark="1 minute")
+        .writeStream.outputMode("update")
+        .foreachBatch(lambda df, _: out.extend(df.collect()))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        _publish(snaps_dir, "0", [s.model_dump_json() for s in snapshots])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    ours = {r.partition: r.newest for r in out}
+    expected = {
+        d.partition: d.duration_ms for d in dmetrics.max_active_transaction_duration(snapshots, now_ms=NOW)
+    }
+    assert {p: n.duration_ms for p, n in ours.items() if n.open_count > 0} == expected
+    late = dmetrics.partitions_with_late_transactions(snapshots, now_ms=NOW, limits=LIMITS)
+    assert sum(n.late for n in ours.values()) == late.clusters["c"]
+    assert {p for p, n in ours.items() if n.late} == {0, 2}
