@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 .PHONY: help deps venv jars lint typecheck test test-unit testbed-up testbed-down clean demo
 
 help:
-	@echo "make demo          a local broker, real traffic incl. a hanging transaction, the collector and the streaming job (DEMO_SECONDS=240)"
+	@echo "make demo          a local broker, real traffic incl. a hanging transaction, the collector and the streaming job (DEMO_SECONDS=300)"
 	@echo "make test          lint, type-check and run every test tier against a real local Kafka broker and Spark"
 	@echo "make test-unit     the pure tier only (no JVM)"
 	@echo "make testbed-up    start a local KRaft broker (python -m dev.kafka up --no-verification)"
@@ -72,6 +72,6 @@ clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
 
 # The README's first command: broker, traffic (steady, late, really hanging), collector and streaming job, shown
-# to a person. DEMO_SECONDS bounds it (default 240); Ctrl-C stops everything it started.
+# to a person. DEMO_SECONDS bounds it (default 300); Ctrl-C stops everything it started.
 demo: deps venv jars
-	$(PY) -m dev.demo --seconds $${DEMO_SECONDS:-240}
+	$(PY) -m dev.demo --seconds $${DEMO_SECONDS:-300}

@@ -69,9 +69,25 @@ def metric_lines(port: int, names: Sequence[str]) -> list[str]:
     return [line for line in body.splitlines() if line.startswith(tuple(names))]
 
 
+def read_candidates(bootstrap: str) -> list[dict[str, object]]:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        "txnwatch.abort-candidates",
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+    )
+    try:
+        return [json.loads(r.value) for r in consumer]
+    finally:
+        consumer.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dev.demo", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=float(os.environ.get("DEMO_SECONDS", "240")))
+    parser.add_argument("--seconds", type=float, default=float(os.environ.get("DEMO_SECONDS", "300")))
     parser.add_argument("--metrics-port", type=int, default=9465)
     args = parser.parse_args(argv)
     DEMO_DIR.mkdir(parents=True, exist_ok=True)
@@ -187,11 +203,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
         banner("5/5 what txnwatch sees (until DEMO_SECONDS or Ctrl-C)")
+        started, said_ready = time.monotonic(), False
         while time.monotonic() < deadline and not stop.is_set():
             if stream.poll() is not None:
                 say(f"the streaming job exited with {stream.returncode}; see {log}")
                 return 1
+            ready = bool(metric_lines(args.metrics_port, ("txnwatch_stream_last_batch_timestamp_seconds{",)))
+            if ready and not said_ready:
+                say(
+                    f"  (Spark finished its first micro-batch after {time.monotonic() - started:.0f}s; the "
+                    "hanging transaction needs the grace period, 10s, before it is called HANGING)"
+                )
+                said_ready = True
+            elif not ready and int(time.monotonic() - started) % 30 == 29:
+                say(f"  (Spark is still on its first micro-batch: {time.monotonic() - started:.0f}s)")
             time.sleep(1)
+        banner("abort candidates (txnwatch.abort-candidates)")
+        for c in read_candidates(b):
+            say(
+                f"  {c['status']:8} {c['topic']}-{c['partition']} producer {c['spec']['producer_id']} "
+                f"reason {c['reason']}\n           {c['kafka_cli']}"
+            )
         banner("metrics now")
         for line in metric_lines(
             args.metrics_port,

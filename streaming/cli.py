@@ -147,7 +147,10 @@ def run_stream(args: argparse.Namespace) -> int:
         print(f"txnwatch stream: {exc}", file=sys.stderr)
         return 2
     job.ensure_topics(opts, client_kwargs)
-    conf = dict(job.spark_conf())
+    # Each shuffle partition is a RocksDB instance and a Python worker in both stateful stages: Spark's default
+    # of 200 makes every micro-batch slow for a job whose state is thousands of keys. Fixed by the first
+    # checkpoint; --conf spark.sql.shuffle.partitions=N for large clusters.
+    conf = {"spark.sql.shuffle.partitions": "4", **job.spark_conf()}
     conf.update(kv.split("=", 1) for kv in args.conf)
     spark = build_session(master=args.master, app_name="txnwatch-stream", extra_conf=conf)
     spark.sparkContext.setLogLevel("WARN")
