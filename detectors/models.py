@@ -111,8 +111,9 @@ class TopicPartition(Model):
 class OpenTransaction(Model):
     """One open transaction as a partition leader reports it (DescribeProducers, plus the start batch).
 
-    `start_timestamp_ms` and `start_batch_producer_epoch` come from the record batch at `start_offset`
-    (its max timestamp and producer epoch); they are None when the collector could not fetch that batch.
+    `start_timestamp_ms` and `start_batch_producer_epoch` come from the record batch at `start_offset` (the
+    timestamp of the record at `start_offset`, i.e. the transaction's first record, and the batch's producer
+    epoch); they are None when the collector could not fetch that batch.
     `last_timestamp_ms` is DescribeProducers' LastTimestamp: the max timestamp of the producer's latest
     batch on the partition (-1 if the broker does not know it).
     """

@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 
@@ -69,7 +70,7 @@ def metric_lines(port: int, names: Sequence[str]) -> list[str]:
     return [line for line in body.splitlines() if line.startswith(tuple(names))]
 
 
-def read_candidates(bootstrap: str) -> list[dict[str, object]]:
+def read_candidates(bootstrap: str) -> list[dict[str, Any]]:
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(

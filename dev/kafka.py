@@ -54,6 +54,8 @@ logger.request.level = WARN
 class TestBedConfig:
     """What `up` starts. The transaction settings are small so tests see expiry and cleanup in seconds."""
 
+    __test__ = False  # not a pytest test class, despite its name
+
     nodes: int = 1
     transaction_version: int = 2
     partition_verification: bool = True
@@ -201,7 +203,9 @@ def _wait_ready(
             )
             try:
                 brokers = admin.describe_cluster()["brokers"]
-                if len(brokers) >= nodes:
+                # DescribeCluster lists fenced brokers too; a registered but still fenced broker gets no new
+                # partitions, so wait until every broker is unfenced.
+                if sum(1 for b in brokers if not b.get("is_fenced")) >= nodes:
                     return
             finally:
                 admin.close()
@@ -438,15 +442,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         stopped = stop_cluster(args.dir)
         print(f"stopped pids {stopped}" if stopped else "no test bed was running")
         return 0
-    cluster = status(args.dir)
-    if cluster is None:
+    running = status(args.dir)
+    if running is None:
         print("no test bed is running", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(cluster.as_json()))
+        print(json.dumps(running.as_json()))
     else:
-        alive = [n.node_id for n in cluster.nodes if _pid_alive(n.pid, Path(cluster.state_dir))]
-        print(f"bootstrap {cluster.bootstrap_servers}; nodes alive {alive} of {len(cluster.nodes)}")
+        alive = [n.node_id for n in running.nodes if _pid_alive(n.pid, Path(running.state_dir))]
+        print(f"bootstrap {running.bootstrap_servers}; nodes alive {alive} of {len(running.nodes)}")
     return 0
 
 

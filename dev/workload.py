@@ -344,8 +344,13 @@ def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Name
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
-    response = admin._manager.run(send, node)
-    code = response.topics[0].partitions[0].error_code
+    deadline = time.monotonic() + 30
+    while True:  # a fresh __consumer_offsets is still loading: COORDINATOR_LOAD_IN_PROGRESS (14) for a moment
+        response = admin._manager.run(send, node)
+        code = response.topics[0].partitions[0].error_code
+        if code not in (14, 15, 16) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
     if code != 0:
         raise WorkloadError(f"TxnOffsetCommit failed with error code {code}")
     producer.commit_transaction()

@@ -1,0 +1,430 @@
+"""`txnwatch collect` and `txnwatch inspect partition|coordinator-log`, with Kafka's tool conventions.
+
+Every command takes `--bootstrap-server`, `--command-config client.properties` and `--output table|json`;
+everything else also comes from the environment (`TXNWATCH_*`, see detectors/settings.py and admin/settings.py).
+This module is the only place in admin/ that builds `Settings()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kafka.errors import KafkaError
+from pydantic import ValidationError
+
+from admin.client import AdminError, connect_admin, consumer_for, producer_for, resolve_kafka_settings
+from admin.collector import Collector, SweepResult, run, wall_clock_ms
+from admin.coordinator import CoordinatorPoller
+from admin.inspect import (
+    LOG_HEADER,
+    entry_json,
+    format_table,
+    inspect_partition,
+    read_coordinator_log,
+    render_log_entry,
+    render_partition,
+)
+from admin.metrics import CollectorMetrics, RequestLog, serve
+from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
+from admin.settings import CollectorEnvironment, CollectorSettings
+from admin.wire import KafkaWire
+from detectors.settings import KafkaSettings, Settings
+
+log = logging.getLogger("txnwatch")
+
+
+def register(subparsers: Any) -> None:
+    """Add `collect` and `inspect` to the `txnwatch` argparse tree."""
+    collect = subparsers.add_parser(
+        "collect",
+        help="sweep partition leaders' producer state and publish it to Kafka (long-running)",
+        description="Sweep every partition leader with DescribeProducers, read the start batch of every new open "
+        "transaction, and publish PartitionSnapshots and per-broker sweep summaries to <prefix>.producer-state. "
+        "With --coordinator-source describe, also publish CoordinatorRecords from ListTransactions + "
+        "DescribeTransactions to <prefix>.coordinator-state.",
+    )
+    _common(collect)
+    collect.add_argument("--interval", type=float, help="seconds between sweeps (default 10)")
+    collect.add_argument("--once", action="store_true", help="run one sweep, print it (JSON) and exit")
+    collect.add_argument("--publish", action="store_true", help="with --once: also publish the sweep")
+    collect.add_argument("--max-sweeps", type=int, help="stop after this many sweeps")
+    collect.add_argument(
+        "--coordinator-source",
+        choices=("log", "describe"),
+        help="log: the streaming job reads __transaction_state (default); describe: poll ListTransactions + "
+        "DescribeTransactions and publish to <prefix>.coordinator-state (no Read on __transaction_state needed)",
+    )
+    collect.add_argument(
+        "--coordinator-duration-filter-ms",
+        type=int,
+        help="describe mode: re-describe only active transactions running longer than this (Kafka 3.8+)",
+    )
+    collect.add_argument("--cluster", help="cluster name in every record (TXNWATCH_CLUSTER)")
+    collect.add_argument("--topic-prefix", help="prefix of txnwatch's topics (TXNWATCH_TOPICS__PREFIX)")
+    collect.add_argument(
+        "--metrics-port", type=int, help="Prometheus endpoint port, 0 to disable (default 9464)"
+    )
+    collect.add_argument("--describe-batch-size", type=int, help="partitions per DescribeProducers (<= 500)")
+    collect.add_argument("--request-timeout-ms", type=int, help="per-request timeout (default 15000)")
+    collect.add_argument("--topic-partitions", type=int, help="partitions of output topics created")
+    collect.add_argument("--topic-replication-factor", type=int, help="replication of output topics created")
+    collect.add_argument("--topic-retention-ms", type=int, help="retention.ms of output topics created")
+    collect.add_argument(
+        "--topic-cleanup-policy",
+        choices=("compact", "delete", "compact,delete"),
+        metavar="compact|delete|compact,delete",
+        help="cleanup.policy of output topics created",
+    )
+    collect.add_argument(
+        "--no-restore",
+        action="store_true",
+        help="do not read the snapshot topic back at start-up (the first sweep then publishes an empty snapshot "
+        "for every partition without open transactions)",
+    )
+    collect.set_defaults(func=cmd_collect)
+
+    inspect = subparsers.add_parser(
+        "inspect", help="on-call inspection of one partition or the coordinator log"
+    )
+    isub = inspect.add_subparsers(dest="inspect_command", metavar="WHAT", required=True)
+    part = isub.add_parser(
+        "partition",
+        help="open transactions of one partition: start time, age, LSO lag, and the coordinator's view",
+    )
+    _common(part)
+    part.add_argument("--topic", required=True)
+    part.add_argument("--partition", type=int, required=True)
+    part.set_defaults(func=cmd_inspect_partition)
+    txlog = isub.add_parser(
+        "coordinator-log",
+        help="decoded __transaction_state, live (like kafka-dump-log --transaction-log-decoder)",
+    )
+    _common(txlog)
+    txlog.add_argument("--transactional-id", help="only this transactional id (reads only its partition)")
+    txlog.add_argument(
+        "--from-beginning", action="store_true", help="start at the oldest record, not the end"
+    )
+    txlog.add_argument("--max-records", type=int, help="exit after this many records")
+    txlog.add_argument("--timeout-ms", type=int, help="exit when no record arrived for this long")
+    txlog.set_defaults(func=cmd_inspect_coordinator_log)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-server", metavar="HOST:PORT[,...]", help="TXNWATCH_KAFKA__BOOTSTRAP_SERVERS"
+    )
+    parser.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="client.properties",
+        help="Kafka client properties (security.protocol, sasl.*, ssl.*), as for Kafka's own tools",
+    )
+    parser.add_argument("--output", choices=("table", "json"), help="output format")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="log level (stderr)",
+    )
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    # kafka-python logs every refused connection and cancelled refresh at ERROR; txnwatch reports what matters
+    # in its own terms (with the ACL or broker concerned), so kafka-python speaks only at DEBUG.
+    logging.getLogger("kafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
+
+
+def _fail(command: str, message: str, code: int = 1) -> int:
+    print(f"txnwatch {command}: {message}", file=sys.stderr)
+    return code
+
+
+def _settings(args: argparse.Namespace) -> tuple[Settings, KafkaSettings]:
+    settings = Settings()
+    kafka = resolve_kafka_settings(
+        settings.kafka, bootstrap_server=args.bootstrap_server, command_config=args.command_config
+    )
+    return settings, kafka
+
+
+def collector_settings(args: argparse.Namespace, base: CollectorSettings) -> CollectorSettings:
+    """The environment's collector settings with the command line's overrides."""
+    update: dict[str, Any] = {}
+    for flag, name in (
+        ("interval", "interval_s"),
+        ("coordinator_source", "coordinator_source"),
+        ("coordinator_duration_filter_ms", "coordinator_duration_filter_ms"),
+        ("metrics_port", "metrics_port"),
+        ("describe_batch_size", "describe_batch_size"),
+        ("request_timeout_ms", "request_timeout_ms"),
+    ):
+        if getattr(args, flag, None) is not None:
+            update[name] = getattr(args, flag)
+    topic_update = {
+        name: getattr(args, flag)
+        for flag, name in (
+            ("topic_partitions", "partitions"),
+            ("topic_replication_factor", "replication_factor"),
+            ("topic_retention_ms", "retention_ms"),
+            ("topic_cleanup_policy", "cleanup_policy"),
+        )
+        if getattr(args, flag, None) is not None
+    }
+    if topic_update:
+        for name in ("producer_state_topic", "coordinator_state_topic"):
+            current = getattr(base, name).model_dump()
+            update[name] = {**current, **topic_update}
+    # Validate the merged values (model_copy would not).
+    return CollectorSettings.model_validate({**base.model_dump(), **update})
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """Ctrl-C / SIGTERM set the event (the current sweep finishes, then we exit); a second Ctrl-C aborts."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.info("signal %d: finishing the current sweep, then stopping", signum)
+        stop.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# ----------------------------------------------------------------------------------------- collect
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    _setup_logging(args.log_level)
+    try:
+        settings, kafka = _settings(args)
+        cs = collector_settings(args, CollectorEnvironment().collector)
+    except (ValidationError, AdminError) as exc:
+        return _fail("collect", str(exc), 2)
+    if args.cluster:
+        settings = settings.model_copy(update={"cluster": args.cluster})
+    topics = settings.topics
+    if args.topic_prefix:
+        topics = topics.model_copy(update={"prefix": args.topic_prefix})
+    publish = not args.once or args.publish
+    metrics = CollectorMetrics()
+    requests = RequestLog(metrics)
+    try:
+        admin = connect_admin(kafka, request_timeout_ms=cs.request_timeout_ms)
+    except AdminError as exc:
+        return _fail("collect", str(exc))
+    publisher: Publisher | None = None
+    server: Any = None
+    try:
+        wire = KafkaWire(
+            admin,
+            request_timeout_ms=cs.request_timeout_ms,
+            max_in_flight=cs.max_in_flight_per_broker,
+            fetch_partition_max_bytes=cs.fetch_partition_max_bytes,
+            fetch_max_bytes=cs.fetch_max_bytes,
+            fetch_rounds=cs.start_batch_fetch_rounds,
+            requests=requests,
+        )
+        open_partitions: set[tuple[str, int]] | None = set()
+        if publish:
+            wanted = {topics.producer_state: cs.producer_state_topic}
+            if cs.coordinator_source == "describe":
+                wanted[topics.coordinator_state] = cs.coordinator_state_topic
+            ensure_topics(admin, wanted)
+            if args.no_restore:
+                open_partitions = None
+            else:
+                consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-restore")
+                try:
+                    open_partitions = restore_open_partitions(
+                        consumer, topics.producer_state, timeout_s=cs.restore_timeout_s
+                    )
+                finally:
+                    consumer.close()
+            publisher = Publisher(
+                KafkaSink(producer_for(kafka)),
+                snapshot_topic=topics.producer_state,
+                coordinator_topic=topics.coordinator_state,
+                metrics=metrics,
+            )
+        collector = Collector(
+            wire, cluster=settings.cluster, settings=cs, open_partitions=open_partitions, metrics=metrics
+        )
+        poller = (
+            CoordinatorPoller(
+                wire, duration_filter_ms=cs.coordinator_duration_filter_ms, clock_ms=wall_clock_ms
+            )
+            if cs.coordinator_source == "describe"
+            else None
+        )
+        if args.once:
+            return _collect_once(collector, publisher, poller, args)
+        if cs.metrics_port:
+            server = serve(metrics, cs.metrics_port, cs.metrics_addr)
+            log.info("metrics on http://%s:%d/metrics", cs.metrics_addr, cs.metrics_port)
+        assert publisher is not None
+        also: list[Callable[[], object]] = []
+        if poller is not None:
+            pub = publisher
+
+            def poll_coordinators() -> int:
+                return pub.publish_coordinator(poller.poll())
+
+            also.append(poll_coordinators)
+        log.info(
+            "collecting from %s every %.1fs into %s (cluster %s)",
+            kafka.bootstrap_servers,
+            cs.interval_s,
+            topics.producer_state,
+            settings.cluster,
+        )
+        with _stop_on_signals() as stop:
+            sweeps = run(
+                collector,
+                publisher.publish_sweep,
+                interval_s=cs.interval_s,
+                stop=stop,
+                also=also,
+                metrics=metrics,
+                max_sweeps=args.max_sweeps,
+            )
+        log.info("stopped after %d sweeps", sweeps)
+        return 0
+    except AdminError as exc:
+        return _fail("collect", str(exc))
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if server is not None:
+            server.shutdown()
+        if publisher is not None:
+            publisher.close()
+        admin.close()
+
+
+def _collect_once(
+    collector: Collector,
+    publisher: Publisher | None,
+    poller: CoordinatorPoller | None,
+    args: argparse.Namespace,
+) -> int:
+    result = collector.sweep()
+    coordinator = poller.poll() if poller is not None else []
+    if publisher is not None:
+        publisher.publish_sweep(result)
+        publisher.publish_coordinator(coordinator)
+    if args.output == "table":
+        print(render_sweep(result))
+    else:
+        out = result.as_json()
+        if poller is not None:
+            out["coordinator_records"] = [r.model_dump(mode="json") for r in coordinator]
+        print(json.dumps(out))
+    return 0
+
+
+def render_sweep(result: SweepResult) -> str:
+    lines = [
+        f"sweep {result.sweep_id}: {result.partitions_covered}/{result.partitions_total} partitions covered in "
+        f"{result.duration_s:.3f}s; {result.open_transactions} open transactions on {len(result.snapshots)} partitions"
+    ]
+    rows = [
+        ["Topic", "Partition", "Leader", "ProducerId", "Epoch", "StartOffset", "StartTimestamp", "LSO", "HW"]
+    ]
+    for s in result.snapshots:
+        for t in s.open_transactions:
+            rows.append(
+                [
+                    s.topic,
+                    str(s.partition),
+                    str(s.leader),
+                    str(t.producer_id),
+                    str(t.producer_epoch),
+                    str(t.start_offset),
+                    str(t.start_timestamp_ms if t.start_timestamp_ms is not None else "-"),
+                    str(s.last_stable_offset),
+                    str(s.high_watermark),
+                ]
+            )
+    if len(rows) > 1:
+        lines.append(format_table(rows))
+    for summary in result.summaries:
+        errors = ", ".join(f"{k}={v}" for k, v in summary.errors.items()) or "none"
+        lines.append(
+            f"broker {summary.broker}: {summary.partitions_covered} partitions covered, errors: {errors}"
+        )
+    lines.extend(f"problem: {p}" for p in dict.fromkeys(result.problems))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------- inspect
+
+
+def cmd_inspect_partition(args: argparse.Namespace) -> int:
+    _setup_logging("WARNING" if args.log_level == "INFO" else args.log_level)
+    try:
+        _, kafka = _settings(args)
+        admin = connect_admin(kafka)
+    except (ValidationError, AdminError) as exc:
+        return _fail("inspect partition", str(exc))
+    try:
+        report = inspect_partition(KafkaWire(admin), args.topic, args.partition)
+    except AdminError as exc:
+        return _fail("inspect partition", str(exc))
+    finally:
+        admin.close()
+    print(json.dumps(report.as_json()) if args.output == "json" else render_partition(report))
+    return 0
+
+
+def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
+    _setup_logging("WARNING" if args.log_level == "INFO" else args.log_level)
+    try:
+        _, kafka = _settings(args)
+    except (ValidationError, AdminError) as exc:
+        return _fail("inspect coordinator-log", str(exc))
+    try:
+        consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-inspect")
+    except KafkaError as exc:
+        return _fail("inspect coordinator-log", f"cannot connect to {kafka.bootstrap_servers}: {exc}")
+    try:
+        with _stop_on_signals() as stop:
+            if args.output != "json":
+                print("\t".join(LOG_HEADER), flush=True)
+            for entry in read_coordinator_log(
+                consumer,
+                transactional_id=args.transactional_id,
+                from_beginning=args.from_beginning,
+                max_records=args.max_records,
+                idle_timeout_ms=args.timeout_ms,
+                stop=stop,
+            ):
+                if args.output == "json":
+                    print(json.dumps(entry_json(entry)), flush=True)
+                else:
+                    print("\t".join(render_log_entry(entry)), flush=True)
+    except AdminError as exc:
+        return _fail("inspect coordinator-log", str(exc))
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        consumer.close()
+    return 0

@@ -1,0 +1,200 @@
+"""Coordinator fallback: ListTransactions + DescribeTransactions → `CoordinatorRecord`s, for clusters where
+`__transaction_state` cannot be read (no Read ACL on it).
+
+Each poll lists every transactional id on every broker (the broker that lists an id coordinates it), describes
+the ids that are new or changed state, plus every active transaction (only those running longer than the
+DurationFilter, where ListTransactions v1 exists), and returns the records whose content changed. An id that
+disappears from its coordinator's listing expired: it gets a tombstone record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple, Protocol
+
+from pydantic import ValidationError
+
+from admin.client import explain
+from detectors.models import CoordinatorRecord, CoordinatorState, TopicPartition
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+ACTIVE_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+# Per-id errors after which the id should be asked again next poll (coordinator moving or loading).
+_TRANSIENT = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
+
+
+class TransactionListing(NamedTuple):
+    """One ListTransactions row, with the broker that listed it (its coordinator)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator: int
+
+
+class ListingResult(NamedTuple):
+    listings: list[TransactionListing]
+    failed: dict[int, str]  # broker → error name, for brokers whose listing failed
+
+
+class TransactionDescription(NamedTuple):
+    """One DescribeTransactions row; `error` is Kafka's error name (None if fine)."""
+
+    transactional_id: str
+    error: str | None
+    state: str
+    timeout_ms: int
+    start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TP, ...]
+    coordinator: int
+
+
+class CoordinatorWire(Protocol):
+    """The coordinator APIs the fallback needs; `admin.wire.KafkaWire` implements them."""
+
+    def supports_duration_filter(self) -> bool: ...
+
+    def list_transactions(
+        self,
+        *,
+        producer_ids: Sequence[int] = (),
+        states: Sequence[str] = (),
+        duration_filter_ms: int | None = None,
+    ) -> ListingResult: ...
+
+    def describe_transactions(
+        self, by_coordinator: Mapping[int, Sequence[str]]
+    ) -> list[TransactionDescription]: ...
+
+
+def record_from_description(d: TransactionDescription, *, seen_at_ms: int) -> CoordinatorRecord:
+    """A `CoordinatorRecord` (origin describe-transactions) from one DescribeTransactions row.
+
+    `last_update_timestamp_ms` is `seen_at_ms`, the first time the collector saw this content: the API does not
+    say when the coordinator last changed the state. The previous/next producer ids and the client's
+    transaction version are not in the API (defaults -1, -1, 0).
+
+    Raises:
+        ValueError: unknown state name, or fields out of range.
+    """
+    return CoordinatorRecord(
+        transactional_id=d.transactional_id,
+        producer_id=d.producer_id,
+        producer_epoch=d.producer_epoch,
+        transaction_timeout_ms=d.timeout_ms,
+        state=CoordinatorState(d.state),
+        partitions=tuple(TopicPartition(topic=t, partition=p) for t, p in sorted(d.partitions)),
+        last_update_timestamp_ms=seen_at_ms,
+        start_timestamp_ms=d.start_time_ms,
+        origin="describe-transactions",
+    )
+
+
+def tombstone(transactional_id: str, *, seen_at_ms: int) -> CoordinatorRecord:
+    """The record for an expired transactional id (its coordinator no longer lists it)."""
+    return CoordinatorRecord.tombstone_of(transactional_id).model_copy(
+        update={"origin": "describe-transactions", "last_update_timestamp_ms": seen_at_ms}
+    )
+
+
+def _content(record: CoordinatorRecord) -> CoordinatorRecord:
+    return record.model_copy(update={"last_update_timestamp_ms": 0})
+
+
+class CoordinatorPoller:
+    """Keeps the last published record per transactional id; `poll()` returns what changed.
+
+    Args:
+        wire: the coordinator seam.
+        duration_filter_ms: re-describe active transactions running longer than this (0: all active ones).
+        clock_ms: wall clock; the time a record's content was first seen.
+    """
+
+    def __init__(
+        self,
+        wire: CoordinatorWire,
+        *,
+        duration_filter_ms: int = 0,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self._wire = wire
+        self._duration_filter_ms = duration_filter_ms
+        self._clock_ms = clock_ms
+        self._listed: dict[str, TransactionListing] = {}
+        self._records: dict[str, CoordinatorRecord] = {}
+        self._noted: set[str] = set()
+        self._warned_filter = False
+
+    def _note(self, message: str) -> None:
+        if message not in self._noted:
+            self._noted.add(message)
+            log.warning("%s", message)
+
+    def poll(self) -> list[CoordinatorRecord]:
+        """List, describe what may have changed, and return the changed records (tombstones included)."""
+        listing = self._wire.list_transactions()
+        now = self._clock_ms()
+        for broker, error in listing.failed.items():
+            self._note(explain("ListTransactions", error, f"broker {broker}"))
+        current = {t.transactional_id: t for t in listing.listings}
+        wanted = {
+            tid
+            for tid, t in current.items()
+            if (old := self._listed.get(tid)) is None
+            or (old.producer_id, old.state) != (t.producer_id, t.state)
+        }
+        if self._duration_filter_ms > 0 and self._wire.supports_duration_filter():
+            long_running = self._wire.list_transactions(
+                states=ACTIVE_STATES, duration_filter_ms=self._duration_filter_ms
+            )
+            wanted |= {t.transactional_id for t in long_running.listings if t.transactional_id in current}
+        else:
+            if self._duration_filter_ms > 0 and not self._warned_filter:
+                self._warned_filter = True
+                log.warning(
+                    "ListTransactions' DurationFilter needs Kafka 3.8+ (KIP-994); describing every active "
+                    "transaction each poll instead"
+                )
+            wanted |= {tid for tid, t in current.items() if t.state in ACTIVE_STATES}
+
+        by_coordinator: dict[int, list[str]] = {}
+        for tid in sorted(wanted):
+            by_coordinator.setdefault(current[tid].coordinator, []).append(tid)
+        changed: list[CoordinatorRecord] = []
+        retry: set[str] = set()
+        for d in self._wire.describe_transactions(by_coordinator) if by_coordinator else []:
+            if d.error == "TRANSACTIONAL_ID_NOT_FOUND":
+                current.pop(d.transactional_id, None)  # expired between listing and describing
+                continue
+            if d.error is not None:
+                retry.add(d.transactional_id)
+                if d.error not in _TRANSIENT:
+                    self._note(explain("DescribeTransactions", d.error, d.transactional_id))
+                continue
+            try:
+                record = record_from_description(d, seen_at_ms=now)
+            except (ValidationError, ValueError) as exc:
+                self._note(f"DescribeTransactions {d.transactional_id}: unusable answer: {exc}")
+                continue
+            previous = self._records.get(d.transactional_id)
+            if previous is None or _content(previous) != _content(record):
+                self._records[d.transactional_id] = record
+                changed.append(record)
+
+        # Ids gone from a coordinator that answered this poll have expired; a failed listing proves nothing.
+        for tid, old in list(self._listed.items()):
+            if tid not in current and old.coordinator not in listing.failed:
+                del self._listed[tid]
+                if self._records.pop(tid, None) is not None:
+                    changed.append(tombstone(tid, seen_at_ms=now))
+        for tid, t in current.items():
+            if (
+                tid not in retry
+            ):  # a failed describe keeps the old listing, so it is described again next poll
+                self._listed[tid] = t
+        return changed

@@ -1,0 +1,116 @@
+"""The batch at an open transaction's start offset: a raw read_uncommitted Fetch, parsed with kafka-python's records.
+
+DescribeProducers gives the start offset but only the producer's *last* timestamp; the batch at the start offset
+gives the exact start time (its first record's timestamp) and the epoch the transaction began with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.consumer import FetchRequest
+from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.memory_records import MemoryRecords
+
+# Fetch v4 is the first with isolation levels; v13+ addresses topics by id, which we do not track, and kafka-python's
+# own consumer also stops at v12. Kafka 4.x serves v4..v17.
+FETCH_MIN_VERSION = 4
+FETCH_MAX_VERSION = 12
+READ_UNCOMMITTED = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StartBatch:
+    """The record batch holding a transaction's first record.
+
+    `start_timestamp_ms` is the timestamp of the record at the start offset (under LogAppendTime, the batch's
+    append time, as Kafka reports it); `max_timestamp_ms` is the batch's max timestamp.
+    """
+
+    base_offset: int
+    producer_id: int
+    producer_epoch: int
+    start_timestamp_ms: int
+    max_timestamp_ms: int
+    transactional: bool
+
+
+def fetch_request(wanted: Sequence[tuple[str, int, int]], *, partition_max_bytes: int, max_bytes: int) -> Any:
+    """A read_uncommitted FetchRequest (v4..v12, no session) for (topic, partition, offset) triples.
+
+    The broker returns a complete first batch for the first partition whatever the limits (KIP-74); for the
+    others a batch larger than what is left of the budget comes back empty, and the caller asks again.
+    """
+    topic = FetchRequest.FetchTopic
+    by_topic: dict[str, list[Any]] = {}
+    for name, partition, offset in wanted:
+        by_topic.setdefault(name, []).append(
+            topic.FetchPartition(
+                partition=partition,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=partition_max_bytes,
+            )
+        )
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=max_bytes,
+        isolation_level=READ_UNCOMMITTED,
+        session_id=0,
+        session_epoch=-1,  # no fetch session: a one-off read
+        topics=[topic(topic=name, partitions=parts) for name, parts in by_topic.items()],
+        forgotten_topics_data=[],
+        rack_id="",
+        min_version=FETCH_MIN_VERSION,
+        max_version=FETCH_MAX_VERSION,
+    )
+
+
+def parse_start_batch(records: bytes | bytearray | memoryview | None, start_offset: int) -> StartBatch | None:
+    """The complete magic-v2 batch that contains `start_offset`, or None if the bytes hold no such batch.
+
+    Args:
+        records: the partition's `records` bytes from a FetchResponse (a trailing partial batch is ignored).
+        start_offset: DescribeProducers' CurrentTxnStartOffset.
+
+    Returns:
+        The batch's header facts and the timestamp of the record at `start_offset`.
+    """
+    if not records:
+        return None
+    for batch in MemoryRecords(bytes(records)):
+        if not isinstance(batch, DefaultRecordBatch):
+            continue  # message format v0/v1 has no producer ids, so no transactions
+        if batch.last_offset < start_offset:
+            continue
+        if batch.base_offset > start_offset:
+            return None  # the offset is gone (compacted or truncated)
+        return StartBatch(
+            base_offset=batch.base_offset,
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            start_timestamp_ms=_timestamp_at(batch, start_offset),
+            max_timestamp_ms=batch.max_timestamp,
+            transactional=batch.is_transactional,
+        )
+    return None
+
+
+def _timestamp_at(batch: DefaultRecordBatch, offset: int) -> int:
+    # A transaction starts at a batch's base offset, whose record has timestamp delta 0 in every Java and
+    # kafka-python producer; read the record anyway so a client that writes otherwise is still exact.
+    try:
+        for record in batch:
+            if record.offset == offset:
+                return int(record.timestamp)
+    except Exception:  # undecodable payload (e.g. a codec we lack): the header is still right
+        pass
+    if batch.timestamp_type == DefaultRecordBatch.LOG_APPEND_TIME:
+        return int(batch.max_timestamp)
+    return int(batch.first_timestamp)

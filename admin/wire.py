@@ -1,0 +1,479 @@
+"""kafka-python under the collector's seams: hand-built requests sent on kafka-python's own IO loop.
+
+`KafkaAdminClient.describe_producers` raises for any per-partition error and sends one broker at a time, so
+the collector builds DescribeProducers, Fetch, ListOffsets, DescribeConfigs, ListTransactions and
+DescribeTransactions requests from `kafka.protocol` and sends them with `admin._manager.send`, one coroutine per
+broker on kafka-python's loop (not asyncio), a few requests in flight per connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import kafka.errors as Errors
+from kafka import KafkaAdminClient
+from kafka.protocol.admin import DescribeConfigsRequest
+from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    ListTransactionsRequest,
+)
+from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.protocol.metadata import MetadataRequest
+
+from admin.client import code_name, error_name
+from admin.collector import (
+    TP,
+    ActiveProducer,
+    BrokerTimeout,
+    ClusterView,
+    DescribeBatch,
+    FetchFailure,
+    Offsets,
+    PartitionProducers,
+    wall_clock_ms,
+)
+from admin.coordinator import ListingResult, TransactionDescription, TransactionListing
+from admin.fetch import StartBatch, fetch_request, parse_start_batch
+from admin.metrics import RequestLog
+
+log = logging.getLogger(__name__)
+
+LATEST_TIMESTAMP = -1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+BROKER_RESOURCE = 4  # ConfigResourceType.BROKER
+MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
+DESCRIBE_TRANSACTIONS_BATCH = 100
+# Fetch errors after which the same start offset will never yield its batch.
+PERMANENT_FETCH_ERRORS = frozenset({"OFFSET_OUT_OF_RANGE", "NO_BATCH_AT_OFFSET"})
+
+
+class KafkaWire:
+    """Implements `admin.collector.ClusterWire` and `admin.coordinator.CoordinatorWire` with kafka-python.
+
+    Args:
+        admin: a bootstrapped KafkaAdminClient (its connections and IO thread are reused).
+        request_timeout_ms: per request.
+        max_in_flight: DescribeProducers requests pipelined per broker (kafka-python pauses at 5).
+        requests: counts every request by API, broker and outcome (metrics, benchmark).
+        clock_ms: the wall clock stamped when a DescribeProducers response arrives.
+    """
+
+    def __init__(
+        self,
+        admin: KafkaAdminClient,
+        *,
+        request_timeout_ms: int = 15_000,
+        max_in_flight: int = 3,
+        fetch_partition_max_bytes: int = 1 << 20,
+        fetch_max_bytes: int = 16 << 20,
+        fetch_rounds: int = 10,
+        requests: RequestLog | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._admin = admin
+        self._manager = admin._manager
+        self._timeout_ms = request_timeout_ms
+        self._window = max(1, max_in_flight)
+        self._fetch_partition_max_bytes = fetch_partition_max_bytes
+        self._fetch_max_bytes = fetch_max_bytes
+        self._fetch_rounds = fetch_rounds
+        self.requests = requests if requests is not None else RequestLog()
+        self._clock_ms = clock_ms
+
+    # ------------------------------------------------------------------------------------ plumbing
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._manager.run(fn, *args)
+
+    def _send(self, api: str, broker: int | None, request: Any) -> Any:
+        """Send on the IO loop (call from a coroutine running there); returns kafka-python's Future."""
+        future = self._manager.send(request, node_id=broker, request_timeout_ms=self._timeout_ms)
+        shown = -1 if broker is None else broker
+        future.add_callback(lambda _r: self.requests.record(api, shown))
+        future.add_errback(lambda exc: self.requests.record(api, shown, error_name(exc)))
+        return future
+
+    async def _gather(self, calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
+        # One task per call on kafka-python's loop; each coroutine handles its own errors.
+        futures = [self._manager.call_soon(fn, *args) for fn, args in calls]
+        return [await f for f in futures]
+
+    async def _ensure_brokers_known(self, brokers: Sequence[int]) -> None:
+        cluster = self._manager.cluster
+        if any(cluster.broker_metadata(b) is None for b in brokers):
+            await cluster.refresh_metadata()
+
+    # ------------------------------------------------------------------------------------ metadata
+
+    def metadata(self) -> ClusterView:
+        return self._run(self._metadata)  # type: ignore[no-any-return]
+
+    async def _metadata(self) -> ClusterView:
+        request = MetadataRequest(topics=None, allow_auto_topic_creation=False)
+        attempts = max(3, len(self._manager.cluster.brokers()))
+        for attempt in range(attempts):
+            # The least loaded node may be a broker that just died; kafka-python then backs it off, so the
+            # next attempt goes to another one.
+            try:
+                response = await self._send("Metadata", None, request)
+                break
+            except Errors.KafkaError:
+                if attempt == attempts - 1:
+                    raise
+                await self._manager._net.sleep(0.05)
+        brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
+        leaders: dict[TP, int] = {}
+        internal: set[str] = set()
+        for topic in response.topics:
+            if topic.error_code != 0 or topic.name is None:
+                if topic.error_code not in (0, 3):  # UNKNOWN_TOPIC_OR_PARTITION: deleted meanwhile
+                    self.requests.record_partition_error("Metadata", code_name(topic.error_code) or "?")
+                continue
+            if topic.is_internal:
+                internal.add(topic.name)
+            for p in topic.partitions:
+                leaders[(topic.name, p.partition_index)] = p.leader_id if p.leader_id is not None else -1
+        await self._ensure_brokers_known(list(brokers))
+        return ClusterView(brokers=brokers, leaders=leaders, internal_topics=frozenset(internal))
+
+    # --------------------------------------------------------------------------- DescribeProducers
+
+    def describe_producers(self, batches: Mapping[int, Sequence[Sequence[TP]]]) -> list[DescribeBatch]:
+        return self._run(self._describe_all, batches)  # type: ignore[no-any-return]
+
+    async def _describe_all(self, batches: Mapping[int, Sequence[Sequence[TP]]]) -> list[DescribeBatch]:
+        per_broker = await self._gather([(self._describe_broker, (b, list(bs))) for b, bs in batches.items()])
+        return [batch for results in per_broker for batch in results]
+
+    async def _describe_broker(self, broker: int, batches: list[Sequence[TP]]) -> list[DescribeBatch]:
+        out: list[DescribeBatch] = []
+        in_flight: list[tuple[tuple[TP, ...], Any, list[int]]] = []
+        failure: DescribeBatch | None = None
+        for batch in batches:
+            if failure is not None:
+                # The broker failed a request: do not queue the rest behind a dead connection.
+                out.append(
+                    DescribeBatch(
+                        broker,
+                        tuple(batch),
+                        failure.received_at_ms,
+                        error=failure.error,
+                        message=failure.message,
+                    )
+                )
+                continue
+            stamp: list[int] = []
+            try:
+                future = self._send("DescribeProducers", broker, _describe_producers_request(batch))
+            except Exception as exc:  # UnknownBrokerIdError and the like, raised before sending
+                failure = DescribeBatch(
+                    broker, tuple(batch), self._clock_ms(), error=error_name(exc), message=str(exc)
+                )
+                out.append(failure)
+                continue
+            future.add_both(lambda _x, s=stamp: s.append(self._clock_ms()))
+            in_flight.append((tuple(batch), future, stamp))
+            if len(in_flight) >= self._window:
+                result = await self._settle(broker, *in_flight.pop(0))
+                out.append(result)
+                if result.error is not None:
+                    failure = result
+        for item in in_flight:
+            out.append(await self._settle(broker, *item))
+        return out
+
+    async def _yield(self) -> None:
+        # Parsing a 500-partition response takes a while; let the IO loop serve other brokers in between.
+        await self._manager._net.sleep(0)
+
+    async def _settle(
+        self, broker: int, batch: tuple[TP, ...], future: Any, stamp: list[int]
+    ) -> DescribeBatch:
+        try:
+            response = await future
+        except Exception as exc:
+            at = stamp[0] if stamp else self._clock_ms()
+            return DescribeBatch(broker, batch, at, error=error_name(exc), message=str(exc) or None)
+        at = stamp[0] if stamp else self._clock_ms()
+        await self._yield()
+        results: dict[TP, PartitionProducers] = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                error = code_name(p.error_code)
+                if error is not None:
+                    self.requests.record_partition_error("DescribeProducers", error)
+                    results[(topic.name, p.partition_index)] = PartitionProducers(error, (), p.error_message)
+                    continue
+                results[(topic.name, p.partition_index)] = PartitionProducers(
+                    None,
+                    tuple(
+                        ActiveProducer(
+                            a.producer_id,
+                            a.producer_epoch,
+                            a.last_sequence,
+                            a.last_timestamp,
+                            a.coordinator_epoch,
+                            a.current_txn_start_offset,
+                        )
+                        for a in p.active_producers
+                    ),
+                )
+        return DescribeBatch(broker, batch, at, results)
+
+    # ------------------------------------------------------------------------------- start batches
+
+    def fetch_start_batches(
+        self, wanted: Mapping[int, Sequence[tuple[TP, int]]]
+    ) -> dict[tuple[TP, int], StartBatch | FetchFailure]:
+        per_broker = self._run(
+            self._gather, [(self._fetch_broker, (b, list(items))) for b, items in wanted.items()]
+        )
+        out: dict[tuple[TP, int], StartBatch | FetchFailure] = {}
+        for part in per_broker:
+            out.update(part)
+        return out
+
+    async def _fetch_broker(
+        self, broker: int, items: list[tuple[TP, int]]
+    ) -> dict[tuple[TP, int], StartBatch | FetchFailure]:
+        out: dict[tuple[TP, int], StartBatch | FetchFailure] = {}
+        pending = list(dict.fromkeys(items))
+        for _ in range(self._fetch_rounds):
+            if not pending:
+                break
+            # A fetch names each partition once; a second open transaction on it waits for the next round.
+            this_round: list[tuple[TP, int]] = []
+            later: list[tuple[TP, int]] = []
+            seen: set[TP] = set()
+            for tp, offset in pending:
+                (later if tp in seen else this_round).append((tp, offset))
+                seen.add(tp)
+            request = fetch_request(
+                [(tp[0], tp[1], offset) for tp, offset in this_round],
+                partition_max_bytes=self._fetch_partition_max_bytes,
+                max_bytes=self._fetch_max_bytes,
+            )
+            try:
+                response = await self._send("Fetch", broker, request)
+            except Exception as exc:
+                for key in pending:
+                    out[key] = FetchFailure(error_name(exc), permanent=False)
+                return out
+            data = {(t.topic, p.partition_index): p for t in response.responses for p in t.partitions}
+            retry: list[tuple[TP, int]] = []
+            for tp, offset in this_round:
+                p = data.get(tp)
+                if p is None:
+                    out[(tp, offset)] = FetchFailure("MISSING_FROM_RESPONSE", permanent=False)
+                    continue
+                error = code_name(p.error_code)
+                if error is not None:
+                    self.requests.record_partition_error("Fetch", error)
+                    out[(tp, offset)] = FetchFailure(error, permanent=error in PERMANENT_FETCH_ERRORS)
+                    continue
+                batch = parse_start_batch(p.records, offset)
+                if batch is not None:
+                    out[(tp, offset)] = batch
+                elif not p.records and p.high_watermark > offset:
+                    retry.append((tp, offset))  # did not fit this response; first in line next round
+                elif p.records:
+                    out[(tp, offset)] = FetchFailure("NO_BATCH_AT_OFFSET", permanent=True)
+                else:
+                    out[(tp, offset)] = FetchFailure("OFFSET_NOT_YET_REPLICATED", permanent=False)
+            pending = retry + later
+        for key in pending:
+            out[key] = FetchFailure("FETCH_ROUNDS_EXHAUSTED", permanent=False)
+        return out
+
+    # -------------------------------------------------------------------------------- ListOffsets
+
+    def list_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, Offsets]:
+        calls = [(self._offsets_broker, (b, list(tps))) for b, tps in wanted.items()]
+        per_broker = self._run(self._gather, calls)
+        out: dict[TP, Offsets] = {}
+        for part in per_broker:
+            out.update(part)
+        return out
+
+    async def _offsets_broker(self, broker: int, tps: list[TP]) -> dict[TP, Offsets]:
+        futures = []
+        for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
+            try:
+                futures.append(self._send("ListOffsets", broker, _list_offsets_request(tps, isolation)))
+            except Exception:
+                futures.append(None)
+        values: list[dict[TP, int]] = []
+        for future in futures:
+            found: dict[TP, int] = {}
+            try:
+                response = await future if future is not None else None
+            except Exception:
+                response = None
+            for topic in response.topics if response is not None else ():
+                for p in topic.partitions:
+                    if p.error_code == 0 and p.offset >= 0:
+                        found[(topic.name, p.partition_index)] = p.offset
+                    elif p.error_code != 0:
+                        self.requests.record_partition_error("ListOffsets", code_name(p.error_code) or "?")
+            values.append(found)
+        lso, hw = values
+        return {tp: Offsets(lso.get(tp), hw.get(tp)) for tp in tps}
+
+    # ------------------------------------------------------------------------------ DescribeConfigs
+
+    def max_transaction_timeouts(self, brokers: Sequence[int]) -> dict[int, BrokerTimeout]:
+        calls = [(self._timeout_broker, (b,)) for b in brokers]
+        results = self._run(self._gather, calls)
+        return dict(zip(brokers, results, strict=True))
+
+    async def _timeout_broker(self, broker: int) -> BrokerTimeout:
+        resource = DescribeConfigsRequest.DescribeConfigsResource
+        request = DescribeConfigsRequest(
+            resources=[
+                resource(
+                    resource_type=BROKER_RESOURCE,
+                    resource_name=str(broker),
+                    configuration_keys=[MAX_TIMEOUT_CONFIG],
+                )
+            ],
+            include_synonyms=False,
+        )
+        try:
+            response = await self._send("DescribeConfigs", broker, request)
+        except Exception as exc:
+            return BrokerTimeout(None, error_name(exc))
+        for result in response.results:
+            error = code_name(result.error_code)
+            if error is not None:
+                self.requests.record_partition_error("DescribeConfigs", error)
+                return BrokerTimeout(None, error)
+            for config in result.configs:
+                if config.name == MAX_TIMEOUT_CONFIG and config.value is not None:
+                    try:
+                        return BrokerTimeout(int(config.value))
+                    except ValueError:
+                        return BrokerTimeout(None, "INVALID_CONFIG_VALUE")
+        return BrokerTimeout(None, "CONFIG_NOT_RETURNED")
+
+    # ------------------------------------------------------------------------ coordinator fallback
+
+    def supports_duration_filter(self) -> bool:
+        data = self._manager.broker_version_data
+        try:
+            return data is not None and data.api_version(ListTransactionsRequest) >= 1
+        except Errors.IncompatibleBrokerVersion:
+            return False
+
+    def list_transactions(
+        self,
+        *,
+        producer_ids: Sequence[int] = (),
+        states: Sequence[str] = (),
+        duration_filter_ms: int | None = None,
+    ) -> ListingResult:
+        brokers = [b.node_id for b in self._manager.cluster.brokers()]
+        calls = [
+            (self._list_broker, (b, list(producer_ids), list(states), duration_filter_ms)) for b in brokers
+        ]
+        results = self._run(self._gather, calls)
+        listings: list[TransactionListing] = []
+        failed: dict[int, str] = {}
+        for broker, (found, error) in zip(brokers, results, strict=True):
+            listings.extend(found)
+            if error is not None:
+                failed[broker] = error
+        return ListingResult(listings, failed)
+
+    async def _list_broker(
+        self, broker: int, producer_ids: list[int], states: list[str], duration_filter_ms: int | None
+    ) -> tuple[list[TransactionListing], str | None]:
+        kwargs: dict[str, Any] = {
+            "state_filters": states,
+            "producer_id_filters": producer_ids,
+            "min_version": 0,
+        }
+        if duration_filter_ms is not None:
+            kwargs.update(duration_filter=duration_filter_ms, min_version=1)
+        try:
+            response = await self._send("ListTransactions", broker, ListTransactionsRequest(**kwargs))
+        except Exception as exc:
+            return [], error_name(exc)
+        error = code_name(response.error_code)
+        if error is not None:
+            self.requests.record_partition_error("ListTransactions", error)
+            return [], error
+        return [
+            TransactionListing(t.transactional_id, t.producer_id, t.transaction_state, broker)
+            for t in response.transaction_states
+        ], None
+
+    def describe_transactions(
+        self, by_coordinator: Mapping[int, Sequence[str]]
+    ) -> list[TransactionDescription]:
+        calls = [
+            (self._describe_txns, (b, list(ids[i : i + DESCRIBE_TRANSACTIONS_BATCH])))
+            for b, ids in by_coordinator.items()
+            for i in range(0, len(ids), DESCRIBE_TRANSACTIONS_BATCH)
+        ]
+        results = self._run(self._gather, calls)
+        return [d for part in results for d in part]
+
+    async def _describe_txns(self, broker: int, ids: list[str]) -> list[TransactionDescription]:
+        try:
+            response = await self._send(
+                "DescribeTransactions", broker, DescribeTransactionsRequest(transactional_ids=ids)
+            )
+        except Exception as exc:
+            name = error_name(exc)
+            return [TransactionDescription(i, name, "", -1, -1, -1, -1, (), broker) for i in ids]
+        out: list[TransactionDescription] = []
+        for t in response.transaction_states:
+            error = code_name(t.error_code)
+            if error is not None:
+                self.requests.record_partition_error("DescribeTransactions", error)
+            partitions = tuple(sorted((topic.topic, p) for topic in t.topics for p in topic.partitions))
+            out.append(
+                TransactionDescription(
+                    t.transactional_id,
+                    error,
+                    t.transaction_state,
+                    t.transaction_timeout_ms,
+                    t.transaction_start_time_ms,
+                    t.producer_id,
+                    t.producer_epoch,
+                    partitions,
+                    broker,
+                )
+            )
+        return out
+
+
+def _describe_producers_request(batch: Sequence[TP]) -> Any:
+    topic = DescribeProducersRequest.TopicRequest
+    by_topic: dict[str, list[int]] = {}
+    for name, partition in batch:
+        by_topic.setdefault(name, []).append(partition)
+    return DescribeProducersRequest(
+        topics=[topic(name=name, partition_indexes=parts) for name, parts in by_topic.items()]
+    )
+
+
+def _list_offsets_request(tps: Sequence[TP], isolation: int) -> Any:
+    topic = ListOffsetsRequest.ListOffsetsTopic
+    by_topic: dict[str, list[Any]] = {}
+    for name, partition in tps:
+        by_topic.setdefault(name, []).append(
+            topic.ListOffsetsPartition(
+                partition_index=partition, current_leader_epoch=-1, timestamp=LATEST_TIMESTAMP
+            )
+        )
+    # v2 is the first with an isolation level; Kafka 4.0 removed v0.
+    return ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=isolation,
+        topics=[topic(name=name, partitions=parts) for name, parts in by_topic.items()],
+        min_version=2,
+    )

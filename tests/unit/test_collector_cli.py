@@ -1,0 +1,227 @@
+"""The `collect` / `inspect` command lines, settings merging, and the inspection helpers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+import pytest
+from test_collector_fakes import T0, FakeCluster, FakeCoordinators, description, producer, start_batch
+
+import txnwatch_cli
+from admin.cli import _stop_on_signals, collector_settings, render_sweep
+from admin.collector import Collector, FetchFailure, Offsets
+from admin.inspect import (
+    decode_entry,
+    duration,
+    entry_json,
+    inspect_partition,
+    iso,
+    java_string_hash,
+    render_log_entry,
+    render_partition,
+    transaction_log_partition,
+)
+from admin.settings import CollectorEnvironment, CollectorSettings
+from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
+from detectors.models import CoordinatorState
+
+pytestmark = pytest.mark.unit
+
+
+def parse(*argv: str) -> object:
+    return txnwatch_cli.build_parser().parse_args(list(argv))
+
+
+# ------------------------------------------------------------------------------------------- parsing
+
+
+def test_collect_arguments() -> None:
+    args = parse(
+        "collect",
+        "--bootstrap-server",
+        "b:9092",
+        "--command-config",
+        "client.properties",
+        "--interval",
+        "2.5",
+        "--coordinator-source",
+        "describe",
+        "--topic-partitions",
+        "12",
+        "--topic-cleanup-policy",
+        "compact",
+        "--once",
+    )
+    assert args.func.__name__ == "cmd_collect"  # type: ignore[attr-defined]
+    cs = collector_settings(args, CollectorSettings())  # type: ignore[arg-type]
+    assert (cs.interval_s, cs.coordinator_source) == (2.5, "describe")
+    assert cs.producer_state_topic.partitions == cs.coordinator_state_topic.partitions == 12
+    assert cs.producer_state_topic.cleanup_policy == "compact"
+    assert cs.producer_state_topic.retention_ms == 86_400_000  # not given: the default stays
+
+
+def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TXNWATCH_COLLECTOR__INTERVAL_S", "30")
+    monkeypatch.setenv("TXNWATCH_COLLECTOR__METRICS_PORT", "9999")
+    monkeypatch.setenv("TXNWATCH_COLLECTOR__PRODUCER_STATE_TOPIC__PARTITIONS", "3")
+    env = CollectorEnvironment().collector
+    assert (env.interval_s, env.metrics_port, env.producer_state_topic.partitions) == (30, 9999, 3)
+    cs = collector_settings(parse("collect", "--interval", "5"), env)  # type: ignore[arg-type]
+    assert (cs.interval_s, cs.metrics_port) == (5, 9999)
+
+
+def test_invalid_flag_values_are_rejected() -> None:
+    with pytest.raises(ValueError, match="describe_batch_size"):
+        collector_settings(parse("collect", "--describe-batch-size", "501"), CollectorSettings())  # type: ignore[arg-type]
+
+
+def test_inspect_arguments() -> None:
+    args = parse("inspect", "partition", "--topic", "orders", "--partition", "3", "--output", "json")
+    assert (args.topic, args.partition, args.output) == ("orders", 3, "json")  # type: ignore[attr-defined]
+    args = parse("inspect", "coordinator-log", "--transactional-id", "tx", "--from-beginning")
+    assert args.func.__name__ == "cmd_inspect_coordinator_log"  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit):
+        parse("inspect", "partition", "--topic", "orders")
+
+
+def test_ctrl_c_sets_the_stop_event_and_a_second_one_interrupts() -> None:
+    with _stop_on_signals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert stop.is_set()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_render_sweep() -> None:
+    cluster = FakeCluster(
+        leaders={("orders", 0): 1},
+        producers={("orders", 0): [producer()]},
+        starts={(("orders", 0), 100): start_batch()},
+        offsets={("orders", 0): Offsets(100, 103)},
+    )
+    text = render_sweep(
+        Collector(cluster, cluster="c", settings=CollectorSettings(), open_partitions=set()).sweep()
+    )
+    assert "1/1 partitions covered" in text and "1 open transactions on 1 partitions" in text
+    assert "orders  0          1       1000        5      100          1750000000000   100  103" in text
+    assert "broker 1: 1 partitions covered, errors: none" in text
+
+
+# ------------------------------------------------------------------------------------ inspect partition
+
+
+@dataclass
+class FakeBoth(FakeCluster, FakeCoordinators):
+    pass
+
+
+def test_inspect_partition_joins_leader_and_coordinator_views() -> None:
+    fake = FakeBoth(
+        leaders={("orders", 0): 1},
+        producers={
+            ("orders", 0): [
+                producer(),  # tx-1 Ongoing without orders-0: find-hanging's rule
+                producer(producer_id=2, current_txn_start_offset=120),  # owned by nobody
+                producer(producer_id=3, current_txn_start_offset=130),  # tx-3 lists orders-0
+            ]
+        },
+        starts={(("orders", 0), 100): start_batch(), (("orders", 0), 130): FetchFailure("X", permanent=True)},
+        offsets={("orders", 0): Offsets(100, 150)},
+        descriptions={
+            "tx-1": description(partitions=(("orders", 1),)),
+            "tx-3": description(transactional_id="tx-3", producer_id=3, partitions=(("orders", 0),)),
+        },
+    )
+    report = inspect_partition(fake, "orders", 0, clock_ms=lambda: T0 + 120_000)
+    assert (report.leader, report.last_stable_offset, report.high_watermark, report.lso_lag) == (
+        1,
+        100,
+        150,
+        50,
+    )
+    t1, t2, t3 = report.transactions
+    assert t1.txn.start_timestamp_ms == T0 and t1.age_ms == 120_000
+    assert t1.coordinator.transactional_id == "tx-1" and t1.coordinator.partition_listed is False
+    assert "does not include orders-0" in t1.note and "find-hanging: hanging" in t1.note
+    assert t2.coordinator.transactional_id is None and "no transactional id owns" in t2.note
+    assert t3.coordinator.partition_listed and "its marker will come" in t3.note
+    assert t3.start_batch_error == "X" and t3.age_ms == 120_000 - 1_000  # LastTimestamp stands in
+    assert fake.list_calls[-1]["producer_ids"] == [1000, 2, 3]
+    out = report.as_json()
+    assert out["lso_lag"] == 50 and out["open_transactions"][0]["coordinator"]["state"] == "Ongoing"
+    text = render_partition(report)
+    assert "orders-0  leader 1  LSO 100  HW 150  LSO lag 50" in text
+    assert "tx-1" in text and "tx-3" in text
+
+
+def test_inspect_partition_without_open_transactions() -> None:
+    fake = FakeBoth(leaders={("orders", 0): 1}, offsets={("orders", 0): Offsets(7, 7)})
+    report = inspect_partition(fake, "orders", 0)
+    assert report.transactions == [] and report.lso_lag == 0
+    assert render_partition(report).endswith("no open transactions")
+
+
+def test_inspect_unknown_partition() -> None:
+    from admin.client import AdminError
+
+    with pytest.raises(AdminError, match="does not exist"):
+        inspect_partition(FakeBoth(leaders={("orders", 0): 1}), "orders", 9)
+
+
+def test_iso_and_duration() -> None:
+    assert iso(T0) == "2025-06-15T15:06:40.000Z" and iso(-1) == "-" and iso(None) == "-"
+    assert duration(61_500) == "1m01s" and duration(3_723_000) == "1h02m03s"
+
+
+# ------------------------------------------------------------------------------------- coordinator log
+
+
+@pytest.mark.parametrize(
+    ("text", "hash_"),
+    [("", 0), ("a", 97), ("hello", 99162322), ("polygenelubricants", -(2**31)), ("ü€😀", None)],
+)
+def test_java_string_hash(text: str, hash_: int | None) -> None:
+    h = java_string_hash(text)
+    assert -(2**31) <= h < 2**31
+    if hash_ is not None:
+        assert h == hash_
+
+
+def test_transaction_log_partition_is_kafkas() -> None:
+    assert transaction_log_partition("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) is 0
+    assert transaction_log_partition("hello", 50) == 99162322 % 50
+    assert transaction_log_partition("x" * 40, 3) in (0, 1, 2)
+
+
+def test_decode_entry() -> None:
+    key = encode_key(TxnLogKey("tx-1"))
+    value = encode_value(
+        TxnLogValue(
+            version=1,
+            producer_id=1000,
+            producer_epoch=5,
+            transaction_timeout_ms=60_000,
+            status=TxnStatus.ONGOING,
+            partitions=(("orders", (0, 1)),),
+            last_update_timestamp_ms=T0 + 1,
+            start_timestamp_ms=T0,
+        )
+    )
+    entry = decode_entry(2, 41, T0 + 2, key, value)
+    assert entry.record is not None and entry.record.state is CoordinatorState.ONGOING
+    assert (entry.record.source_partition, entry.record.source_offset) == (2, 41)
+    row = render_log_entry(entry)
+    assert row[3:6] == ["tx-1", "Ongoing", "1000"] and row[8] == "orders-0,orders-1"
+    assert entry_json(entry)["transactional_id"] == "tx-1"
+    tomb = decode_entry(2, 42, T0 + 3, key, None)
+    assert tomb.record is not None and tomb.record.tombstone and render_log_entry(tomb)[4] == "<DELETE>"
+    bad = decode_entry(2, 43, T0, key, b"\x00\x09garbage")
+    assert bad.record is None and bad.error and render_log_entry(bad)[4].startswith("undecodable")
+    assert entry_json(bad)["key_hex"] == key.hex()
+    assert decode_entry(0, 0, T0, None, None).error == "record without a key"

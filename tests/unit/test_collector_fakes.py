@@ -1,0 +1,202 @@
+"""Fakes for the collector's seams (`ClusterWire`, `CoordinatorWire`) and builders with defaults plus overrides.
+
+A scripted in-memory cluster: partitions with leaders, producer states, start batches, offsets, broker configs,
+and knobs to make a broker fail, answer NOT_LEADER_OR_FOLLOWER, or move a partition between two metadata calls.
+Used by the other tests/unit/test_collector_*.py files; it holds no tests itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from admin.collector import (
+    TP,
+    ActiveProducer,
+    BrokerTimeout,
+    ClusterView,
+    DescribeBatch,
+    FetchFailure,
+    Offsets,
+    PartitionProducers,
+)
+from admin.coordinator import ListingResult, TransactionDescription, TransactionListing
+from admin.fetch import StartBatch
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_750_000_000_000
+
+
+def producer(**overrides: Any) -> ActiveProducer:
+    fields: dict[str, Any] = {
+        "producer_id": 1000,
+        "producer_epoch": 5,
+        "last_sequence": 9,
+        "last_timestamp_ms": T0 + 1_000,
+        "coordinator_epoch": 3,
+        "current_txn_start_offset": 100,
+    }
+    fields.update(overrides)
+    return ActiveProducer(**fields)
+
+
+def start_batch(**overrides: Any) -> StartBatch:
+    fields: dict[str, Any] = {
+        "base_offset": 100,
+        "producer_id": 1000,
+        "producer_epoch": 5,
+        "start_timestamp_ms": T0,
+        "max_timestamp_ms": T0 + 5,
+        "transactional": True,
+    }
+    fields.update(overrides)
+    return StartBatch(**fields)
+
+
+@dataclass
+class FakeCluster:
+    """Implements ClusterWire from scripted state; records every call."""
+
+    leaders: dict[TP, int] = field(default_factory=dict)
+    producers: dict[TP, list[ActiveProducer]] = field(default_factory=dict)
+    starts: dict[tuple[TP, int], StartBatch | FetchFailure] = field(default_factory=dict)
+    offsets: dict[TP, Offsets] = field(default_factory=dict)
+    timeouts: dict[int, BrokerTimeout] = field(default_factory=dict)
+    brokers: dict[int, str] = field(default_factory=lambda: {1: "b1:9092", 2: "b2:9092", 3: "b3:9092"})
+    internal: frozenset[str] = frozenset({"__consumer_offsets", "__transaction_state"})
+    # knobs
+    down: set[int] = field(default_factory=set)  # request-level failure (unreachable)
+    partition_errors: dict[TP, str] = field(default_factory=dict)  # answered with this error, every time
+    not_leader_once: set[TP] = field(default_factory=set)  # NOT_LEADER_OR_FOLLOWER on the first describe
+    views: list[dict[TP, int]] = field(default_factory=list)  # scripted metadata answers, then `leaders`
+    clock: int = T0 + 60_000
+    # call log
+    metadata_calls: int = 0
+    describe_requests: Counter[int] = field(default_factory=Counter)
+    batch_sizes: list[int] = field(default_factory=list)
+    fetch_calls: list[dict[int, list[tuple[TP, int]]]] = field(default_factory=list)
+    offsets_calls: list[dict[int, list[TP]]] = field(default_factory=list)
+    timeout_calls: list[list[int]] = field(default_factory=list)
+
+    def metadata(self) -> ClusterView:
+        self.metadata_calls += 1
+        leaders = self.views.pop(0) if self.views else self.leaders
+        return ClusterView(dict(self.brokers), dict(leaders), self.internal)
+
+    def describe_producers(self, batches: Mapping[int, Sequence[Sequence[TP]]]) -> list[DescribeBatch]:
+        out = []
+        for broker, bs in batches.items():
+            for batch in bs:
+                self.describe_requests[broker] += 1
+                self.batch_sizes.append(len(batch))
+                self.clock += 1
+                if broker in self.down:
+                    out.append(DescribeBatch(broker, tuple(batch), self.clock, error="BROKER_UNREACHABLE"))
+                    continue
+                results: dict[TP, PartitionProducers] = {}
+                for tp in batch:
+                    if tp in self.not_leader_once:
+                        self.not_leader_once.discard(tp)
+                        results[tp] = PartitionProducers("NOT_LEADER_OR_FOLLOWER")
+                    elif tp in self.partition_errors:
+                        results[tp] = PartitionProducers(self.partition_errors[tp], (), "denied")
+                    elif self.leaders.get(tp) != broker:
+                        results[tp] = PartitionProducers("NOT_LEADER_OR_FOLLOWER")
+                    else:
+                        results[tp] = PartitionProducers(None, tuple(self.producers.get(tp, ())))
+                out.append(DescribeBatch(broker, tuple(batch), self.clock, results))
+        return out
+
+    def fetch_start_batches(
+        self, wanted: Mapping[int, Sequence[tuple[TP, int]]]
+    ) -> dict[tuple[TP, int], StartBatch | FetchFailure]:
+        self.fetch_calls.append({b: list(items) for b, items in wanted.items()})
+        return {
+            key: self.starts.get(key, FetchFailure("NO_BATCH_AT_OFFSET", permanent=True))
+            for items in wanted.values()
+            for key in items
+        }
+
+    def list_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, Offsets]:
+        self.offsets_calls.append({b: list(tps) for b, tps in wanted.items()})
+        return {tp: self.offsets.get(tp, Offsets(None, None)) for tps in wanted.values() for tp in tps}
+
+    def max_transaction_timeouts(self, brokers: Sequence[int]) -> dict[int, BrokerTimeout]:
+        self.timeout_calls.append(list(brokers))
+        return {b: self.timeouts.get(b, BrokerTimeout(60_000)) for b in brokers}
+
+
+@dataclass
+class FakeCoordinators:
+    """Implements CoordinatorWire: transactional ids per coordinator and their descriptions."""
+
+    descriptions: dict[str, TransactionDescription] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    duration_filter: bool = True
+    describe_errors: dict[str, str] = field(default_factory=dict)
+    long_running: set[str] = field(default_factory=set)
+    described: list[list[str]] = field(default_factory=list)
+    list_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def supports_duration_filter(self) -> bool:
+        return self.duration_filter
+
+    def list_transactions(
+        self,
+        *,
+        producer_ids: Sequence[int] = (),
+        states: Sequence[str] = (),
+        duration_filter_ms: int | None = None,
+    ) -> ListingResult:
+        self.list_calls.append(
+            {
+                "producer_ids": list(producer_ids),
+                "states": list(states),
+                "duration_filter_ms": duration_filter_ms,
+            }
+        )
+        listings = [
+            TransactionListing(d.transactional_id, d.producer_id, d.state, d.coordinator)
+            for d in self.descriptions.values()
+            if d.coordinator not in self.failed
+            and (not producer_ids or d.producer_id in producer_ids)
+            and (not states or d.state in states)
+            and (duration_filter_ms is None or d.transactional_id in self.long_running)
+        ]
+        return ListingResult(listings, dict(self.failed))
+
+    def describe_transactions(
+        self, by_coordinator: Mapping[int, Sequence[str]]
+    ) -> list[TransactionDescription]:
+        ids = [i for ids in by_coordinator.values() for i in ids]
+        self.described.append(sorted(ids))
+        out = []
+        for i in ids:
+            if i in self.describe_errors:
+                out.append(TransactionDescription(i, self.describe_errors[i], "", -1, -1, -1, -1, (), 1))
+            elif i in self.descriptions:
+                out.append(self.descriptions[i])
+            else:
+                out.append(TransactionDescription(i, "TRANSACTIONAL_ID_NOT_FOUND", "", -1, -1, -1, -1, (), 1))
+        return out
+
+
+def description(**overrides: Any) -> TransactionDescription:
+    fields: dict[str, Any] = {
+        "transactional_id": "tx-1",
+        "error": None,
+        "state": "Ongoing",
+        "timeout_ms": 60_000,
+        "start_time_ms": T0,
+        "producer_id": 1000,
+        "producer_epoch": 5,
+        "partitions": (("orders", 0),),
+        "coordinator": 1,
+    }
+    fields.update(overrides)
+    return TransactionDescription(**fields)

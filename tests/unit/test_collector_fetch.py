@@ -1,0 +1,115 @@
+"""Reading a transaction's start batch from Fetch bytes (built with kafka-python's own record builder)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.protocol.consumer import FetchRequest
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+from admin.fetch import FETCH_MAX_VERSION, READ_UNCOMMITTED, StartBatch, fetch_request, parse_start_batch
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_750_000_000_000
+
+
+def batch(
+    base_offset: int,
+    timestamps: list[int],
+    *,
+    producer_id: int = 1000,
+    producer_epoch: int = 5,
+    transactional: bool = True,
+    compression: int = 0,
+) -> bytes:
+    builder = MemoryRecordsBuilder(
+        magic=2,
+        compression_type=compression,
+        batch_size=1 << 20,
+        transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=0,
+    )
+    for ts in timestamps:
+        builder.append(ts, None, b"v")
+    builder.close()
+    data = bytearray(builder.buffer())
+    # The broker assigns the base offset; it is outside the CRC, so set it as the log would.
+    struct.pack_into(">q", data, 0, base_offset)
+    return bytes(data)
+
+
+def test_single_batch_at_the_start_offset() -> None:
+    got = parse_start_batch(batch(100, [T0, T0 + 7]), 100)
+    assert got == StartBatch(
+        base_offset=100,
+        producer_id=1000,
+        producer_epoch=5,
+        start_timestamp_ms=T0,
+        max_timestamp_ms=T0 + 7,
+        transactional=True,
+    )
+
+
+def test_the_batch_containing_the_offset_among_several() -> None:
+    data = batch(90, [T0 - 10, T0 - 9], producer_id=1) + batch(100, [T0], producer_epoch=6)
+    got = parse_start_batch(data, 100)
+    assert got is not None and (got.base_offset, got.producer_epoch, got.start_timestamp_ms) == (100, 6, T0)
+
+
+def test_offset_inside_a_batch_uses_that_records_timestamp() -> None:
+    got = parse_start_batch(batch(100, [T0, T0 + 3, T0 + 8]), 101)
+    assert got is not None and (got.base_offset, got.start_timestamp_ms) == (100, T0 + 3)
+
+
+def test_compressed_batch() -> None:
+    got = parse_start_batch(batch(100, [T0 + 1, T0 + 2], compression=1), 100)  # gzip
+    assert got is not None and got.start_timestamp_ms == T0 + 1
+
+
+@pytest.mark.parametrize(
+    ("data", "offset"),
+    [
+        pytest.param(b"", 100, id="empty-response"),
+        pytest.param(None, 100, id="null-records"),
+        pytest.param(batch(110, [T0]), 100, id="offset-gone-compacted"),
+        pytest.param(batch(90, [T0]), 100, id="only-earlier-batches"),
+        pytest.param(batch(100, [T0])[:40], 100, id="partial-batch-ignored"),
+    ],
+)
+def test_no_batch(data: bytes | None, offset: int) -> None:
+    assert parse_start_batch(data, offset) is None
+
+
+def test_partial_trailing_batch_does_not_hide_a_complete_first_one() -> None:
+    data = batch(100, [T0]) + batch(101, [T0 + 1])[:30]
+    got = parse_start_batch(data, 100)
+    assert got is not None and got.start_timestamp_ms == T0
+
+
+def test_non_transactional_batch_is_reported_as_such() -> None:
+    got = parse_start_batch(batch(100, [T0], transactional=False), 100)
+    assert got is not None and not got.transactional
+
+
+def test_fetch_request_fields() -> None:
+    request = fetch_request(
+        [("orders", 0, 100), ("orders", 3, 7), ("__consumer_offsets", 1, 5)],
+        partition_max_bytes=1024,
+        max_bytes=4096,
+    )
+    assert isinstance(request, FetchRequest)
+    assert request.isolation_level == READ_UNCOMMITTED
+    assert (request.max_wait_ms, request.min_bytes, request.max_bytes) == (0, 0, 4096)
+    assert request.session_epoch == -1  # no fetch session
+    assert request._max_version == FETCH_MAX_VERSION  # v13+ needs topic ids
+    assert {
+        t.topic: [(p.partition, p.fetch_offset, p.partition_max_bytes) for p in t.partitions]
+        for t in request.topics
+    } == {
+        "orders": [(0, 100, 1024), (3, 7, 1024)],
+        "__consumer_offsets": [(1, 5, 1024)],
+    }

@@ -1,0 +1,463 @@
+"""The sweep's logic against a scripted cluster: batching, retries, backoff, start-batch cache, empty snapshots."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from test_collector_fakes import T0, FakeCluster, producer, start_batch
+
+from admin.collector import BrokerTimeout, Collector, FetchFailure, Offsets, SweepResult, chunks, run
+from admin.metrics import CollectorMetrics
+from admin.settings import CollectorSettings
+
+pytestmark = pytest.mark.unit
+
+ORDERS0 = ("orders", 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+def make(
+    cluster: FakeCluster, *, open_partitions: set[Any] | None = None, **settings: Any
+) -> tuple[Collector, Clock]:
+    clock = Clock()
+    collector = Collector(
+        cluster,
+        cluster="prod",
+        settings=CollectorSettings(**settings),
+        open_partitions=set() if open_partitions is None else open_partitions,
+        clock_ms=lambda: cluster.clock,
+        monotonic=clock.monotonic,
+        sleep=clock.sleep,
+    )
+    return collector, clock
+
+
+def one_hanging() -> FakeCluster:
+    return FakeCluster(
+        leaders={ORDERS0: 1, ("orders", 1): 2, ("__transaction_state", 0): 3},
+        producers={ORDERS0: [producer(), producer(producer_id=7, current_txn_start_offset=-1)]},
+        starts={(ORDERS0, 100): start_batch()},
+        offsets={ORDERS0: Offsets(100, 140)},
+    )
+
+
+def snap(result: SweepResult, tp: tuple[str, int]) -> Any:
+    return next(s for s in result.snapshots if (s.topic, s.partition) == tp)
+
+
+# ---------------------------------------------------------------------------------------- snapshots
+
+
+def test_snapshot_carries_leader_start_batch_offsets_and_broker_timeout() -> None:
+    cluster = one_hanging()
+    cluster.timeouts = {1: BrokerTimeout(900_000)}
+    result = make(cluster)[0].sweep()
+    s = snap(result, ORDERS0)
+    (t,) = s.open_transactions  # the idempotent producer without an open transaction is left out
+    assert (t.producer_id, t.producer_epoch, t.start_offset, t.coordinator_epoch) == (1000, 5, 100, 3)
+    assert (t.start_timestamp_ms, t.start_batch_producer_epoch) == (T0, 5)
+    assert (t.last_sequence, t.last_timestamp_ms) == (9, T0 + 1_000)
+    assert (s.leader, s.last_stable_offset, s.high_watermark, s.max_transaction_timeout_ms) == (
+        1,
+        100,
+        140,
+        900_000,
+    )
+    assert s.cluster == "prod" and s.sweep_id == result.sweep_id
+    assert len(result.snapshots) == 1 and result.empties == []
+    assert result.partitions_total == result.partitions_covered == 3
+
+
+def test_observed_at_is_the_response_arrival_of_that_leader() -> None:
+    cluster = one_hanging()
+    cluster.producers[("orders", 1)] = [producer(producer_id=9, current_txn_start_offset=5)]
+    result = make(cluster)[0].sweep()
+    # The fake's clock ticks once per request: each snapshot has its own response's time.
+    times = {(s.topic, s.partition): s.observed_at_ms for s in result.snapshots}
+    assert times[ORDERS0] != times[("orders", 1)]
+    assert all(T0 + 60_000 < t <= cluster.clock for t in times.values())
+
+
+def test_sweep_ids_are_unique_per_sweep() -> None:
+    collector, _ = make(one_hanging())
+    assert collector.sweep().sweep_id != collector.sweep().sweep_id
+
+
+@pytest.mark.parametrize(
+    ("txns", "expected_offsets"),
+    [
+        pytest.param(
+            [producer(producer_id=2, current_txn_start_offset=50), producer()], [50, 100], id="by-start"
+        ),
+        pytest.param([producer(current_txn_start_offset=-1)], None, id="idempotent-only-is-not-open"),
+    ],
+)
+def test_open_transactions_sorted_and_only_open_ones(
+    txns: list[Any], expected_offsets: list[int] | None
+) -> None:
+    cluster = one_hanging()
+    cluster.producers[ORDERS0] = txns
+    result = make(cluster)[0].sweep()
+    if expected_offsets is None:
+        assert result.snapshots == []
+    else:
+        assert [t.start_offset for t in snap(result, ORDERS0).open_transactions] == expected_offsets
+
+
+# ------------------------------------------------------------------------------------------ batching
+
+
+@pytest.mark.parametrize("partitions", [1, 499, 500, 501, 1_234, 10_000])
+def test_at_most_500_partitions_per_request_and_ceil_requests_per_broker(partitions: int) -> None:
+    leaders = {("t", p): 1 + p % 2 for p in range(partitions)}
+    cluster = FakeCluster(leaders=leaders)
+    make(cluster)[0].sweep()
+    assert max(cluster.batch_sizes) <= 500
+    for broker in (1, 2):
+        led = sum(1 for b in leaders.values() if b == broker)
+        assert cluster.describe_requests[broker] == math.ceil(led / 500)
+
+
+def test_batch_size_setting_is_honoured() -> None:
+    cluster = FakeCluster(leaders={("t", p): 1 for p in range(250)})
+    make(cluster, describe_batch_size=100)[0].sweep()
+    assert cluster.batch_sizes == [100, 100, 50]
+
+
+def test_chunks() -> None:
+    assert chunks([("a", i) for i in range(5)], 2) == [[("a", 0), ("a", 1)], [("a", 2), ("a", 3)], [("a", 4)]]
+
+
+# --------------------------------------------------------------------------------- leaders and errors
+
+
+def test_not_leader_is_refreshed_and_retried_within_the_sweep() -> None:
+    cluster = one_hanging()
+    # Metadata says broker 2 leads orders-0 (stale); the next metadata call has the truth.
+    stale = dict(cluster.leaders) | {ORDERS0: 2}
+    cluster.views = [stale]
+    collector, clock = make(cluster, retry_backoff_ms=200)
+    result = collector.sweep()
+    assert snap(result, ORDERS0).leader == 1
+    assert result.partitions_covered == 3 and all(not s.errors for s in result.summaries)
+    assert cluster.metadata_calls == 2 and clock.slept == [0.2]
+
+
+def test_retries_are_bounded_and_the_rest_is_reported_uncovered() -> None:
+    cluster = one_hanging()
+    cluster.partition_errors[ORDERS0] = "NOT_LEADER_OR_FOLLOWER"
+    result = make(cluster, retries_per_sweep=2)[0].sweep()
+    assert cluster.describe_requests[1] == 3  # first try + 2 retries
+    by = {s.broker: s for s in result.summaries}
+    assert by[1].errors == {"NOT_LEADER_OR_FOLLOWER": 1} and by[1].partitions_covered == 0
+    assert result.partitions_covered == 2
+
+
+def test_authorization_error_is_counted_named_and_not_retried(caplog: pytest.LogCaptureFixture) -> None:
+    cluster = one_hanging()
+    cluster.partition_errors[ORDERS0] = "TOPIC_AUTHORIZATION_FAILED"
+    result = make(cluster)[0].sweep()
+    assert cluster.describe_requests[1] == 1
+    assert {s.broker: s.errors for s in result.summaries}[1] == {"TOPIC_AUTHORIZATION_FAILED": 1}
+    assert any("Read on topic orders" in p for p in result.problems)
+    assert "grant the ACL Read on topic orders" in caplog.text
+
+
+def test_unreachable_broker_is_counted_backed_off_and_retried_later() -> None:
+    cluster = one_hanging()
+    cluster.down = {2}
+    collector, clock = make(cluster, broker_backoff_initial_s=5, broker_backoff_max_s=60)
+    first = collector.sweep()
+    by = {s.broker: s for s in first.summaries}
+    assert by[2].errors == {"BROKER_UNREACHABLE": 1} and by[2].partitions_covered == 0
+    assert by[1].partitions_covered == 1 and by[3].partitions_covered == 1  # the others are swept
+    assert snap(first, ORDERS0).leader == 1
+    # Within the backoff the broker is not asked at all.
+    asked = cluster.describe_requests[2]
+    second = collector.sweep()
+    assert cluster.describe_requests[2] == asked
+    assert {s.broker: s for s in second.summaries}[2].errors == {"BROKER_BACKOFF": 1}
+    # After it, asked again; a success clears the backoff.
+    clock.now += 6
+    cluster.down = set()
+    third = collector.sweep()
+    assert {s.broker: s for s in third.summaries}[2].partitions_covered == 1
+    assert cluster.describe_requests[2] == asked + 1
+
+
+def test_backoff_grows_exponentially_up_to_the_maximum() -> None:
+    cluster = FakeCluster(leaders={("t", 0): 2}, down={2})
+    collector, clock = make(cluster, broker_backoff_initial_s=1, broker_backoff_max_s=4, retry_backoff_ms=0)
+    asked_at = []
+    for _ in range(60):
+        before = cluster.describe_requests[2]
+        collector.sweep()
+        if cluster.describe_requests[2] > before:
+            asked_at.append(clock.now)
+        clock.now += 0.5
+    gaps = [b - a for a, b in itertools.pairwise(asked_at)]
+    assert gaps[:5] == [1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_partition_moved_away_from_a_dead_broker_is_retried_on_its_new_leader() -> None:
+    cluster = one_hanging()
+    cluster.down = {1}
+    # The first metadata still names broker 1 (dead); by the retry the controller moved orders-0 to 2.
+    cluster.views = [dict(cluster.leaders)]
+    cluster.leaders[ORDERS0] = 2
+    result = make(cluster)[0].sweep()
+    assert snap(result, ORDERS0).leader == 2
+    assert {s.broker: s for s in result.summaries}[1].errors == {}
+
+
+def test_leaderless_partitions_are_reported_under_broker_minus_one() -> None:
+    cluster = one_hanging()
+    cluster.leaders[("orders", 1)] = -1
+    result = make(cluster)[0].sweep()
+    by = {s.broker: s for s in result.summaries}
+    assert by[-1].errors == {"LEADER_NOT_AVAILABLE": 1} and by[-1].partitions_covered == 0
+    assert result.partitions_covered == 2
+
+
+def test_invalid_producer_state_is_skipped_not_fatal() -> None:
+    cluster = one_hanging()
+    cluster.producers[("orders", 1)] = [producer(producer_id=-5, current_txn_start_offset=3)]
+    result = make(cluster)[0].sweep()
+    assert {s.broker: s.errors for s in result.summaries}[2] == {"INVALID_PRODUCER_STATE": 1}
+    assert snap(result, ORDERS0) is not None
+
+
+# ---------------------------------------------------------------------------------- start-batch cache
+
+
+def test_start_batch_fetched_once_then_cached_and_forgotten_when_closed() -> None:
+    cluster = one_hanging()
+    collector, _ = make(cluster)
+    first = collector.sweep()
+    assert first.start_batch_fetches == 1 and first.new_transactions == 1
+    assert cluster.fetch_calls == [{1: [(ORDERS0, 100)]}]
+    second = collector.sweep()
+    assert second.start_batch_fetches == 0 and len(cluster.fetch_calls) == 1
+    assert snap(second, ORDERS0).open_transactions[0].start_timestamp_ms == T0
+    cluster.producers[ORDERS0] = []
+    collector.sweep()
+    assert collector.cached_start_batches == 0
+
+
+def test_permanent_fetch_failure_is_cached_as_unknown_transient_is_retried() -> None:
+    cluster = one_hanging()
+    cluster.starts[(ORDERS0, 100)] = FetchFailure("NOT_LEADER_OR_FOLLOWER", permanent=False)
+    collector, _ = make(cluster)
+    first = collector.sweep()
+    assert snap(first, ORDERS0).open_transactions[0].start_timestamp_ms is None
+    collector.sweep()
+    assert len(cluster.fetch_calls) == 2  # transient: asked again
+    cluster.starts[(ORDERS0, 100)] = FetchFailure("OFFSET_OUT_OF_RANGE", permanent=True)
+    collector.sweep()
+    collector.sweep()
+    assert len(cluster.fetch_calls) == 3  # permanent: never again for this transaction
+    t = snap(collector.sweep(), ORDERS0).open_transactions[0]
+    assert t.start_timestamp_ms is None and t.open_since_ms == T0 + 1_000  # falls back to LastTimestamp
+
+
+def test_batch_of_another_producer_leaves_start_unknown() -> None:
+    cluster = one_hanging()
+    cluster.starts[(ORDERS0, 100)] = start_batch(producer_id=55)
+    result = make(cluster)[0].sweep()
+    t = snap(result, ORDERS0).open_transactions[0]
+    assert t.start_timestamp_ms is None and t.start_batch_producer_epoch is None
+    assert any("belongs to producer 55" in p for p in result.problems)
+
+
+def test_epoch_of_the_start_batch_is_kept_apart_from_the_latest_epoch() -> None:
+    cluster = one_hanging()
+    cluster.producers[ORDERS0] = [producer(producer_epoch=9)]
+    cluster.starts[(ORDERS0, 100)] = start_batch(producer_epoch=7)
+    t = snap(make(cluster)[0].sweep(), ORDERS0).open_transactions[0]
+    assert (t.producer_epoch, t.start_batch_producer_epoch, t.first_batch_epoch) == (9, 7, 7)
+
+
+def test_offsets_asked_only_for_partitions_with_open_transactions_from_their_leader() -> None:
+    cluster = one_hanging()
+    make(cluster)[0].sweep()
+    assert cluster.offsets_calls == [{1: [ORDERS0]}]
+
+
+# ----------------------------------------------------------------------------------- empty snapshots
+
+
+def test_empty_snapshot_once_when_the_open_set_becomes_empty() -> None:
+    cluster = one_hanging()
+    collector, _ = make(cluster)
+    assert collector.sweep().empties == []
+    cluster.producers[ORDERS0] = []
+    second = collector.sweep()
+    (empty,) = second.empties
+    assert (empty.topic, empty.partition, empty.leader, empty.open_transactions) == ("orders", 0, 1, ())
+    assert collector.sweep().empties == []
+
+
+def test_uncovered_partition_keeps_its_open_state_until_it_is_described_again() -> None:
+    cluster = one_hanging()
+    collector, clock = make(cluster, broker_backoff_initial_s=1)
+    collector.sweep()
+    cluster.down = {1}
+    cluster.producers[ORDERS0] = []
+    assert collector.sweep().empties == []  # not described: no claim either way
+    clock.now += 10
+    cluster.down = set()
+    assert [(e.topic, e.partition) for e in collector.sweep().empties] == [ORDERS0]
+
+
+def test_unknown_history_publishes_empty_for_every_covered_partition_once() -> None:
+    cluster = one_hanging()
+    collector, _ = make(cluster)
+    collector._open = None  # what the CLI passes when the snapshot topic could not be read back
+    first = collector.sweep()
+    assert {(e.topic, e.partition) for e in first.empties} == {("orders", 1), ("__transaction_state", 0)}
+    assert collector.sweep().empties == []
+
+
+def test_restored_open_partition_gets_its_empty_snapshot_after_a_restart() -> None:
+    cluster = one_hanging()
+    cluster.producers = {}
+    collector, _ = make(cluster, open_partitions={ORDERS0})
+    assert [(e.topic, e.partition) for e in collector.sweep().empties] == [ORDERS0]
+
+
+def test_deleted_topic_gets_an_empty_snapshot_without_leader() -> None:
+    cluster = one_hanging()
+    collector, _ = make(cluster)
+    collector.sweep()
+    del cluster.leaders[ORDERS0]
+    (empty,) = collector.sweep().empties
+    assert (empty.topic, empty.partition, empty.leader) == ("orders", 0, -1)
+
+
+def test_topic_deleted_during_the_sweep() -> None:
+    cluster = one_hanging()
+    collector, _ = make(cluster, open_partitions={ORDERS0})
+    cluster.partition_errors[ORDERS0] = "UNKNOWN_TOPIC_OR_PARTITION"
+    cluster.views = [dict(cluster.leaders), {tp: b for tp, b in cluster.leaders.items() if tp != ORDERS0}]
+    result = collector.sweep()
+    assert [(e.topic, e.partition, e.leader) for e in result.empties] == [("orders", 0, -1)]
+    assert result.partitions_total == 2
+
+
+# --------------------------------------------------------------------------------- broker timeouts
+
+
+def test_timeouts_read_for_new_brokers_and_refreshed_slowly() -> None:
+    cluster = one_hanging()
+    collector, clock = make(cluster, config_refresh_s=600)
+    collector.sweep()
+    collector.sweep()
+    assert cluster.timeout_calls == [[1, 2, 3]]
+    cluster.brokers[4] = "b4:9092"
+    collector.sweep()
+    assert cluster.timeout_calls[-1] == [4]
+    clock.now += 601
+    collector.sweep()
+    assert cluster.timeout_calls[-1] == [1, 2, 3, 4]
+
+
+def test_unknown_timeout_is_none_and_acl_is_named() -> None:
+    cluster = one_hanging()
+    cluster.timeouts = {1: BrokerTimeout(None, "CLUSTER_AUTHORIZATION_FAILED")}
+    result = make(cluster)[0].sweep()
+    assert snap(result, ORDERS0).max_transaction_timeout_ms is None
+    assert any("DescribeConfigs on the cluster" in p for p in result.problems)
+
+
+# ------------------------------------------------------------------------------------ metrics & json
+
+
+def test_metrics_are_observed() -> None:
+    cluster = one_hanging()
+    cluster.down = {2}
+    metrics = CollectorMetrics()
+    collector = Collector(
+        cluster, cluster="prod", settings=CollectorSettings(), open_partitions=set(), metrics=metrics
+    )
+    collector.sweep()
+    text = generate_latest(metrics.registry).decode()
+    assert "txnwatch_collector_sweep_duration_seconds_count 1.0" in text
+    assert 'txnwatch_collector_partitions_scanned{broker="1"} 1.0' in text
+    assert 'txnwatch_collector_partitions_uncovered{reason="BROKER_UNREACHABLE"} 1.0' in text
+    assert "txnwatch_collector_open_transactions 1.0" in text
+    assert "txnwatch_collector_open_transactions_seen_total 1.0" in text
+    assert "txnwatch_collector_start_batch_cache_entries 1.0" in text
+
+
+def test_as_json_is_what_once_prints() -> None:
+    out = make(one_hanging())[0].sweep().as_json()
+    assert out["open_transactions"] == 1 and out["partitions_covered"] == 3
+    assert out["snapshots"][0]["open_transactions"][0]["start_timestamp_ms"] == T0
+    assert [s["broker"] for s in out["summaries"]] == [1, 2, 3]
+
+
+# ------------------------------------------------------------------------------------------ the loop
+
+
+def test_run_survives_a_failed_sweep_and_stops_on_request() -> None:
+    calls: list[str] = []
+
+    class Flaky:
+        n = 0
+
+        def sweep(self) -> Any:
+            self.n += 1
+            if self.n == 1:
+                raise RuntimeError("no metadata")
+            return make(one_hanging())[0].sweep()
+
+    metrics = CollectorMetrics()
+    stop = threading.Event()
+    published: list[SweepResult] = []
+    sweeps = run(
+        Flaky(),  # type: ignore[arg-type]
+        published.append,
+        interval_s=0,
+        stop=stop,
+        also=[lambda: calls.append("poll")],
+        metrics=metrics,
+        max_sweeps=3,
+    )
+    assert sweeps == 3 and len(published) == 2 and calls == ["poll"] * 3
+    assert metrics.sweep_failures._value.get() == 1
+    assert metrics.last_success._value.get() > 0
+    stop.set()
+    assert run(Flaky(), published.append, interval_s=0, stop=stop) == 0  # type: ignore[arg-type]
+
+
+def test_a_failed_publish_sends_the_empty_snapshots_again() -> None:
+    cluster = one_hanging()
+    collector, _ = make(cluster)
+    collector.sweep()
+    cluster.producers[ORDERS0] = []
+    attempts: list[SweepResult] = []
+
+    def publish(result: SweepResult) -> None:
+        attempts.append(result)
+        if len(attempts) == 1:
+            raise RuntimeError("broker down")
+
+    run(collector, publish, interval_s=0, stop=threading.Event(), max_sweeps=2)
+    assert [[(e.topic, e.partition) for e in r.empties] for r in attempts] == [[ORDERS0], [ORDERS0]]
