@@ -27,6 +27,7 @@ from kafka.admin._transactions import AbortTransactionSpec
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition as KafkaTP
 from prometheus_client import generate_latest
+from workloads import run_workload, start_workload
 
 from admin.client import connect_admin
 from admin.collector import ClusterView, Collector, SweepResult
@@ -68,25 +69,6 @@ def collector(admin: KafkaAdminClient, *, without_history: bool = False) -> Coll
         settings=SETTINGS,
         open_partitions=None if without_history else set(),
     )
-
-
-def run_workload(bootstrap: str, *args: str) -> dict[str, Any]:
-    for _attempt in range(5):
-        done = subprocess.run(
-            [sys.executable, "-m", "dev.workload", "--bootstrap-server", bootstrap, "--json", *args],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-            cwd=ROOT,
-        )
-        # hanging-offsets on a fresh broker: the group coordinator may still be loading __consumer_offsets
-        # (COORDINATOR_LOAD_IN_PROGRESS), which dev/workload.py does not retry.
-        if "error code 14" not in done.stderr:
-            break
-        time.sleep(1)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
 def txnwatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -170,6 +152,7 @@ def test_hanging_orphan_is_swept_exactly_and_emptied_after_abort(
 def test_steady_transactions_seen_mid_flight_match_the_ground_truth(
     admin: KafkaAdminClient, bootstrap: str, unique: str
 ) -> None:
+    # Popen, not start_workload: steady prints its ground truth only at the end, and this test sweeps meanwhile.
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -238,32 +221,14 @@ def test_steady_transactions_seen_mid_flight_match_the_ground_truth(
 
 
 def test_late_transaction_then_its_abort(admin: KafkaAdminClient, bootstrap: str, unique: str) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dev.workload",
-            "--bootstrap-server",
-            bootstrap,
-            "--json",
-            "--scenario",
-            "late",
-            "--topic-prefix",
-            unique,
-            "--hold-ms",
-            "3000",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
+    proc, truth = start_workload(
+        bootstrap, "--scenario", "late", "--topic-prefix", unique, "--hold-ms", "3000"
     )
     col = collector(admin)
     wire = KafkaWire(admin)
     poller = CoordinatorPoller(wire, clock_ms=lambda: time.time_ns() // 1_000_000)
     try:
-        assert proc.stdout is not None
-        (t,) = json.loads(proc.stdout.readline())["transactions"]  # printed while the transaction is open
+        (t,) = truth["transactions"]  # printed while the transaction is open
         result = col.sweep()
         snap = snapshot_of(result, t["topic"], t["partition"])
         assert snap is not None

@@ -8,12 +8,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin._transactions import AbortTransactionSpec
 from kafka.structs import TopicPartition
+from workloads import run_workload
 
 pytestmark = pytest.mark.broker
 
@@ -32,18 +32,12 @@ def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
-def workload(bootstrap: str, *args: str) -> dict[str, Any]:
-    done = run("-m", "dev.workload", "--bootstrap-server", bootstrap, "--json", *args, timeout=180)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
-
-
 def inspect(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     return run("-m", "txnwatch_cli", "inspect", *args, "--bootstrap-server", bootstrap)
 
 
 def test_inspect_partition_of_a_hanging_orphan(bootstrap: str, unique: str) -> None:
-    truth = workload(bootstrap, "--scenario", "hanging", "--topic-prefix", unique)
+    truth = run_workload(bootstrap, "--scenario", "hanging", "--topic-prefix", unique)
     (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
     where = ["--topic", h["topic"], "--partition", str(h["partition"])]
 
@@ -85,7 +79,9 @@ def test_inspect_partition_of_a_hanging_orphan(bootstrap: str, unique: str) -> N
 
 def test_inspect_partition_of_a_healthy_open_transaction(bootstrap: str, unique: str) -> None:
     topic = f"{unique}healthy"
-    workload(bootstrap, "--scenario", "steady", "--topic-prefix", topic, "--seconds", "0.2", "--topics", "1")
+    run_workload(
+        bootstrap, "--scenario", "steady", "--topic-prefix", topic, "--seconds", "0.2", "--topics", "1"
+    )
     steady_topic = f"{topic}steady-0"
     producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{unique}open")
     producer.init_transactions()
@@ -116,7 +112,9 @@ def test_inspect_unknown_partition_fails_clearly(bootstrap: str, unique: str) ->
 
 def test_coordinator_log_decodes_a_real_transaction(bootstrap: str, unique: str) -> None:
     txn_id = f"{unique}logged"
-    workload(bootstrap, "--scenario", "steady", "--topic-prefix", unique, "--seconds", "0.1", "--topics", "1")
+    run_workload(
+        bootstrap, "--scenario", "steady", "--topic-prefix", unique, "--seconds", "0.1", "--topics", "1"
+    )
     producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id)
     producer.init_transactions()
     producer.begin_transaction()

@@ -8,14 +8,12 @@ asks only the coordinators). After `steady`, nothing hangs.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition
+from workloads import run_workload, start_workload
 
 from dev import oracle
 from dev.kafka import Cluster
@@ -23,18 +21,6 @@ from dev.kafka import Cluster
 pytestmark = pytest.mark.broker
 
 HOUR_MS = 3_600_000
-
-
-def run_workload(bootstrap: str, *args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "dev.workload", "--bootstrap-server", bootstrap, "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def offsets(bootstrap: str, tp: TopicPartition, isolation: str) -> int:
@@ -148,28 +134,10 @@ def test_steady_scenario_leaves_nothing_hanging(bootstrap: str, unique: str) -> 
 
 
 def test_late_scenario_is_open_but_not_hanging(bootstrap: str, unique: str) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dev.workload",
-            "--bootstrap-server",
-            bootstrap,
-            "--json",
-            "--scenario",
-            "late",
-            "--topic-prefix",
-            unique,
-            "--hold-ms",
-            "8000",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, truth = start_workload(
+        bootstrap, "--scenario", "late", "--topic-prefix", unique, "--hold-ms", "20000"
     )
     try:
-        assert proc.stdout is not None
-        truth = json.loads(proc.stdout.readline())  # printed while the transaction is still open
         (t,) = truth["transactions"]
         assert t["kind"] == "late"
         producers = oracle.describe_producers(bootstrap, t["topic"], t["partition"])

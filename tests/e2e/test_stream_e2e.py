@@ -8,7 +8,6 @@ takes a while on 2 cores); detection latency is measured from the moment the han
 from __future__ import annotations
 
 import io
-import json
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from kafka.admin import NewTopic
 from kafka.structs import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
+from workloads import run_workload, start_workload
 
 from detectors.models import AbortCandidate, HangingReason
 from detectors.settings import KafkaSettings, Settings, TopicSettings
@@ -61,18 +61,6 @@ class Env:
     collector: subprocess.Popen[str]
     console: Console
     hanging: dict | None = None  # ground truth of the hanging transaction, once the first test made it
-
-
-def workload(bootstrap: str, *args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "dev.workload", "--bootstrap-server", bootstrap, "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def read_topic(bootstrap: str, topic: str) -> list:
@@ -173,33 +161,22 @@ def candidates(env: Env) -> list[AbortCandidate]:
 
 
 def test_hanging_yields_one_candidate_late_and_steady_none(env: Env, running: job.RunningJob) -> None:
-    late_proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dev.workload",
-            "--bootstrap-server",
-            env.bootstrap,
-            "--json",
-            "--scenario",
-            "late",
-            "--topic-prefix",
-            f"{env.prefix}-late-",
-            "--hold-ms",
-            "75000",
-            "--backdate-ms",
-            "120000",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    late_proc, late_truth = start_workload(
+        env.bootstrap,
+        "--scenario",
+        "late",
+        "--topic-prefix",
+        f"{env.prefix}-late-",
+        "--hold-ms",
+        "75000",
+        "--backdate-ms",
+        "120000",
     )
-    assert late_proc.stdout is not None
-    late = json.loads(late_proc.stdout.readline())["transactions"][0]
-    steady = workload(
+    late = late_truth["transactions"][0]
+    steady = run_workload(
         env.bootstrap, "--scenario", "steady", "--topic-prefix", f"{env.prefix}-steady-", "--seconds", "3"
     )
-    truth = workload(env.bootstrap, "--scenario", "hanging", "--topic-prefix", f"{env.prefix}-hang-")
+    truth = run_workload(env.bootstrap, "--scenario", "hanging", "--topic-prefix", f"{env.prefix}-hang-")
     made_at = time.monotonic()
     (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
 
