@@ -65,7 +65,7 @@ def test_streaming_read_and_write_through_the_connector(
     assert sorted(r.v for r in out) == sorted(f"V{i}" for i in range(10))
 
 
-def test_default_offset_reader_sees_no_partition_of_transaction_state(
+def test_only_the_consumer_based_offset_reader_sees_transaction_state(
     spark: SparkSession, bootstrap: str, unique: str
 ) -> None:
     # Make sure __transaction_state exists and has records: one committed transaction.
@@ -78,12 +78,24 @@ def test_default_offset_reader_sees_no_partition_of_transaction_state(
     producer.close()
     # Spark's AdminClient-based offset reader drops internal topics (ConsumerStrategy.retrieveAllPartitions
     # filters isInternal): a batch read of __transaction_state returns nothing although it has records.
-    rows = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", "__transaction_state")
-        .option("startingOffsets", "earliest")
-        .load()
-        .count()
-    )
-    assert rows == 0
+    # The consumer-based reader, which the job turns on (streaming.job.spark_conf), reads them.
+    key = "spark.sql.streaming.kafka.useDeprecatedOffsetFetching"
+    chosen = spark.conf.get(key)
+
+    def count() -> int:
+        return (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", "__transaction_state")
+            .option("startingOffsets", "earliest")
+            .load()
+            .count()
+        )
+
+    try:
+        spark.conf.set(key, "false")
+        assert count() == 0
+        spark.conf.set(key, "true")
+        assert count() > 0
+    finally:
+        spark.conf.set(key, chosen)
