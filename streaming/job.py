@@ -226,11 +226,11 @@ class Sinks:
             for r in rows:
                 key = (r.topic, int(r.partition), int(r.producer_id))
                 changed = r.event == "VERDICT" and self._last_kind.get(key) != r.kind
-                # People see changes: candidates opened and resolved, and verdicts that moved (HANGING is
-                # announced by its OPENED line); scripts (--output json) get every changed event as JSON.
-                if r.event in ("OPENED", "RESOLVED") or (
-                    changed and (r.kind != "HANGING" or self.opts.output == "json")
-                ):
+                # People see what needs them: candidates opened and resolved, and verdicts that moved to
+                # something other than OPEN (HANGING is announced by its OPENED line). Scripts (--output json)
+                # get every change.
+                quiet = r.kind in ("OPEN", "HANGING") and self.opts.output != "json"
+                if r.event in ("OPENED", "RESOLVED") or (changed and not quiet):
                     print(self._render(r), file=self.out, flush=True)
                 if r.event == "VERDICT":
                     self._last_kind[key] = r.kind

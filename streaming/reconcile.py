@@ -175,12 +175,14 @@ class TransactionReconciler(StatefulProcessor):
         (producer_id,) = key
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         events: list[Row] = []
+        confirmed_now: set[tuple[str, int]] = set()
         for r in sorted(rows, key=lambda r: (r.fact != "open", r.fact_time_ms or r.observed_at_ms or 0)):
             if r.fact == "open":
                 events.extend(self._confirm_open(r, now_ms))
+                confirmed_now.add((r.topic, r.partition))
             else:
                 self._apply_fact(r)
-        events.extend(self._evaluate_all(producer_id, now_ms))
+        events.extend(self._evaluate_all(producer_id, now_ms, confirmed_now))
         self._schedule_expiry(now_ms)
         return iter(events)
 
@@ -209,7 +211,9 @@ class TransactionReconciler(StatefulProcessor):
                 first_seen, candidate = existing[1], existing[3]
             else:  # the transaction we knew ended and a new one began on the same partition
                 events.extend(self._gone(old, existing[3], now_ms))
-        self.open.updateValue(key, (r.snapshot_json, first_seen, now_ms, candidate))
+        # Confirmed as of the snapshot, not as of this batch: a backlog of old snapshots (after a restart or a
+        # slow first batch) must not keep long-finished transactions alive.
+        self.open.updateValue(key, (r.snapshot_json, first_seen, snapshot.observed_at_ms, candidate))
         return events
 
     # -- classification
@@ -222,7 +226,7 @@ class TransactionReconciler(StatefulProcessor):
             return None, retired_at
         return CoordinatorRecord.model_validate_json(record_json), None
 
-    def _evaluate_all(self, producer_id: int, now_ms: int) -> list[Row]:
+    def _evaluate_all(self, producer_id: int, now_ms: int, confirmed_now: set[tuple[str, int]]) -> list[Row]:
         view, retired_at = self._coordinator()
         if (
             view is not None
@@ -240,12 +244,20 @@ class TransactionReconciler(StatefulProcessor):
             self.open.iterator()
         ):
             snapshot = PartitionSnapshot.model_validate_json(snapshot_json)
+            if (topic, partition) not in confirmed_now and confirmed + self.config.expire_after_ms <= now_ms:
+                # No snapshot has confirmed it for too long: the collector stopped seeing it open. (A snapshot in
+                # this very batch is the newest news we have, however late it arrived.)
+                self.open.removeKey((topic, partition))
+                events.extend(self._gone(snapshot, candidate, now_ms))
+                continue
             txn = snapshot.open_transactions[0]
+            # Judged as of the leader's report: ages and deadlines at observed_at, so input that arrives late
+            # (a backlog) is not made to look older than it was.
             verdict = classify(
                 txn,
                 snapshot,
                 view,
-                now_ms=now_ms,
+                now_ms=snapshot.observed_at_ms,
                 limits=self.config.limits,
                 first_seen_ms=first_seen,
                 retired_at_ms=retired_at,
