@@ -253,8 +253,8 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
                     *common,
                     "kafka.tools.StorageTool",
                     "format",
-                    "--cluster-id",
-                    cluster_id,
+                    # One argument: a random id may start with "-", which the option parser would take for a flag.
+                    f"--cluster-id={cluster_id}",
                     "--config",
                     str(props),
                     "--feature",

@@ -1,0 +1,845 @@
+"""Sustained throughput of the streaming job's reconcile query (local[2]) on a real broker, one input at a time.
+
+`python -m benchmarks.bench_stream [--only coordinator|snapshot|both] [--coordinator-batch 10000]
+[--snapshot-batch 5000] [--trigger "5 seconds"] [--steady-batches 6] [--phase-budget-s 210]` starts its own test
+bed (one KRaft node, 1 GB heap, in a temporary directory) and produces real-shaped input with kafka-python. It then
+runs `streaming.job.start(..., queries=("reconcile",))` once per input on one SparkSession (the job's own
+`build_session`), each time over a backlog and with a fresh checkpoint:
+
+- coordinator: `__transaction_state` bytes from detectors.codec: Empty -> Ongoing -> PrepareCommit ->
+  CompleteCommit, with the TV2 epoch bump, 1-3 topics x 1-4 partitions and ClientTransactionVersion 2. They go to a
+  normal topic that the job reads through `transaction_log_topic` (clients cannot write __transaction_state). The
+  snapshot topic is empty.
+- snapshot: PartitionSnapshot JSON (header txnwatch.type=partition-snapshot, key "topic-partition") for many
+  partitions with 1-2 open transactions each, sweep after sweep. The transaction log topic is empty.
+
+`maxOffsetsPerTrigger` bounds every batch, so with a backlog every batch is full and starts as soon as the previous
+one ends. The figures come from `query.recentProgress`:
+
+- rows/s per batch (numInputRows / batchDuration);
+- sustained rows/s: rows / batch time over the steady batches, i.e. the data batches after the warm-up ones,
+  without a short tail batch;
+- batch duration p50/p99 and the median durationMs breakdown.
+
+Alongside them it measures:
+
+- the CPU seconds of the driver, Spark's JVM and its Python workers over the steady batches (/proc; this
+  depends far less than the wall clock on whatever else the machine runs);
+- per stateful stage: the rows, RocksDB memory, the checkpoint's state directory, and the key + value payload of
+  each state variable, read back with the state data source after the query stops.
+
+Every phase stops by itself, when the input is consumed, when there are enough steady batches, or at its time
+budget. The whole run takes 4-7 minutes. Stopping a query mid-batch makes Spark log an InterruptedException from
+the sink: expected. The output is a table and one JSON line (the last line of stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+
+from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
+from detectors.models import OpenTransaction, PartitionSnapshot
+from detectors.settings import KafkaSettings, Settings, TopicSettings
+from dev.kafka import TestBedConfig, start_cluster, stop_cluster
+
+Json = dict[str, Any]
+TARGET_ROWS_PER_S = 20_000
+TARGET_STATE_BYTES_PER_ID = 1024
+DATA_TOPICS = ["orders", "payments-eu", "inventory.events", "clickstream-v2", "billing", "shipments.dlq"]
+SNAPSHOT_HEADERS = [("txnwatch.type", b"partition-snapshot")]
+RECONCILE = "txnwatch-reconcile"
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def trigger_seconds(trigger: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|millisecond|milliseconds|s|second|seconds)\s*", trigger)
+    if not m:
+        raise SystemExit(f"--trigger: expected e.g. '5 seconds' or '500 ms', got {trigger!r}")
+    value = float(m.group(1))
+    return value / 1000 if m.group(2).startswith("m") else value
+
+
+# ------------------------------------------------------------------------------------------ input
+
+
+def _partitions(rng: random.Random) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    topics = sorted(rng.sample(DATA_TOPICS, rng.randint(1, 3)))
+    return tuple((t, tuple(sorted(rng.sample(range(64), rng.randint(1, 4))))) for t in topics)
+
+
+def coordinator_lifecycle(
+    rng: random.Random, transactional_id: str, producer_id: int, txns: int, t0_ms: int
+) -> list[tuple[bytes, bytes]]:
+    """What a 4.3 coordinator writes for one TV2 transactional id: Empty at InitProducerId, then per
+    transaction Ongoing (epoch e), PrepareCommit and CompleteCommit (epoch e+1: TV2 bumps it at EndTxn)."""
+    key = encode_key(TxnLogKey(transactional_id))
+    epoch = rng.randint(0, 200)
+    timeout = rng.choice((60_000, 30_000, 900_000))
+    now = t0_ms
+
+    def value(status: TxnStatus, parts: Any, start: int) -> bytes:
+        return encode_value(
+            TxnLogValue(
+                version=1,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                transaction_timeout_ms=timeout,
+                status=status,
+                partitions=parts,
+                last_update_timestamp_ms=now,
+                start_timestamp_ms=start,
+                previous_producer_id=producer_id,
+                client_transaction_version=2,
+            )
+        )
+
+    out = [(key, value(TxnStatus.EMPTY, None, -1))]
+    for _ in range(txns):
+        now += rng.randint(1, 50)
+        start = now
+        parts = _partitions(rng)
+        out.append((key, value(TxnStatus.ONGOING, parts, start)))
+        now += rng.randint(5, 2_000)
+        epoch += 1
+        out.append((key, value(TxnStatus.PREPARE_COMMIT, parts, start)))
+        now += rng.randint(1, 20)
+        out.append((key, value(TxnStatus.COMPLETE_COMMIT, (), start)))
+    return out
+
+
+def coordinator_records(
+    ids: int, txns_per_id: int, concurrent: int, seed: int, run: str
+) -> Iterator[tuple[bytes, bytes]]:
+    """Lifecycles of `ids` transactional ids; `concurrent` of them interleave in log order at any time."""
+    rng = random.Random(seed)
+    t0 = int(time.time() * 1000) - 3_600_000
+    for first in range(0, ids, concurrent):
+        chunk = [
+            coordinator_lifecycle(rng, f"{run}-app-{i:07d}", 1_000 + i, txns_per_id, t0 + i * 5)
+            for i in range(first, min(ids, first + concurrent))
+        ]
+        # Round-robin over the chunk's lifecycles: each id's records stay in order, ids interleave.
+        for step in range(1 + 3 * txns_per_id):
+            for lifecycle in chunk:
+                yield lifecycle[step]
+
+
+def snapshot_records(
+    partitions: int, sweeps: int, producers: int, sweep_interval_ms: int, seed: int, run: str
+) -> Iterator[tuple[bytes, bytes]]:
+    """PartitionSnapshot JSON, one per partition per sweep: 1-2 open transactions each, every transaction open
+    for 1-3 sweeps (then a new one starts further on), producer ids drawn from a pool smaller than the partition
+    count, so one producer id is open on several partitions (what stage 2 keys by)."""
+    rng = random.Random(seed)
+    tps = [(DATA_TOPICS[i % len(DATA_TOPICS)], i // len(DATA_TOPICS)) for i in range(partitions)]
+    t0 = int(time.time() * 1000)
+    # per partition: list of [producer_id, epoch, start_offset, start_ms, sweeps_left]
+    slots: list[list[list[int]]] = [[] for _ in tps]
+    next_offset = [rng.randint(0, 10_000) for _ in tps]
+    for sweep in range(sweeps):
+        observed = t0 + sweep * sweep_interval_ms
+        sweep_id = f"{run}-{sweep + 1}"
+        for i, (topic, partition) in enumerate(tps):
+            live = [s for s in slots[i] if s[4] > 0]
+            want = rng.randint(1, 2) if not live else len(live)
+            used = {s[0] for s in live}
+            while len(live) < want:
+                pid = rng.randrange(producers) + 10_000
+                if pid in used:
+                    continue
+                used.add(pid)
+                next_offset[i] += rng.randint(1, 500)
+                live.append(
+                    [
+                        pid,
+                        rng.randint(0, 50),
+                        next_offset[i],
+                        observed - rng.randint(50, 3_000),
+                        rng.randint(1, 3),
+                    ]
+                )
+            slots[i] = live
+            hw = next_offset[i] + rng.randint(1, 300)
+            snap = PartitionSnapshot(
+                cluster="bench",
+                sweep_id=sweep_id,
+                observed_at_ms=observed + rng.randint(0, 500),
+                leader=1,
+                topic=topic,
+                partition=partition,
+                open_transactions=tuple(
+                    OpenTransaction(
+                        producer_id=s[0],
+                        producer_epoch=s[1],
+                        coordinator_epoch=0,
+                        start_offset=s[2],
+                        start_timestamp_ms=s[3],
+                        start_batch_producer_epoch=s[1],
+                        last_sequence=rng.randint(0, 5_000),
+                        last_timestamp_ms=observed - rng.randint(0, 50),
+                    )
+                    for s in sorted(live, key=lambda s: s[2])
+                ),
+                last_stable_offset=min(s[2] for s in live),
+                high_watermark=hw,
+                max_transaction_timeout_ms=900_000,
+            )
+            yield f"{topic}-{partition}".encode(), snap.model_dump_json().encode()
+            for s in live:
+                s[4] -= 1
+
+
+def produce(bootstrap: str, topic: str, records: Iterator[tuple[bytes, bytes]], headers: Any = None) -> Json:
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks=1,
+        linger_ms=20,
+        batch_size=512 * 1024,
+        max_request_size=4 * 1024 * 1024,
+    )
+    began = time.monotonic()
+    n = size = 0
+    try:
+        for key, value in records:
+            producer.send(topic, key=key, value=value, headers=headers)
+            n += 1
+            size += len(key) + len(value)
+        producer.flush(timeout=300)
+    finally:
+        producer.close(timeout=30)
+    elapsed = time.monotonic() - began
+    log(f"produced {n:,} records ({size / 1e6:.1f} MB) to {topic} in {elapsed:.1f}s ({n / elapsed:,.0f}/s)")
+    return {"records": n, "bytes": size, "seconds": round(elapsed, 1), "mean_record_bytes": round(size / n)}
+
+
+# ------------------------------------------------------------------------------------------ phases
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (the p99 of fewer than 100 batches is their maximum)."""
+    s = sorted(values)
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def end_offset_total(progress: Json, topic: str) -> int:
+    total = 0
+    for src in progress.get("sources", []):
+        end = src.get("endOffset")
+        if isinstance(end, str):
+            end = json.loads(end)
+        if isinstance(end, dict) and topic in end:
+            total += sum(int(v) for v in end[topic].values())
+    return total
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[str, int, float] | None:
+    """(command, parent pid, CPU seconds of the process and its reaped children) from /proc/<pid>/stat."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    f = raw[raw.rindex(")") + 2 :].split()
+    return raw[raw.index("(") + 1 : raw.rindex(")")], int(f[1]), sum(int(x) for x in f[11:15]) / _TICKS
+
+
+def tree_cpu_s(root: int, exclude: set[int]) -> dict[str, float]:
+    """CPU seconds used so far by `root` (this driver) and its descendants, by kind: Spark's JVM ("jvm"), the
+    Python workers it forks ("python_workers") and this process ("driver"); without the subtrees in `exclude`
+    (the broker JVM, which this process also started)."""
+    stats: dict[int, tuple[str, int, float]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and (st := _stat(int(d.name))) is not None:
+            stats[int(d.name)] = st
+    children: dict[int, list[int]] = {}
+    for pid, (_, ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    out = {"jvm": 0.0, "python_workers": 0.0, "driver": 0.0}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in exclude or pid not in stats:
+            continue
+        comm, _, cpu = stats[pid]
+        kind = "driver" if pid == root else "jvm" if comm == "java" else "python_workers"
+        out[kind] += cpu
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _payload(col: Any, dtype: Any) -> Any:
+    """Bytes of the values in a state row (strings by their UTF-8 length, numbers 8, booleans 1)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.StructType):
+        out = F.lit(0)
+        for field in dtype.fields:
+            out = out + _payload(col[field.name], field.dataType)
+        return out
+    if isinstance(dtype, (T.StringType, T.BinaryType)):
+        return F.coalesce(F.octet_length(col), F.lit(0))
+    if isinstance(dtype, T.BooleanType):
+        return F.lit(1)
+    return F.lit(8)
+
+
+STATE_VARIABLES = {"stage1 (transactional id)": ("owner",), "stage2 (producer id)": ("view", "open")}
+
+
+def state_figures(spark: Any, checkpoint: Path, last: Json) -> list[Json]:
+    """Per stateful stage, after the query stopped: rows and RocksDB bytes from the last progress
+    (numRowsTotal, memoryUsedBytes, customMetrics.rocksdbSstFileSize), the checkpoint's state directory, and the
+    key + value payload of each state variable read back with the state data source."""
+    from pyspark.sql import functions as F
+
+    names: dict[int, str] = {}
+    for r in spark.read.format("state-metadata").load(str(checkpoint)).collect():
+        props = r.asDict().get("operatorProperties") or ""
+        names[int(r.operatorId)] = (
+            "stage1 (transactional id)"
+            if '"owner"' in props
+            else "stage2 (producer id)"
+            if '"view"' in props
+            else r.operatorName
+        )
+    out = []
+    # The progress lists the stateful operators in operator id order (stage 2 is operator 0: it is planned
+    # first, on top of stage 1); the state metadata names them.
+    for op_id, op in enumerate(last.get("stateOperators", [])):
+        stage = names.get(op_id, f"operator {op_id}")
+        rows = int(op.get("numRowsTotal") or 0)
+        cm = op.get("customMetrics") or {}
+        state_dir = checkpoint / "state" / str(op_id)
+        ck_bytes = dir_bytes(state_dir) if state_dir.exists() else 0
+        sst = int(cm.get("rocksdbSstFileSize") or 0)
+        mem = int(op.get("memoryUsedBytes") or 0)
+        variables = {}
+        for var in STATE_VARIABLES.get(stage, ()):
+            df = (
+                spark.read.format("statestore")
+                .option("operatorId", op_id)
+                .option("stateVarName", var)
+                .load(str(checkpoint))
+                .drop("partition_id")
+            )
+            size = F.lit(0)
+            for field in df.schema.fields:
+                size = size + _payload(F.col(field.name), field.dataType)
+            agg = df.select(size.alias("b")).agg(F.count("*").alias("n"), F.sum("b").alias("b")).first()
+            n, b = int(agg["n"]), int(agg["b"] or 0)
+            variables[var] = {
+                "rows": n,
+                "payload_bytes": b,
+                "payload_bytes_per_row": round(b / n, 1) if n else None,
+            }
+        out.append(
+            {
+                "operator_id": op_id,
+                "stage": stage,
+                "rows": rows,
+                "variables": variables,
+                "memory_used_bytes": mem,
+                "rocksdb_sst_bytes": sst,
+                "checkpoint_dir_bytes": ck_bytes,
+                "memory_bytes_per_row": round(mem / rows, 1) if rows else None,
+                "checkpoint_bytes_per_row": round(ck_bytes / rows, 1) if rows else None,
+                "all_updates_ms": op.get("allUpdatesTimeMs"),
+                "commit_ms": op.get("commitTimeMs"),
+                "rocksdb_get_count": cm.get("rocksdbGetCount"),
+                "rocksdb_put_count": cm.get("rocksdbPutCount"),
+                "timers": {
+                    k: cm.get(k) for k in ("numRegisteredTimers", "numDeletedTimers", "numExpiredTimers")
+                },
+            }
+        )
+    return out
+
+
+@contextlib.contextmanager
+def captured_listeners() -> Iterator[list[Any]]:
+    """The StreamingQueryListeners added while the block runs (job.start adds its health listener and never
+    removes it; a second phase in the same session would otherwise feed two)."""
+    from pyspark.sql.streaming.query import StreamingQueryManager
+
+    added: list[Any] = []
+    original = StreamingQueryManager.addListener
+
+    def add(self: Any, listener: Any) -> None:
+        added.append(listener)
+        original(self, listener)
+
+    StreamingQueryManager.addListener = add  # type: ignore[method-assign]
+    try:
+        yield added
+    finally:
+        StreamingQueryManager.addListener = original  # type: ignore[method-assign]
+
+
+def run_phase(
+    spark: Any,
+    *,
+    name: str,
+    bootstrap: str,
+    prefix: str,
+    log_topic: str,
+    input_topic: str,
+    total: int,
+    batch: int,
+    trigger: str,
+    warmup: int,
+    steady_wanted: int,
+    budget_s: float,
+    workdir: Path,
+    broker_pids: set[int],
+    progress_out: Path | None,
+) -> Json:
+    """One reconcile query over a backlog of `total` rows in `input_topic`; stops by itself."""
+    from streaming import job
+
+    settings = Settings(
+        cluster="bench", kafka=KafkaSettings(bootstrap_servers=bootstrap), topics=TopicSettings(prefix=prefix)
+    )
+    checkpoint = workdir / f"checkpoint-{name}"
+    opts = job.StreamOptions(
+        settings=settings,
+        kafka_options={"bootstrap.servers": bootstrap},
+        checkpoint_location=str(checkpoint),
+        trigger=trigger,
+        starting_offsets="earliest",
+        max_offsets_per_trigger=batch,
+        transaction_log_topic=log_topic,
+        metrics_port=0,
+    )
+    job.ensure_topics(opts, settings.kafka.client_kwargs())
+    load_before = Path("/proc/loadavg").read_text().strip()
+    log(
+        f"[{name}] reconcile query over {total:,} rows of {input_topic}, maxOffsetsPerTrigger {batch:,}, "
+        f"trigger {trigger}; loadavg {load_before}"
+    )
+    began = time.monotonic()
+    me = os.getpid()
+    # CPU seconds of this process tree when each batch was first seen finished (the driver polls every 0.2 s;
+    # with a backlog the next batch starts at once, so the difference between two is one batch's CPU).
+    cpu_at: dict[int, dict[str, float]] = {}
+    with captured_listeners() as listeners:
+        running = job.start(spark, opts, out=None, queries=("reconcile",))  # returns after the first batch
+    (query,) = running.queries
+    stop_reason = "time budget"
+    try:
+        while True:
+            problem = running.failed()
+            if problem:
+                raise RuntimeError(problem)
+            last = query.lastProgress
+            if last is not None and last["batchId"] not in cpu_at:
+                cpu_at[last["batchId"]] = tree_cpu_s(me, broker_pids)
+                rows, ms = last["numInputRows"], max(last["batchDuration"], 1)
+                log(
+                    f"[{name}] batch {last['batchId']}: {rows:,} rows in {ms / 1000:.1f}s ({rows / ms * 1000:,.0f}/s), "
+                    f"read {end_offset_total(last, input_topic):,}/{total:,}"
+                )
+                if end_offset_total(last, input_topic) >= total:
+                    stop_reason = "input consumed"
+                    break
+                if sum(1 for p in query.recentProgress if p["numInputRows"] > 0) >= warmup + steady_wanted:
+                    stop_reason = "enough steady batches"
+                    break
+            if time.monotonic() - began > budget_s:
+                break
+            time.sleep(0.2)
+    finally:
+        running.stop()
+        for listener in listeners:  # start() registers one per call: the next phase must not pay for it
+            spark.streams.removeListener(listener)
+    wall = time.monotonic() - began
+    load_after = Path("/proc/loadavg").read_text().strip()
+    progress = [json.loads(p.json) for p in query.recentProgress]
+    if progress_out is not None:
+        with progress_out.open("a") as f:
+            for p in progress:
+                f.write(json.dumps({"phase": name, **p}) + "\n")
+    data = [p for p in progress if p["numInputRows"] > 0]
+    steady = data[warmup:]
+    if steady and steady[-1]["numInputRows"] < 0.9 * batch:
+        steady = steady[:-1]  # the tail (input ran out) is no steady batch
+    rows = sum(p["numInputRows"] for p in steady)
+    durations = [p["batchDuration"] / 1000 for p in steady]
+    breakdown_keys = sorted({k for p in steady for k in p.get("durationMs", {})})
+    breakdown = {k: statistics.median(p["durationMs"].get(k, 0) for p in steady) for k in breakdown_keys}
+    # Steady CPU: from the end of the last warm-up batch to the end of the last steady batch.
+    cpu: dict[str, float] = {}
+    if steady and data[warmup - 1]["batchId"] in cpu_at and steady[-1]["batchId"] in cpu_at:
+        end, begin = cpu_at[steady[-1]["batchId"]], cpu_at[data[warmup - 1]["batchId"]]
+        cpu = {k: round(end[k] - begin[k], 1) for k in end}
+    cpu_s = sum(cpu.values()) if cpu else None
+    states = state_figures(spark, checkpoint / RECONCILE, progress[-1] if progress else {})
+    result = {
+        "phase": name,
+        "input_topic": input_topic,
+        "input_rows": total,
+        "max_offsets_per_trigger": batch,
+        "trigger": trigger,
+        "stop_reason": stop_reason,
+        "wall_s": round(wall, 1),
+        "batches": len(progress),
+        "warmup_batches": [
+            {"batch": p["batchId"], "rows": p["numInputRows"], "s": p["batchDuration"] / 1000}
+            for p in data[:warmup]
+        ],
+        "steady_batches": len(steady),
+        "steady_rows": rows,
+        "sustained_rows_per_s": round(rows / sum(durations)) if steady else None,
+        "batch_rows_per_s": [round(p["numInputRows"] / (p["batchDuration"] / 1000)) for p in steady],
+        "batch_s": [round(d, 2) for d in durations],
+        "batch_s_p50": round(statistics.median(durations), 2) if steady else None,
+        "batch_s_p99": round(percentile(durations, 99), 2) if steady else None,
+        "duration_ms_median": breakdown,
+        "cpu_s": round(cpu_s, 1) if cpu_s is not None else None,
+        "cpu_s_by_process": cpu,
+        "cpu_ms_per_1k_rows": round(cpu_s / rows * 1e6) if cpu_s and rows else None,
+        # What the same CPU work would sustain on 2 idle cores (an upper bound: assumes both stay busy).
+        "idle_2core_rows_per_s": round(rows / (cpu_s / 2)) if cpu_s and rows else None,
+        "state": states,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+    }
+    log(f"[{name}] stopped ({stop_reason}) after {wall:.0f}s; loadavg {load_after}")
+    return result
+
+
+# ------------------------------------------------------------------------------------------ report
+
+
+def state_per_id(results: list[Json]) -> Json | None:
+    """State bytes per transactional id, from the coordinator run (one id = one stage-1 row and one stage-2
+    view): payload (what the state holds) and RocksDB's in-memory footprint."""
+    coord = next((r for r in results if r["phase"] == "coordinator"), None)
+    if coord is None:
+        return None
+    by = {s["stage"]: s for s in coord["state"]}
+    s1, s2 = by.get("stage1 (transactional id)"), by.get("stage2 (producer id)")
+    if not s1 or not s1["rows"]:
+        return None
+    owner = s1["variables"].get("owner", {})
+    view = (s2 or {}).get("variables", {}).get("view", {})
+    ids = owner.get("rows") or s1["rows"]
+    payload = (owner.get("payload_bytes", 0) + view.get("payload_bytes", 0)) / ids
+    memory = (s1["memory_used_bytes"] + (s2["memory_used_bytes"] if s2 else 0)) / ids
+    checkpoint = (s1["checkpoint_dir_bytes"] + (s2["checkpoint_dir_bytes"] if s2 else 0)) / ids
+    return {
+        "transactional_ids": ids,
+        "stage1_payload_bytes_per_id": owner.get("payload_bytes_per_row"),
+        "stage2_view_payload_bytes_per_id": view.get("payload_bytes_per_row"),
+        "payload_bytes_per_id": round(payload, 1),
+        "rocksdb_memory_bytes_per_id": round(memory, 1),
+        "checkpoint_bytes_per_id": round(checkpoint, 1),
+    }
+
+
+def print_report(results: list[Json], trigger_s: float, per_id: Json | None) -> None:
+    print()
+    print(
+        f"{'input':<12} {'batch':>7} {'steady':>6} {'rows/s':>7} {'min/s':>6} {'max/s':>6} {'p50 s':>6} "
+        f"{'p99 s':>6} {'CPU ms/1k':>9} {'idle-2-core/s':>13}  target (>= {TARGET_ROWS_PER_S:,}/s, p99 < {trigger_s:g} s)"
+    )
+    for r in results:
+        rates = r["batch_rows_per_s"] or [0]
+        met = (
+            bool(r["sustained_rows_per_s"])
+            and r["sustained_rows_per_s"] >= TARGET_ROWS_PER_S
+            and r["batch_s_p99"] < trigger_s
+        )
+        print(
+            f"{r['phase']:<12} {r['max_offsets_per_trigger']:>7,} {r['steady_batches']:>6} "
+            f"{r['sustained_rows_per_s'] or 0:>7,} {min(rates):>6,} {max(rates):>6,} {r['batch_s_p50'] or 0:>6} "
+            f"{r['batch_s_p99'] or 0:>6} {r['cpu_ms_per_1k_rows'] or 0:>9,} {r['idle_2core_rows_per_s'] or 0:>13,}  "
+            f"{'met' if met else 'NOT met'}"
+        )
+    for r in results:
+        print(
+            f"\n{r['phase']} ({r['stop_reason']}; loadavg before {r['loadavg_before'].split()[0]}, after "
+            f"{r['loadavg_after'].split()[0]}): median durationMs "
+            + ", ".join(f"{k} {v:,.0f}" for k, v in r["duration_ms_median"].items())
+        )
+        if r["cpu_s_by_process"]:
+            print(
+                f"  CPU over the steady batches: {r['cpu_s']} s ("
+                + ", ".join(f"{k} {v} s" for k, v in r["cpu_s_by_process"].items())
+                + ")"
+            )
+        for s in r["state"]:
+            payload = ", ".join(
+                f"{var} {v['rows']:,} rows x {v['payload_bytes_per_row']} B"
+                for var, v in s["variables"].items()
+            )
+            print(
+                f"  {s['stage']:<26} rows {s['rows']:>8,}  last batch: state updates {s['all_updates_ms']:,} ms "
+                f"(task sum), commit {s['commit_ms']} ms; RocksDB memory {s['memory_bytes_per_row']} B/row, "
+                f"checkpoint dir {s['checkpoint_bytes_per_row']} B/row; payload: {payload or '-'}"
+            )
+    if per_id:
+        print(
+            f"\nstate per transactional id ({per_id['transactional_ids']:,} ids): payload "
+            f"{per_id['payload_bytes_per_id']} B (stage 1 {per_id['stage1_payload_bytes_per_id']} + stage 2 view "
+            f"{per_id['stage2_view_payload_bytes_per_id']}), RocksDB memory {per_id['rocksdb_memory_bytes_per_id']} B, "
+            f"checkpoint {per_id['checkpoint_bytes_per_id']} B; target <= {TARGET_STATE_BYTES_PER_ID} B"
+        )
+    print()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_stream",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--only", choices=("coordinator", "snapshot", "both"), default="both")
+    parser.add_argument("--trigger", default="5 seconds", help="the reconcile trigger (the job's default)")
+    parser.add_argument(
+        "--coordinator-batch", type=int, default=10_000, help="maxOffsetsPerTrigger for coordinator records"
+    )
+    parser.add_argument(
+        "--snapshot-batch", type=int, default=5_000, help="maxOffsetsPerTrigger for snapshots"
+    )
+    parser.add_argument("--warmup-batches", type=int, default=2, help="first data batches left out (>= 1)")
+    parser.add_argument("--steady-batches", type=int, default=6, help="steady batches wanted per input")
+    parser.add_argument(
+        "--ids",
+        type=int,
+        default=None,
+        help="transactional ids (default: enough records for the batches wanted, plus one)",
+    )
+    parser.add_argument("--txns-per-id", type=int, default=1, help="commits per id (1 + 3 records each)")
+    parser.add_argument(
+        "--concurrent-ids",
+        type=int,
+        default=2_000,
+        help="transactional ids whose records interleave in the log at any time",
+    )
+    parser.add_argument(
+        "--log-partitions", type=int, default=4, help="partitions of the transaction log topic"
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=5_000, help="data partitions the snapshots describe"
+    )
+    parser.add_argument(
+        "--sweeps",
+        type=int,
+        default=None,
+        help="collector sweeps (5 s apart) of snapshots (default: enough for the batches wanted)",
+    )
+    parser.add_argument(
+        "--producers", type=int, default=None, help="producer id pool (default partitions / 3)"
+    )
+    parser.add_argument("--snapshot-partitions", type=int, default=6, help="partitions of the snapshot topic")
+    parser.add_argument("--phase-budget-s", type=float, default=210.0, help="time limit of each query run")
+    parser.add_argument("--heap", default="1g", help="broker heap")
+    parser.add_argument("--bootstrap", help="use this running broker instead of starting a test bed")
+    parser.add_argument("--progress-out", type=Path, help="append every batch's progress (JSON lines) here")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (checkpoints)")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    if args.warmup_batches < 1:
+        parser.error("--warmup-batches must be at least 1 (the first batch starts the Python workers)")
+
+    trigger_s = trigger_seconds(args.trigger)
+    batches_wanted = args.warmup_batches + args.steady_batches + 1
+    records_per_id = 1 + 3 * args.txns_per_id
+    ids = args.ids or math.ceil(args.coordinator_batch * batches_wanted / records_per_id)
+    sweeps = args.sweeps or math.ceil(args.snapshot_batch * batches_wanted / args.partitions)
+    producers = args.producers or max(3, args.partitions // 3)
+    phases = ("coordinator", "snapshot") if args.only == "both" else (args.only,)
+    run = uuid.uuid4().hex[:6]
+
+    overall = time.monotonic()
+    load_start = Path("/proc/loadavg").read_text().strip()
+    log(f"loadavg at start: {load_start}")
+    workdir = Path(tempfile.mkdtemp(prefix="txnwatch-bench-stream-"))
+    state_dir = workdir / "testbed"
+    broker_pids: set[int] = set()
+    if args.bootstrap:
+        log(f"using the running broker at {args.bootstrap}")
+        bootstrap = args.bootstrap
+    else:
+        log(f"starting a one-node test bed (heap {args.heap}) in {state_dir}")
+        for attempt in range(3):
+            try:
+                cluster = start_cluster(TestBedConfig(heap=args.heap), state_dir)
+                break
+            except RuntimeError as exc:
+                # dev/kafka.py passes the random cluster id as a separate argument; one that starts with "-"
+                # (1 in 64) makes kafka-storage's parser fail. Another id fixes it.
+                if attempt == 2 or "formatting storage failed" not in str(exc):
+                    raise
+                log(f"test bed did not start ({str(exc).splitlines()[0]}); again")
+        bootstrap = cluster.bootstrap_servers
+        broker_pids = {n.pid for n in cluster.nodes}
+    spark = None
+    results: list[Json] = []
+    produced: dict[str, Json] = {}
+    try:
+        log_topic, empty_log = f"bench{run}.txnlog", f"bench{run}.txnlog-empty"
+        prefix_coord, prefix_snap = f"bench{run}c", f"bench{run}s"
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60_000)
+        try:
+            admin.create_topics(
+                [
+                    NewTopic(log_topic, args.log_partitions, 1),
+                    NewTopic(empty_log, args.log_partitions, 1),
+                    NewTopic(f"{prefix_coord}.producer-state", args.snapshot_partitions, 1),
+                    NewTopic(f"{prefix_snap}.producer-state", args.snapshot_partitions, 1),
+                ]
+            )
+        finally:
+            admin.close()
+        if "coordinator" in phases:
+            log(
+                f"coordinator input: {ids:,} transactional ids x {records_per_id} records, "
+                f"{args.concurrent_ids:,} interleaved"
+            )
+            produced["coordinator"] = produce(
+                bootstrap,
+                log_topic,
+                coordinator_records(ids, args.txns_per_id, args.concurrent_ids, args.seed, run),
+            )
+        if "snapshot" in phases:
+            log(
+                f"snapshot input: {args.partitions:,} partitions x {sweeps} sweeps, {producers:,} producer ids"
+            )
+            produced["snapshot"] = produce(
+                bootstrap,
+                f"{prefix_snap}.producer-state",
+                snapshot_records(args.partitions, sweeps, producers, 5_000, args.seed, run),
+                headers=SNAPSHOT_HEADERS,
+            )
+
+        from streaming import job  # imported late: pyspark is slow to import
+        from streaming.session import build_session
+
+        spark = build_session(
+            master="local[2]",
+            app_name="txnwatch-bench-stream",
+            extra_conf={
+                **job.spark_conf(),
+                "spark.sql.shuffle.partitions": "2",
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",  # no progress bar in the output
+            },
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        common: dict[str, Any] = {
+            "spark": spark,
+            "bootstrap": bootstrap,
+            "trigger": args.trigger,
+            "warmup": args.warmup_batches,
+            "steady_wanted": args.steady_batches,
+            "budget_s": args.phase_budget_s,
+            "workdir": workdir,
+            "broker_pids": broker_pids,
+            "progress_out": args.progress_out,
+        }
+        if "coordinator" in phases:
+            results.append(
+                run_phase(
+                    name="coordinator",
+                    prefix=prefix_coord,
+                    log_topic=log_topic,
+                    input_topic=log_topic,
+                    total=produced["coordinator"]["records"],
+                    batch=args.coordinator_batch,
+                    **common,
+                )
+            )
+        if "snapshot" in phases:
+            results.append(
+                run_phase(
+                    name="snapshot",
+                    prefix=prefix_snap,
+                    log_topic=empty_log,
+                    input_topic=f"{prefix_snap}.producer-state",
+                    total=produced["snapshot"]["records"],
+                    batch=args.snapshot_batch,
+                    **common,
+                )
+            )
+    finally:
+        if spark is not None:
+            spark.stop()
+        if not args.bootstrap:
+            stop_cluster(state_dir)
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    load_end = Path("/proc/loadavg").read_text().strip()
+    total_s = time.monotonic() - overall
+    log(f"loadavg at end: {load_end}; whole run {total_s:.0f}s")
+
+    per_id = state_per_id(results)
+    print_report(results, trigger_s, per_id)
+    figures = {
+        "benchmark": "bench_stream",
+        "command": "python -m benchmarks.bench_stream "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "master": "local[2]",
+        "targets": {
+            "rows_per_s": TARGET_ROWS_PER_S,
+            "p99_below_s": trigger_s,
+            "state_bytes_per_transactional_id": TARGET_STATE_BYTES_PER_ID,
+        },
+        "input": {
+            "coordinator": {
+                "ids": ids,
+                "records_per_id": records_per_id,
+                "concurrent_ids": args.concurrent_ids,
+                "log_partitions": args.log_partitions,
+                **produced.get("coordinator", {}),
+            },
+            "snapshot": {
+                "partitions": args.partitions,
+                "sweeps": sweeps,
+                "producer_ids": producers,
+                "topic_partitions": args.snapshot_partitions,
+                **produced.get("snapshot", {}),
+            },
+        },
+        "loadavg_start": load_start,
+        "loadavg_end": load_end,
+        "total_s": round(total_s, 1),
+        "state_per_transactional_id": per_id,
+        "phases": results,
+    }
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
