@@ -40,6 +40,7 @@ import contextlib
 import json
 import math
 import os
+import pickle
 import platform
 import random
 import re
@@ -312,23 +313,22 @@ def _payload(col: Any, dtype: Any) -> Any:
     return F.lit(8)
 
 
-STATE_VARIABLES = {"stage1 (transactional id)": ("owner",), "stage2 (producer id)": ("view", "open")}
+# Each holds one pickled dict per bucket (streaming/reconcile.py): entries are ids, bytes are the pickles.
+STATE_VARIABLES = {"stage1 (transactional id)": ("owners",), "stage2 (producer id)": ("views", "open")}
 
 
 def state_figures(spark: Any, checkpoint: Path, last: Json) -> list[Json]:
     """Per stateful stage, after the query stopped: rows and RocksDB bytes from the last progress
     (numRowsTotal, memoryUsedBytes, customMetrics.rocksdbSstFileSize), the checkpoint's state directory, and the
-    key + value payload of each state variable read back with the state data source."""
-    from pyspark.sql import functions as F
-
+    pickled dicts of each state variable read back with the state data source."""
     names: dict[int, str] = {}
     for r in spark.read.format("state-metadata").load(str(checkpoint)).collect():
         props = r.asDict().get("operatorProperties") or ""
         names[int(r.operatorId)] = (
             "stage1 (transactional id)"
-            if '"owner"' in props
+            if '"owners"' in props
             else "stage2 (producer id)"
-            if '"view"' in props
+            if '"views"' in props
             else r.operatorName
         )
     out = []
@@ -344,19 +344,19 @@ def state_figures(spark: Any, checkpoint: Path, last: Json) -> list[Json]:
         mem = int(op.get("memoryUsedBytes") or 0)
         variables = {}
         for var in STATE_VARIABLES.get(stage, ()):
-            df = (
-                spark.read.format("statestore")
+            blobs = [
+                bytes(r.value.blob)
+                for r in spark.read.format("statestore")
                 .option("operatorId", op_id)
                 .option("stateVarName", var)
                 .load(str(checkpoint))
-                .drop("partition_id")
-            )
-            size = F.lit(0)
-            for field in df.schema.fields:
-                size = size + _payload(F.col(field.name), field.dataType)
-            agg = df.select(size.alias("b")).agg(F.count("*").alias("n"), F.sum("b").alias("b")).first()
-            n, b = int(agg["n"]), int(agg["b"] or 0)
+                .select("value")
+                .collect()
+            ]
+            n = sum(len(pickle.loads(b)) for b in blobs)
+            b = sum(len(b) for b in blobs)
             variables[var] = {
+                "buckets": len(blobs),
                 "rows": n,
                 "payload_bytes": b,
                 "payload_bytes_per_row": round(b / n, 1) if n else None,
@@ -421,6 +421,7 @@ def run_phase(
     workdir: Path,
     broker_pids: set[int],
     progress_out: Path | None,
+    state_buckets: int,
 ) -> Json:
     """One reconcile query over a backlog of `total` rows in `input_topic`; stops by itself."""
     from streaming import job
@@ -436,6 +437,7 @@ def run_phase(
         trigger=trigger,
         starting_offsets="earliest",
         max_offsets_per_trigger=batch,
+        state_buckets=state_buckets,
         transaction_log_topic=log_topic,
         metrics_port=0,
     )
@@ -504,6 +506,7 @@ def run_phase(
     states = state_figures(spark, checkpoint / RECONCILE, progress[-1] if progress else {})
     result = {
         "phase": name,
+        "state_buckets": state_buckets,
         "input_topic": input_topic,
         "input_rows": total,
         "max_offsets_per_trigger": batch,
@@ -549,8 +552,8 @@ def state_per_id(results: list[Json]) -> Json | None:
     s1, s2 = by.get("stage1 (transactional id)"), by.get("stage2 (producer id)")
     if not s1 or not s1["rows"]:
         return None
-    owner = s1["variables"].get("owner", {})
-    view = (s2 or {}).get("variables", {}).get("view", {})
+    owner = s1["variables"].get("owners", {})
+    view = (s2 or {}).get("variables", {}).get("views", {})
     ids = owner.get("rows") or s1["rows"]
     payload = (owner.get("payload_bytes", 0) + view.get("payload_bytes", 0)) / ids
     memory = (s1["memory_used_bytes"] + (s2["memory_used_bytes"] if s2 else 0)) / ids
@@ -663,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snapshot-partitions", type=int, default=6, help="partitions of the snapshot topic")
     parser.add_argument("--phase-budget-s", type=float, default=210.0, help="time limit of each query run")
     parser.add_argument("--heap", default="1g", help="broker heap")
+    parser.add_argument("--state-buckets", type=int, default=32, help="the job's --state-buckets")
     parser.add_argument("--bootstrap", help="use this running broker instead of starting a test bed")
     parser.add_argument("--progress-out", type=Path, help="append every batch's progress (JSON lines) here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (checkpoints)")
@@ -766,6 +770,7 @@ def main(argv: list[str] | None = None) -> int:
             "workdir": workdir,
             "broker_pids": broker_pids,
             "progress_out": args.progress_out,
+            "state_buckets": args.state_buckets,
         }
         if "coordinator" in phases:
             results.append(

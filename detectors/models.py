@@ -108,6 +108,18 @@ class TopicPartition(Model):
     partition: int = Field(ge=0)
 
 
+def open_since_ms(start_timestamp_ms: int | None, last_timestamp_ms: int) -> int:
+    """`OpenTransaction.open_since_ms` on plain values (the streaming hot path has columns, not models)."""
+    return (
+        start_timestamp_ms if start_timestamp_ms is not None and start_timestamp_ms > 0 else last_timestamp_ms
+    )
+
+
+def first_batch_epoch(start_batch_producer_epoch: int | None, producer_epoch: int) -> int:
+    """`OpenTransaction.first_batch_epoch` on plain values."""
+    return start_batch_producer_epoch if start_batch_producer_epoch is not None else producer_epoch
+
+
 class OpenTransaction(Model):
     """One open transaction as a partition leader reports it (DescribeProducers, plus the start batch).
 
@@ -134,8 +146,7 @@ class OpenTransaction(Model):
         Non-positive timestamps are unknown (Kafka's NO_TIMESTAMP is -1; the broker's own lateness check also
         ignores them); the result is then <= 0 and every age computed from it counts as unknown, not old.
         """
-        start = self.start_timestamp_ms
-        return start if start is not None and start > 0 else self.last_timestamp_ms
+        return open_since_ms(self.start_timestamp_ms, self.last_timestamp_ms)
 
     @property
     def open_since_basis(self) -> OpenSinceBasis:
@@ -147,9 +158,7 @@ class OpenTransaction(Model):
     @property
     def first_batch_epoch(self) -> int:
         """Epoch of the transaction's first batch; falls back to the producer's latest epoch."""
-        if self.start_batch_producer_epoch is not None:
-            return self.start_batch_producer_epoch
-        return self.producer_epoch
+        return first_batch_epoch(self.start_batch_producer_epoch, self.producer_epoch)
 
 
 class PartitionSnapshot(Model):

@@ -70,6 +70,13 @@ def register(subparsers: Any) -> None:
         "(default: %(default)s)",
     )
     p.add_argument(
+        "--state-buckets",
+        type=int,
+        default=32,
+        help="hash buckets of ids in each stateful stage: fewer = fewer state round trips per batch, more = "
+        "smaller state values rewritten per batch; fixed for a checkpoint (default: %(default)s)",
+    )
+    p.add_argument(
         "--coordinator-source",
         choices=("log", "describe", "both"),
         default="log",
@@ -126,6 +133,7 @@ def build_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         window=args.window,
         watermark=args.watermark,
         expire_after_ms=args.expire_after_ms,
+        state_buckets=args.state_buckets,
         transaction_log_topic=args.transaction_log_topic,
         coordinator_source=args.coordinator_source,
         metrics_host=args.metrics_host,

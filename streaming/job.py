@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from prometheus_client import CollectorRegistry
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -29,11 +30,14 @@ from streaming.exporter import Health, HealthListener, LiveState, VerdictCollect
 from streaming.reconcile import (
     EVENT_SCHEMA,
     FACT_SCHEMA,
+    STAGE1_INPUT_COLUMNS,
     STAGE2_INPUT_COLUMNS,
     ProducerIdFacts,
     ReconcileConfig,
     TransactionReconciler,
+    bucket_of,
 )
+from streaming.schemas import COORDINATOR_RECORD_SCHEMA
 from streaming.windows import window_metrics
 
 log = logging.getLogger("txnwatch.stream")
@@ -61,6 +65,8 @@ class StreamOptions:
     watermark: str = "2 minutes"
     expire_after_ms: int = 30_000
     view_ttl_ms: int = 24 * 3_600_000
+    # Hash buckets of ids per stateful stage (streaming/reconcile.py says why). Fixed for a checkpoint.
+    state_buckets: int = 32
     transaction_log_topic: str = TRANSACTION_LOG
     coordinator_source: CoordinatorSource = "log"
     metrics_host: str = "127.0.0.1"
@@ -119,8 +125,9 @@ def _union(frames: list[DataFrame]) -> DataFrame:
     return out
 
 
-def open_transaction_rows(snapshots: DataFrame) -> DataFrame:
-    """One row per open transaction, carrying a one-transaction PartitionSnapshot JSON for stage 2."""
+def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
+    """One row per open transaction: the columns stage 2 decides on, and a one-transaction PartitionSnapshot
+    JSON it parses only to explain a new verdict or plan an abort."""
     s = snapshots.select("*", F.explode("open_transactions").alias("t"))
     one = F.struct(
         "schema_version",
@@ -136,6 +143,7 @@ def open_transaction_rows(snapshots: DataFrame) -> DataFrame:
         "max_transaction_timeout_ms",
     )
     return s.select(
+        bucket_of("t.producer_id", buckets).alias("bucket"),
         F.col("t.producer_id").alias("producer_id"),
         F.lit("open").alias("fact"),
         F.lit(None).cast("string").alias("transactional_id"),
@@ -145,35 +153,55 @@ def open_transaction_rows(snapshots: DataFrame) -> DataFrame:
         "partition",
         F.to_json(one).alias("snapshot_json"),
         "observed_at_ms",
+        "leader",
+        F.col("t.start_offset").alias("start_offset"),
+        F.col("t.producer_epoch").alias("producer_epoch"),
+        F.col("t.start_batch_producer_epoch").alias("start_batch_producer_epoch"),
+        F.col("t.start_timestamp_ms").alias("start_timestamp_ms"),
+        F.col("t.last_timestamp_ms").alias("last_timestamp_ms"),
+        "max_transaction_timeout_ms",
+        (F.col("high_watermark") - F.col("last_stable_offset")).alias("lso_lag"),
     )
 
 
-def fact_rows(facts: DataFrame) -> DataFrame:
+def fact_rows(facts: DataFrame, buckets: int) -> DataFrame:
+    none = {c: F.lit(None).cast("long") for c in STAGE2_INPUT_COLUMNS[6:]}
+    none.update(topic=F.lit(None).cast("string"), snapshot_json=F.lit(None).cast("string"))
     return facts.select(
+        bucket_of("producer_id", buckets).alias("bucket"),
         "producer_id",
         "fact",
         "transactional_id",
         "record_json",
         "fact_time_ms",
-        F.lit(None).cast("string").alias("topic"),
-        F.lit(None).cast("long").alias("partition"),
-        F.lit(None).cast("string").alias("snapshot_json"),
-        F.lit(None).cast("long").alias("observed_at_ms"),
+        *[none[c].alias(c) for c in STAGE2_INPUT_COLUMNS[6:]],
+    )
+
+
+def coordinator_rows(records: DataFrame, buckets: int) -> DataFrame:
+    """Stage 1's input: the columns its rule reads, and the whole record as JSON (built here, in the JVM)."""
+    record = F.struct(*[F.col(f.name) for f in COORDINATOR_RECORD_SCHEMA.fields])
+    return records.select(
+        bucket_of("transactional_id", buckets).alias("bucket"),
+        *STAGE1_INPUT_COLUMNS[1:-1],
+        F.to_json(record, {"ignoreNullFields": "false"}).alias("record_json"),
     )
 
 
 def reconcile_events(
-    snapshots: DataFrame, coordinator_records: DataFrame, config: ReconcileConfig
+    snapshots: DataFrame, coordinator_records: DataFrame, config: ReconcileConfig, buckets: int
 ) -> DataFrame:
     """The two stateful stages: coordinator records + good snapshots → EVENT_SCHEMA rows."""
-    facts = coordinator_records.groupBy("transactional_id").transformWithState(
-        ProducerIdFacts(), FACT_SCHEMA, "Append", "None"
+    facts = (
+        coordinator_rows(coordinator_records, buckets)
+        .groupBy("bucket")
+        .transformWithStateInPandas(ProducerIdFacts(), FACT_SCHEMA, "Append", "None")
     )
-    stage2_input = (
-        fact_rows(facts).unionByName(open_transaction_rows(snapshots)).select(*STAGE2_INPUT_COLUMNS)
-    )
-    return stage2_input.groupBy("producer_id").transformWithState(
-        TransactionReconciler(config), EVENT_SCHEMA, "Append", "ProcessingTime"
+    stage2_input = fact_rows(facts, buckets).unionByName(open_transaction_rows(snapshots, buckets))
+    return (
+        stage2_input.select(*STAGE2_INPUT_COLUMNS)
+        .groupBy("bucket")
+        .transformWithStateInPandas(TransactionReconciler(config), EVENT_SCHEMA, "Append", "ProcessingTime")
     )
 
 
@@ -360,6 +388,23 @@ def _short_errors(sink: Callable[[DataFrame, int], None]) -> Callable[[DataFrame
     return run_sink
 
 
+def pin_state_buckets(spark: SparkSession, query_checkpoint: str, buckets: int) -> None:
+    """Refuse to run a checkpoint with another bucket count than it was made with: its state would be read
+    under the wrong keys. Written beside the query's checkpoint through Spark, so any checkpoint filesystem works.
+    """
+    path = f"{query_checkpoint}-state-buckets"
+    try:
+        pinned = int(spark.read.text(path).first()[0])  # type: ignore[index]
+    except AnalysisException:  # no such file: a new checkpoint
+        spark.createDataFrame([(str(buckets),)], "value string").coalesce(1).write.text(path)
+        return
+    if pinned != buckets:
+        raise SystemExit(
+            f"the checkpoint {query_checkpoint} was made with --state-buckets {pinned}, not {buckets}: "
+            f"run with --state-buckets {pinned}, or with a new --checkpoint-location (state starts empty)"
+        )
+
+
 def start(
     spark: SparkSession,
     opts: StreamOptions,
@@ -402,7 +447,8 @@ def start(
         snapshots = _snapshots(spark, opts)
         coordinator = _coordinator_inputs(spark, opts)
         records = _union([sources.good_coordinator_records(df) for _, df in coordinator])
-        events = reconcile_events(sources.good_snapshots(snapshots), records, config)
+        pin_state_buckets(spark, f"{ck}/txnwatch-reconcile", opts.state_buckets)
+        events = reconcile_events(sources.good_snapshots(snapshots), records, config, opts.state_buckets)
         started.append(start_query("txnwatch-reconcile", events, sinks.events, "append", opts.trigger))
         _await_first_batch(started[-1], FIRST_BATCH_WAIT_S)
     if "windows" in queries:

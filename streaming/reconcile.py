@@ -1,35 +1,96 @@
-"""The two stateful stages (transformWithState, RocksDB), thin adapters around detectors/.
+"""The two stateful stages (transformWithStateInPandas, RocksDB), thin adapters around detectors/.
 
-Stage 1, keyed by transactional id, turns coordinator records into producer-id facts: the record is the view of
-its current producer id, and a producer id the transactional id left (new producer id, or tombstone) is
-retired. Stage 2, keyed by producer id, keeps the coordinator view and the open transactions partition leaders
-report, classifies each with `detectors.rules.classify`, and emits verdicts and abort candidates (OPENED once,
-RESOLVED when the transaction is gone). Processing-time timers forget transactions the collector stopped
-confirming; TTL forgets coordinator views of producer ids nobody uses any more.
+Stage 1 turns coordinator records into producer-id facts: per transactional id, the record is the view of its
+current producer id, and a producer id the transactional id left (new producer id, or tombstone) is retired.
+Stage 2 keeps the coordinator view of every producer id and the open transactions partition leaders report,
+decides each with `detectors.rules.decide` (explained by `build_verdict` only when the verdict changes), and
+emits verdicts and abort candidates (OPENED once, RESOLVED when the transaction is gone). A processing-time timer
+forgets transactions the collector stopped confirming; a TTL forgets views of producer ids nobody uses any more.
+
+Why buckets, not one key per transactional id / producer id: every state access of a Python stateful processor
+is a round trip to the JVM's state server, and every key is a group with its own Arrow batch. Keyed per id, that
+cost ~2 ms of CPU per id and capped the job near 1k records/s on two cores (docs/BENCHMARKS.md). So each stage is
+keyed by a hash bucket of its id (`--state-buckets`, fixed for the life of a checkpoint) and keeps its ids in
+one state value per bucket: a pickled dict read once and written once per bucket per batch. The rules below are
+plain functions on those dicts (`advance_owners`, `BucketState`), unit-tested without Spark.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import pickle
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from pyspark.sql import Row
+import pandas as pd
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 
 from detectors.abort import plan_abort
+from detectors.lateness import age_ms
 from detectors.models import (
     AbortCandidate,
     CoordinatorRecord,
+    CoordinatorState,
     DetectionLimits,
     PartitionSnapshot,
     VerdictKind,
+    first_batch_epoch,
+    open_since_ms,
 )
-from detectors.rules import classify
+from detectors.rules import CoordFacts, TxnFacts, build_verdict, decide
+
+
+def bucket_of(column: str, buckets: int) -> Column:
+    """The state bucket of an id column: stable across runs and versions (xxhash64, Spark's fixed seed)."""
+    return F.pmod(F.xxhash64(F.col(column)), F.lit(buckets))
+
+
+# The state value of a bucket: one pickled dict (written and read only by this module).
+BLOB_SCHEMA = "blob binary"
+
+
+def _load(state: Any) -> dict[Any, Any]:
+    return pickle.loads(state.get()[0]) if state.exists() else {}
+
+
+def _save(state: Any, value: dict[Any, Any]) -> None:
+    if value:
+        state.update((pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),))
+    else:
+        state.clear()
+
+
+def _columns(frames: Iterator[pd.DataFrame], names: Sequence[str]) -> list[list[Any]]:
+    """The group's rows as one Python list per column (None for nulls): cheap to walk, unlike pandas rows."""
+    parts = list(frames)
+    df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    out = []
+    for name in names:
+        s = df[name]
+        if s.dtype.kind == "f":  # only long columns come in; Arrow → pandas makes those with nulls float64
+            out.append([None if v != v else int(v) for v in s.tolist()])
+        else:
+            out.append(s.tolist())
+    return out
+
 
 # ------------------------------------------------------------------------------------------- stage 1
+
+STAGE1_INPUT_COLUMNS = (
+    "bucket",
+    "transactional_id",
+    "producer_id",
+    "previous_producer_id",
+    "next_producer_id",
+    "tombstone",
+    "last_update_timestamp_ms",
+    "source_offset",
+    "record_json",  # the whole CoordinatorRecord as JSON, built by Spark
+)
 
 FACT_SCHEMA = T.StructType(
     [
@@ -40,64 +101,99 @@ FACT_SCHEMA = T.StructType(
         T.StructField("fact_time_ms", T.LongType(), False),  # record update time, or when retired
     ]
 )
+FACT_COLUMNS = tuple(f.name for f in FACT_SCHEMA.fields)
 
 
-def _record_json(row: Row) -> str:
-    d = row.asDict(recursive=True)
-    return json.dumps({k: d[k] for k in CoordinatorRecord.model_fields}, separators=(",", ":"))
+class Owner(NamedTuple):
+    """Stage 1's state per transactional id: the producer id it owns and the newest log offset applied."""
+
+    producer_id: int
+    source_offset: int
 
 
-class ProducerIdFacts(StatefulProcessor):
-    """Stage 1: per transactional id, which producer id it owns now; emits facts keyed by producer id."""
+class CoordinatorRow(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    previous_producer_id: int
+    next_producer_id: int
+    tombstone: bool
+    last_update_timestamp_ms: int
+    source_offset: int
+    record_json: str
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.owner = handle.getValueState("owner", "producer_id long, source_offset long")
 
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
-        (transactional_id,) = key
-        current = self.owner.get() if self.owner.exists() else None
-        owned = current[0] if current else None
-        last_offset = current[1] if current else -1
-        facts: dict[int, Row] = {}
-        for r in sorted(rows, key=lambda r: r.source_offset):
-            if r.source_offset >= 0 and r.source_offset <= last_offset:
-                continue  # replayed or older than what we have: the log is ordered per transactional id
+Fact = tuple[int, str, str, str | None, int]  # FACT_SCHEMA
+
+
+def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) -> list[Fact]:
+    """Apply coordinator records to `owners` (in place); the producer-id facts they imply, newest per id.
+
+    Records of one transactional id apply in log order; a record at or below the offset already applied is a
+    replay and changes nothing (the log is ordered per transactional id). `source_offset` < 0 (the
+    DescribeTransactions fallback has no offsets) always applies.
+    """
+    facts: list[Fact] = []
+    by_id: dict[str, list[CoordinatorRow]] = {}
+    for r in records:
+        by_id.setdefault(r.transactional_id, []).append(r)
+    for transactional_id, rows in by_id.items():
+        rows.sort(key=lambda r: r.source_offset)
+        current = owners.get(transactional_id)
+        owned = current.producer_id if current else None
+        last_offset = current.source_offset if current else -1
+        per_producer: dict[int, Fact] = {}
+        for r in rows:
+            if 0 <= r.source_offset <= last_offset:
+                continue
             last_offset = max(last_offset, r.source_offset)
             if r.tombstone:
                 if owned is not None:
-                    facts[owned] = Row(
-                        producer_id=owned,
-                        fact="retired",
-                        transactional_id=transactional_id,
-                        record_json=None,
-                        fact_time_ms=r.last_update_timestamp_ms,
+                    per_producer[owned] = (
+                        owned,
+                        "retired",
+                        transactional_id,
+                        None,
+                        r.last_update_timestamp_ms,
                     )
                 owned = None
                 continue
-            record = _record_json(r)
             if owned is not None and owned != r.producer_id:
-                # The id moved to a new producer id (epoch overflow, or a new producer after expiry).
+                # The id moved to a new producer id (epoch overflow, or a new producer after expiry). A record
+                # that still names the old one (previous/next producer id) remains its view.
                 names_old = owned in (r.previous_producer_id, r.next_producer_id)
-                facts[owned] = Row(
-                    producer_id=owned,
-                    fact="view" if names_old else "retired",
-                    transactional_id=transactional_id,
-                    record_json=record if names_old else None,
-                    fact_time_ms=r.last_update_timestamp_ms,
+                per_producer[owned] = (
+                    owned,
+                    "view" if names_old else "retired",
+                    transactional_id,
+                    r.record_json if names_old else None,
+                    r.last_update_timestamp_ms,
                 )
             owned = r.producer_id
-            facts[owned] = Row(
-                producer_id=owned,
-                fact="view",
-                transactional_id=transactional_id,
-                record_json=record,
-                fact_time_ms=r.last_update_timestamp_ms,
-            )
+            per_producer[owned] = (owned, "view", transactional_id, r.record_json, r.last_update_timestamp_ms)
         if owned is None:
-            self.owner.clear()
+            owners.pop(transactional_id, None)
         else:
-            self.owner.update((owned, last_offset))
-        return iter(facts.values())
+            owners[transactional_id] = Owner(owned, last_offset)
+        facts.extend(per_producer.values())
+    return facts
+
+
+class ProducerIdFacts(StatefulProcessor):
+    """Stage 1 (keyed by a bucket of transactional ids): which producer id each owns; facts by producer id."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.owners = handle.getValueState("owners", BLOB_SCHEMA)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        cols = _columns(rows, STAGE1_INPUT_COLUMNS[1:])
+        records = [CoordinatorRow(*values) for values in zip(*cols, strict=True)]
+        owners = _load(self.owners)
+        facts = advance_owners(owners, records)
+        _save(self.owners, owners)
+        if facts:
+            yield pd.DataFrame(facts, columns=FACT_COLUMNS, dtype=object)
 
     def close(self) -> None:
         pass
@@ -107,15 +203,26 @@ class ProducerIdFacts(StatefulProcessor):
 
 # Both inputs of stage 2 in one schema: coordinator facts (fact != "open") and open transactions.
 STAGE2_INPUT_COLUMNS = (
+    "bucket",
     "producer_id",
     "fact",
     "transactional_id",
     "record_json",
     "fact_time_ms",
+    # open transactions: the partition, its one-transaction PartitionSnapshot JSON, and the columns the
+    # decision needs, so the hot path never parses the JSON
     "topic",
     "partition",
     "snapshot_json",
     "observed_at_ms",
+    "leader",
+    "start_offset",
+    "producer_epoch",
+    "start_batch_producer_epoch",
+    "start_timestamp_ms",
+    "last_timestamp_ms",
+    "max_transaction_timeout_ms",
+    "lso_lag",
 )
 
 EVENT_SCHEMA = T.StructType(
@@ -130,12 +237,15 @@ EVENT_SCHEMA = T.StructType(
         T.StructField("reason", T.StringType(), True),
         T.StructField("age_ms", T.LongType(), True),
         T.StructField("lso_lag", T.LongType(), True),
+        # set when the verdict is new or changed (VERDICT), and on OPENED / RESOLVED
         T.StructField("explanation", T.StringType(), True),
         T.StructField("candidate_id", T.StringType(), True),
         T.StructField("payload", T.StringType(), True),  # AbortCandidate JSON for OPENED / RESOLVED
         T.StructField("event_time_ms", T.LongType(), False),
     ]
 )
+EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA.fields)
+Event = tuple[Any, ...]  # EVENT_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -151,223 +261,374 @@ class ReconcileConfig:
     command_config: str | None = None
 
 
-OPEN_VALUE_SCHEMA = "snapshot_json string, first_seen_ms long, last_confirmed_ms long, candidate_json string"
+class View(NamedTuple):
+    """The coordinator's latest word on a producer id: its record, or when it was retired."""
+
+    record_json: str | None
+    retired_at_ms: int | None
+    fact_time_ms: int
+    updated_ms: int  # processing time of the last update (the TTL counts from it)
+
+
+class OpenEntry(NamedTuple):
+    """An open transaction as the latest snapshot reported it, and what we concluded about it."""
+
+    facts: TxnFacts  # first_seen_ms filled in
+    snapshot_json: str  # one-transaction PartitionSnapshot (parsed only to explain or plan an abort)
+    confirmed_ms: int  # observed_at of the newest snapshot that showed it open
+    leader: int | None
+    start_offset: int
+    lso_lag: int | None
+    candidate_json: str | None  # the AbortCandidate, once OPENED
+    decided: tuple[str, str | None] | None  # (kind, reason) last emitted with an explanation
+
+
+OpenKey = tuple[int, str, int]  # producer id, topic, partition
+
+
+def coord_facts_from_json(record_json: str) -> CoordFacts:
+    """`rules.coord_facts(CoordinatorRecord.model_validate_json(s))` without pydantic (a test holds them equal)."""
+    d = json.loads(record_json)
+    state = d.get("state")
+    return CoordFacts(
+        d["producer_id"],
+        d["producer_epoch"],
+        d.get("previous_producer_id", -1),
+        d.get("next_producer_id", -1),
+        d.get("client_transaction_version", 0),
+        d["transaction_timeout_ms"],
+        None if d.get("tombstone") or state is None else CoordinatorState(state),
+        frozenset((p["topic"], p["partition"]) for p in d.get("partitions") or ()),
+        d["last_update_timestamp_ms"],
+        d["start_timestamp_ms"],
+    )
+
+
+class BucketState:
+    """Stage 2's state of one bucket and the rules that move it (pure: time comes in as arguments)."""
+
+    def __init__(
+        self, config: ReconcileConfig, views: dict[int, View], opens: dict[OpenKey, OpenEntry]
+    ) -> None:
+        self.config = config
+        self.views = views
+        self.opens = opens
+        self.views_changed = False
+        self.opens_changed = False
+
+    # -- input
+
+    def apply_fact(
+        self, producer_id: int, fact: str, record_json: str | None, fact_time_ms: int, now_ms: int
+    ) -> None:
+        current = self.views.get(producer_id)
+        if current is not None and current.fact_time_ms > fact_time_ms:
+            return  # an older fact arriving late changes nothing
+        if fact == "retired":
+            self.views[producer_id] = View(None, fact_time_ms, fact_time_ms, now_ms)
+        else:
+            self.views[producer_id] = View(record_json, None, fact_time_ms, now_ms)
+        self.views_changed = True
+
+    def confirm_open(self, key: OpenKey, entry: OpenEntry, now_ms: int) -> list[Event]:
+        """A snapshot showed a transaction open: remember it (keeping when we first saw it)."""
+        existing = self.opens.get(key)
+        events: list[Event] = []
+        if existing is not None:
+            if existing.confirmed_ms > entry.confirmed_ms:
+                return []  # an older snapshot arriving late
+            if existing.start_offset == entry.start_offset:
+                entry = entry._replace(
+                    facts=entry.facts._replace(first_seen_ms=existing.facts.first_seen_ms),
+                    candidate_json=existing.candidate_json,
+                    decided=existing.decided,
+                )
+            else:  # the transaction we knew ended and a new one began on the same partition
+                events.extend(self._gone(key, existing, now_ms))
+        # Confirmed as of the snapshot, not as of this batch: a backlog of old snapshots (after a restart or a
+        # slow first batch) must not keep long-finished transactions alive.
+        self.opens[key] = entry
+        self.opens_changed = True
+        return events
+
+    # -- judging
+
+    def evaluate(self, producer_ids: set[int], confirmed_now: set[OpenKey], now_ms: int) -> list[Event]:
+        """Expire what no snapshot confirms any more; judge the open transactions of `producer_ids`."""
+        events: list[Event] = []
+        coordinator: dict[int, tuple[CoordFacts | None, int | None]] = {}
+        for key, entry in list(self.opens.items()):
+            if key not in confirmed_now and entry.confirmed_ms + self.config.expire_after_ms <= now_ms:
+                # No snapshot has confirmed it for too long: the collector stopped seeing it open. (A snapshot in
+                # this very batch is the newest news we have, however late it arrived.)
+                events.extend(self._forget(key, entry, now_ms))
+                continue
+            producer_id = key[0]
+            if producer_id not in producer_ids:
+                continue
+            if producer_id not in coordinator:
+                coordinator[producer_id] = self._coordinator(producer_id)
+            events.extend(self._judge(key, entry, *coordinator[producer_id], now_ms))
+        return events
+
+    def _coordinator(self, producer_id: int) -> tuple[CoordFacts | None, int | None]:
+        view = self.views.get(producer_id)
+        if view is None:
+            return None, None
+        if view.record_json is None:
+            return None, view.retired_at_ms
+        c = coord_facts_from_json(view.record_json)
+        if c.state is not None and producer_id not in (
+            c.producer_id,
+            c.previous_producer_id,
+            c.next_producer_id,
+        ):
+            return None, None  # defensive: a view must name this producer id
+        return c, None
+
+    def _judge(
+        self,
+        key: OpenKey,
+        entry: OpenEntry,
+        c: CoordFacts | None,
+        retired_at_ms: int | None,
+        now_ms: int,
+    ) -> list[Event]:
+        t = entry.facts
+        # Judged as of the leader's report: ages and deadlines at observed_at, so input that arrives late (a
+        # backlog) is not made to look older than it was.
+        decision = decide(t, c, t.observed_at_ms, self.config.limits, retired_at_ms=retired_at_ms)
+        decided = (decision.kind.value, decision.reason.value if decision.reason else None)
+        explanation = None
+        events: list[Event] = []
+        opens_candidate = decision.kind is VerdictKind.HANGING and entry.candidate_json is None
+        if decided != entry.decided or opens_candidate:
+            # Explaining needs the models (tens of microseconds): only for news.
+            snapshot = PartitionSnapshot.model_validate_json(entry.snapshot_json)
+            view = self.views.get(key[0])
+            record = (
+                CoordinatorRecord.model_validate_json(view.record_json)
+                if c is not None and view is not None and view.record_json is not None
+                else None
+            )
+            verdict = build_verdict(
+                decision,
+                snapshot.open_transactions[0],
+                snapshot,
+                record,
+                now_ms=t.observed_at_ms,
+                limits=self.config.limits,
+                retired_at_ms=retired_at_ms,
+            )
+            explanation = verdict.explanation
+            candidate_json = entry.candidate_json
+            if opens_candidate:
+                planned = plan_abort(
+                    snapshot,
+                    snapshot.open_transactions[0],
+                    verdict,
+                    bootstrap=self.config.bootstrap,
+                    command_config=self.config.command_config,
+                    first_detected_ms=now_ms,
+                )
+                candidate_json = planned.model_dump_json()
+                events.append(self._candidate_event("OPENED", planned, entry.leader, now_ms))
+            entry = entry._replace(decided=decided, candidate_json=candidate_json)
+            self.opens[key] = entry
+            self.opens_changed = True
+        candidate_id = (
+            AbortCandidate.model_validate_json(entry.candidate_json).candidate_id
+            if entry.candidate_json is not None
+            else None
+        )
+        events.append(
+            (
+                "VERDICT",
+                key[0],
+                key[1],
+                key[2],
+                entry.leader,
+                entry.start_offset,
+                decided[0],
+                decided[1],
+                age_ms(t.observed_at_ms, t.open_since_ms),
+                entry.lso_lag,
+                explanation,
+                candidate_id,
+                None,
+                now_ms,
+            )
+        )
+        return events
+
+    @staticmethod
+    def _candidate_event(event: str, c: AbortCandidate, leader: int | None, now_ms: int) -> Event:
+        return (
+            event,
+            c.spec.producer_id,
+            c.topic,
+            c.partition,
+            leader,
+            c.start_offset,
+            VerdictKind.HANGING.value,
+            c.reason.value,
+            c.evidence.age_ms,
+            None,
+            c.explanation,
+            c.candidate_id,
+            c.model_dump_json(),
+            now_ms,
+        )
+
+    # -- forgetting
+
+    def _gone(self, key: OpenKey, entry: OpenEntry, now_ms: int) -> list[Event]:
+        producer_id, topic, partition = key
+        events: list[Event] = [
+            ("GONE", producer_id, topic, partition, entry.leader, entry.start_offset)
+            + (None,) * 7
+            + (now_ms,)
+        ]
+        if entry.candidate_json is not None:
+            resolved = AbortCandidate.model_validate_json(entry.candidate_json).resolved(
+                resolved_at_ms=now_ms
+            )
+            events.append(self._candidate_event("RESOLVED", resolved, entry.leader, now_ms))
+        return events
+
+    def _forget(self, key: OpenKey, entry: OpenEntry, now_ms: int) -> list[Event]:
+        del self.opens[key]
+        self.opens_changed = True
+        return self._gone(key, entry, now_ms)
+
+    def expire(self, now_ms: int) -> list[Event]:
+        """The timer's work: forget unconfirmed transactions and views past their TTL."""
+        events = self.evaluate(set(), set(), now_ms)
+        self.prune_views(now_ms)
+        return events
+
+    def prune_views(self, now_ms: int) -> None:
+        ttl = self.config.view_ttl_ms
+        stale = [pid for pid, v in self.views.items() if v.updated_ms + ttl <= now_ms]
+        for pid in stale:
+            del self.views[pid]
+        self.views_changed = self.views_changed or bool(stale)
+
+    def next_deadline(self) -> int | None:
+        """When the timer must fire next: the earliest expiry of an open transaction or a view."""
+        deadlines = [e.confirmed_ms + self.config.expire_after_ms for e in self.opens.values()]
+        if self.views:
+            deadlines.append(min(v.updated_ms for v in self.views.values()) + self.config.view_ttl_ms)
+        return min(deadlines) if deadlines else None
+
+
+def open_entry(
+    producer_id: int,
+    topic: str,
+    partition: int,
+    snapshot_json: str,
+    observed_at_ms: int,
+    leader: int | None,
+    start_offset: int,
+    producer_epoch: int,
+    start_batch_producer_epoch: int | None,
+    start_timestamp_ms: int | None,
+    last_timestamp_ms: int,
+    max_transaction_timeout_ms: int | None,
+    lso_lag: int | None,
+) -> OpenEntry:
+    """An open-transaction input row as state (first seen = observed, on the collector's clock like the rest)."""
+    facts = TxnFacts(
+        topic,
+        partition,
+        producer_id,
+        first_batch_epoch(start_batch_producer_epoch, producer_epoch),
+        open_since_ms(start_timestamp_ms, last_timestamp_ms),
+        observed_at_ms,
+        max_transaction_timeout_ms,
+        observed_at_ms,
+    )
+    return OpenEntry(facts, snapshot_json, observed_at_ms, leader, start_offset, lso_lag, None, None)
+
+
+def reconcile_bucket(bucket: BucketState, columns: Sequence[list[Any]], now_ms: int) -> list[Event]:
+    """One batch of stage-2 input rows (STAGE2_INPUT_COLUMNS[1:] as column lists) applied to a bucket."""
+    (pid, fact, _tid, record_json, fact_time, topic, partition, snapshot_json, observed, leader, offset,
+     epoch, start_epoch, start_ts, last_ts, max_timeout, lso_lag) = columns  # fmt: skip
+    events: list[Event] = []
+    producer_ids: set[int] = set()
+    confirmed_now: set[OpenKey] = set()
+    opens = [i for i, f in enumerate(fact) if f == "open"]
+    facts = sorted((i for i, f in enumerate(fact) if f != "open"), key=lambda i: fact_time[i])
+    for i in opens:
+        key = (pid[i], topic[i], partition[i])
+        entry = open_entry(
+            pid[i], topic[i], partition[i], snapshot_json[i], observed[i], leader[i], offset[i],
+            epoch[i], start_epoch[i], start_ts[i], last_ts[i], max_timeout[i], lso_lag[i],
+        )  # fmt: skip
+        events.extend(bucket.confirm_open(key, entry, now_ms))
+        confirmed_now.add(key)
+        producer_ids.add(pid[i])
+    for i in facts:
+        bucket.apply_fact(pid[i], fact[i], record_json[i], fact_time[i], now_ms)
+        producer_ids.add(pid[i])
+    events.extend(bucket.evaluate(producer_ids, confirmed_now, now_ms))
+    return events
 
 
 class TransactionReconciler(StatefulProcessor):
-    """Stage 2: per producer id, open transactions × the coordinator's view → verdicts and candidates."""
+    """Stage 2 (keyed by a bucket of producer ids): open transactions × the coordinator's view → verdicts."""
 
     def __init__(self, config: ReconcileConfig) -> None:
         self.config = config
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.view = handle.getValueState(
-            "view",
-            "record_json string, retired_at_ms long, fact_time_ms long",
-            ttlDurationMs=self.config.view_ttl_ms,
-        )
-        self.open = handle.getMapState("open", "topic string, partition long", OPEN_VALUE_SCHEMA)
+        self.views = handle.getValueState("views", BLOB_SCHEMA)
+        self.opens = handle.getValueState("open", BLOB_SCHEMA)
+        self.timer = handle.getValueState("timer", "at_ms long")
 
-    # -- input
+    def _bucket(self) -> BucketState:
+        return BucketState(self.config, _load(self.views), _load(self.opens))
 
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
-        (producer_id,) = key
-        now_ms = timerValues.getCurrentProcessingTimeInMs()
-        events: list[Row] = []
-        confirmed_now: set[tuple[str, int]] = set()
-        for r in sorted(rows, key=lambda r: (r.fact != "open", r.fact_time_ms or r.observed_at_ms or 0)):
-            if r.fact == "open":
-                events.extend(self._confirm_open(r, now_ms))
-                confirmed_now.add((r.topic, r.partition))
-            else:
-                self._apply_fact(r)
-        events.extend(self._evaluate_all(producer_id, now_ms, confirmed_now))
-        self._schedule_expiry(now_ms)
-        return iter(events)
-
-    def _apply_fact(self, r: Row) -> None:
-        current = self.view.get() if self.view.exists() else None
-        if current is not None and current[2] > r.fact_time_ms:
-            return  # an older fact arriving late changes nothing
-        if r.fact == "retired":
-            self.view.update((None, r.fact_time_ms, r.fact_time_ms))
+    def _store(self, bucket: BucketState) -> None:
+        if bucket.views_changed:
+            _save(self.views, bucket.views)
+        if bucket.opens_changed:
+            _save(self.opens, bucket.opens)
+        deadline = bucket.next_deadline()
+        registered = self.timer.get()[0] if self.timer.exists() else None
+        if deadline == registered:
+            return
+        if registered is not None:
+            self.handle.deleteTimer(registered)
+        if deadline is None:
+            self.timer.clear()
         else:
-            self.view.update((r.record_json, None, r.fact_time_ms))
+            self.handle.registerTimer(deadline)
+            self.timer.update((deadline,))
 
-    def _confirm_open(self, r: Row, now_ms: int) -> list[Row]:
-        key = (r.topic, r.partition)
-        snapshot = PartitionSnapshot.model_validate_json(r.snapshot_json)
-        txn = snapshot.open_transactions[0]
-        existing = self.open.getValue(key) if self.open.containsKey(key) else None
-        events: list[Row] = []
-        # First seen on the collector's clock, like observed_at: the rules compare the two.
-        first_seen, candidate = snapshot.observed_at_ms, None
-        if existing is not None:
-            old = PartitionSnapshot.model_validate_json(existing[0])
-            if old.observed_at_ms > snapshot.observed_at_ms:
-                return []  # an older snapshot arriving late
-            if old.open_transactions[0].start_offset == txn.start_offset:
-                first_seen, candidate = existing[1], existing[3]
-            else:  # the transaction we knew ended and a new one began on the same partition
-                events.extend(self._gone(old, existing[3], now_ms))
-        # Confirmed as of the snapshot, not as of this batch: a backlog of old snapshots (after a restart or a
-        # slow first batch) must not keep long-finished transactions alive.
-        self.open.updateValue(key, (r.snapshot_json, first_seen, snapshot.observed_at_ms, candidate))
-        return events
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        bucket = self._bucket()
+        events = reconcile_bucket(bucket, _columns(rows, STAGE2_INPUT_COLUMNS[1:]), now_ms)
+        self._store(bucket)
+        if events:
+            yield pd.DataFrame(events, columns=EVENT_COLUMNS, dtype=object)
 
-    # -- classification
-
-    def _coordinator(self) -> tuple[CoordinatorRecord | None, int | None]:
-        if not self.view.exists():
-            return None, None
-        record_json, retired_at, _ = self.view.get()
-        if record_json is None:
-            return None, retired_at
-        return CoordinatorRecord.model_validate_json(record_json), None
-
-    def _evaluate_all(self, producer_id: int, now_ms: int, confirmed_now: set[tuple[str, int]]) -> list[Row]:
-        view, retired_at = self._coordinator()
-        if (
-            view is not None
-            and not view.tombstone
-            and producer_id
-            not in (
-                view.producer_id,
-                view.previous_producer_id,
-                view.next_producer_id,
-            )
-        ):
-            view = None  # defensive: a view must name this producer id
-        events: list[Row] = []
-        for (topic, partition), (snapshot_json, first_seen, confirmed, candidate) in list(
-            self.open.iterator()
-        ):
-            snapshot = PartitionSnapshot.model_validate_json(snapshot_json)
-            if (topic, partition) not in confirmed_now and confirmed + self.config.expire_after_ms <= now_ms:
-                # No snapshot has confirmed it for too long: the collector stopped seeing it open. (A snapshot in
-                # this very batch is the newest news we have, however late it arrived.)
-                self.open.removeKey((topic, partition))
-                events.extend(self._gone(snapshot, candidate, now_ms))
-                continue
-            txn = snapshot.open_transactions[0]
-            # Judged as of the leader's report: ages and deadlines at observed_at, so input that arrives late
-            # (a backlog) is not made to look older than it was.
-            verdict = classify(
-                txn,
-                snapshot,
-                view,
-                now_ms=snapshot.observed_at_ms,
-                limits=self.config.limits,
-                first_seen_ms=first_seen,
-                retired_at_ms=retired_at,
-            )
-            e = verdict.evidence
-            lso_lag = (
-                snapshot.high_watermark - snapshot.last_stable_offset
-                if snapshot.high_watermark is not None and snapshot.last_stable_offset is not None
-                else None
-            )
-            candidate_id = None
-            if verdict.kind is VerdictKind.HANGING and candidate is None:
-                planned = plan_abort(
-                    snapshot,
-                    txn,
-                    verdict,
-                    bootstrap=self.config.bootstrap,
-                    command_config=self.config.command_config,
-                    first_detected_ms=now_ms,
-                )
-                candidate = planned.model_dump_json()
-                self.open.updateValue((topic, partition), (snapshot_json, first_seen, confirmed, candidate))
-                events.append(self._candidate_event("OPENED", planned, snapshot, now_ms))
-            if candidate is not None:
-                candidate_id = AbortCandidate.model_validate_json(candidate).candidate_id
-            events.append(
-                Row(
-                    event="VERDICT",
-                    producer_id=producer_id,
-                    topic=topic,
-                    partition=partition,
-                    leader=snapshot.leader,
-                    start_offset=txn.start_offset,
-                    kind=verdict.kind.value,
-                    reason=verdict.reason.value if verdict.reason else None,
-                    age_ms=e.age_ms,
-                    lso_lag=lso_lag,
-                    explanation=verdict.explanation,
-                    candidate_id=candidate_id,
-                    payload=None,
-                    event_time_ms=now_ms,
-                )
-            )
-        return events
-
-    @staticmethod
-    def _candidate_event(event: str, c: AbortCandidate, snapshot: PartitionSnapshot, now_ms: int) -> Row:
-        return Row(
-            event=event,
-            producer_id=c.spec.producer_id,
-            topic=c.topic,
-            partition=c.partition,
-            leader=snapshot.leader,
-            start_offset=c.start_offset,
-            kind=VerdictKind.HANGING.value,
-            reason=c.reason.value,
-            age_ms=c.evidence.age_ms,
-            lso_lag=None,
-            explanation=c.explanation,
-            candidate_id=c.candidate_id,
-            payload=c.model_dump_json(),
-            event_time_ms=now_ms,
-        )
-
-    # -- forgetting
-
-    def _gone(self, snapshot: PartitionSnapshot, candidate: str | None, now_ms: int) -> list[Row]:
-        txn = snapshot.open_transactions[0]
-        events = [
-            Row(
-                event="GONE",
-                producer_id=txn.producer_id,
-                topic=snapshot.topic,
-                partition=snapshot.partition,
-                leader=snapshot.leader,
-                start_offset=txn.start_offset,
-                kind=None,
-                reason=None,
-                age_ms=None,
-                lso_lag=None,
-                explanation=None,
-                candidate_id=None,
-                payload=None,
-                event_time_ms=now_ms,
-            )
-        ]
-        if candidate is not None:
-            resolved = AbortCandidate.model_validate_json(candidate).resolved(resolved_at_ms=now_ms)
-            events.append(self._candidate_event("RESOLVED", resolved, snapshot, now_ms))
-        return events
-
-    def _schedule_expiry(self, now_ms: int) -> None:
-        for t in list(self.handle.listTimers()):
-            self.handle.deleteTimer(t)
-        if self.open.exists():
-            self.handle.registerTimer(now_ms + self.config.expire_after_ms)
-
-    def handleExpiredTimer(self, key: Any, timerValues: TimerValues, expiredTimerInfo: Any) -> Iterator[Row]:
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: Any
+    ) -> Iterator[pd.DataFrame]:
         # Called by keyword: the parameter names must stay exactly these (notes/spark-4.3.md).
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        events: list[Row] = []
-        for k, (snapshot_json, _first, confirmed, candidate) in list(self.open.iterator()):
-            if confirmed + self.config.expire_after_ms <= now_ms:
-                self.open.removeKey(k)
-                events.extend(
-                    self._gone(PartitionSnapshot.model_validate_json(snapshot_json), candidate, now_ms)
-                )
-        if self.open.exists():
-            self.handle.registerTimer(now_ms + self.config.expire_after_ms)
-        return iter(events)
+        self.timer.clear()  # it fired
+        bucket = self._bucket()
+        events = bucket.expire(now_ms)
+        self._store(bucket)
+        if events:
+            yield pd.DataFrame(events, columns=EVENT_COLUMNS, dtype=object)
 
     def close(self) -> None:
         pass

@@ -103,9 +103,16 @@ def parse_snapshots(raw: DataFrame) -> DataFrame:
     typed = raw.withColumn("record_type", _header(TYPE_HEADER)).where(
         F.col("record_type").isNull() | (F.col("record_type") == SNAPSHOT_TYPE)
     )
-    parsed = typed.withColumn(
-        "snapshot",
-        F.from_json(F.col("value").cast("string"), PARTITION_SNAPSHOT_SCHEMA, {"mode": "PERMISSIVE"}),
+    # explode(array(...)) parses each message once: a plain column would be inlined by the optimizer into every
+    # expression that reads it (the problem checks, the filter pushed below them, each field), and JSON parsing
+    # is not code-generated, so Spark parsed each message about 20 times. A generator is a barrier it keeps.
+    parsed = typed.select(
+        "*",
+        F.explode(
+            F.array(
+                F.from_json(F.col("value").cast("string"), PARTITION_SNAPSHOT_SCHEMA, {"mode": "PERMISSIVE"})
+            )
+        ).alias("snapshot"),
     )
     # from_json yields a struct of nulls for text that is not JSON at all.
     parsed = parsed.withColumn(
@@ -255,8 +262,13 @@ def decode_transaction_log(raw: DataFrame) -> DataFrame:
 
 def parse_coordinator_json(raw: DataFrame) -> DataFrame:
     """The collector's fallback topic (CoordinatorRecord JSON) → the same columns as the decoded log."""
-    parsed = raw.withColumn(
-        "r", F.from_json(F.col("value").cast("string"), COORDINATOR_RECORD_SCHEMA, {"mode": "PERMISSIVE"})
+    parsed = raw.select(  # parsed once: see parse_snapshots
+        "*",
+        F.explode(
+            F.array(
+                F.from_json(F.col("value").cast("string"), COORDINATOR_RECORD_SCHEMA, {"mode": "PERMISSIVE"})
+            )
+        ).alias("r"),
     )
     r = F.col("r")
     problem = (

@@ -195,7 +195,7 @@ def test_two_stateful_stages_turn_records_and_snapshots_into_verdicts(
     config = ReconcileConfig(
         limits=LIMITS, expire_after_ms=600_000, view_ttl_ms=3_600_000, bootstrap="b:9092"
     )
-    events = reconcile_events(snaps, coords, config)
+    events = reconcile_events(snaps, coords, config, buckets=4)
     out: list = []
     query = (
         events.writeStream.foreachBatch(lambda df, _: out.extend(df.collect()))

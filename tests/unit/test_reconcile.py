@@ -1,0 +1,257 @@
+"""The stateful stages' rules without Spark: stage 1's `advance_owners`, stage 2's `BucketState` fed through
+`reconcile_bucket` exactly as the processor feeds it (one list per input column)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import pytest
+from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot, tps
+
+from detectors.models import AbortCandidate, CoordinatorRecord, CoordinatorState, PartitionSnapshot
+from detectors.rules import coord_facts
+from streaming.reconcile import (
+    EVENT_COLUMNS,
+    STAGE2_INPUT_COLUMNS,
+    BucketState,
+    CoordinatorRow,
+    Owner,
+    ReconcileConfig,
+    advance_owners,
+    coord_facts_from_json,
+    reconcile_bucket,
+)
+
+pytestmark = pytest.mark.unit
+
+CONFIG = ReconcileConfig(
+    limits=LIMITS, expire_after_ms=30 * SECOND, view_ttl_ms=60 * MINUTE, bootstrap="b:9092"
+)
+
+
+# ------------------------------------------------------------------------------------------- stage 1
+
+
+def row(record: CoordinatorRecord) -> CoordinatorRow:
+    return CoordinatorRow(
+        record.transactional_id,
+        record.producer_id,
+        record.previous_producer_id,
+        record.next_producer_id,
+        record.tombstone,
+        record.last_update_timestamp_ms,
+        record.source_offset,
+        record.model_dump_json(),
+    )
+
+
+def test_a_lifecycle_gives_one_view_fact_with_the_newest_record() -> None:
+    owners: dict[str, Owner] = {}
+    records = [
+        coord(state=s, source_offset=o, last_update_timestamp_ms=T0 + o)
+        for o, s in enumerate(
+            (CoordinatorState.ONGOING, CoordinatorState.PREPARE_COMMIT, CoordinatorState.COMPLETE_COMMIT), 1
+        )
+    ]
+    facts = advance_owners(owners, [row(r) for r in reversed(records)])  # applied in log order anyway
+    assert facts == [(PID, "view", "tx-1", records[-1].model_dump_json(), T0 + 3)]
+    assert owners == {"tx-1": Owner(PID, 3)}
+    # A replay (a restart re-reading the log) changes nothing.
+    assert advance_owners(owners, [row(records[1])]) == []
+    assert owners == {"tx-1": Owner(PID, 3)}
+
+
+def test_a_new_producer_id_retires_the_old_one_unless_the_record_names_it() -> None:
+    owners = {"tx-1": Owner(PID, 3), "tx-2": Owner(2000, 3)}
+    moved = coord(producer_id=PID + 1, source_offset=4, last_update_timestamp_ms=T0 + 4)
+    bumped = coord(
+        transactional_id="tx-2",
+        producer_id=2001,
+        previous_producer_id=2000,
+        source_offset=4,
+        last_update_timestamp_ms=T0 + 4,
+    )
+    facts = advance_owners(owners, [row(moved), row(bumped)])
+    assert (PID, "retired", "tx-1", None, T0 + 4) in facts
+    assert (PID + 1, "view", "tx-1", moved.model_dump_json(), T0 + 4) in facts
+    # Epoch overflow (KIP-360): the new record still names the old producer id, so it stays its view.
+    assert (2000, "view", "tx-2", bumped.model_dump_json(), T0 + 4) in facts
+    assert owners == {"tx-1": Owner(PID + 1, 4), "tx-2": Owner(2001, 4)}
+
+
+def test_a_tombstone_retires_the_producer_id_and_forgets_the_transactional_id() -> None:
+    owners = {"tx-1": Owner(PID, 3)}
+    gone = CoordinatorRecord.tombstone_of("tx-1", source_partition=7, source_offset=9, source_timestamp_ms=T0)
+    assert advance_owners(owners, [row(gone)]) == [
+        (PID, "retired", "tx-1", None, gone.last_update_timestamp_ms)
+    ]
+    assert owners == {}
+
+
+def test_records_without_offsets_always_apply() -> None:
+    # The DescribeTransactions fallback has no log offsets (-1): each record is news.
+    owners = {"tx-1": Owner(PID, -1)}
+    record = coord(origin="describe-transactions", source_offset=-1, source_partition=-1)
+    assert len(advance_owners(owners, [row(record)])) == 1
+    assert len(advance_owners(owners, [row(record)])) == 1
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        coord(),
+        coord(state=CoordinatorState.COMPLETE_ABORT, partitions=(), next_producer_id=PID + 1),
+        coord(state=CoordinatorState.PREPARE_COMMIT, partitions=tps("a-0", "a-1", "b-3")),
+        coord(state=CoordinatorState.EMPTY, partitions=(), transaction_timeout_ms=-1),
+        CoordinatorRecord.tombstone_of("tx-9", source_partition=1, source_offset=2, source_timestamp_ms=T0),
+    ],
+)
+def test_the_lean_json_reading_agrees_with_the_model(record: CoordinatorRecord) -> None:
+    assert coord_facts_from_json(record.model_dump_json()) == coord_facts(record)
+
+
+# ------------------------------------------------------------------------------------------- stage 2
+
+
+def open_row(s: PartitionSnapshot) -> list[Any]:
+    """A stage-2 input row for the first open transaction of `s`, as job.open_transaction_rows builds it."""
+    t = s.open_transactions[0]
+    one = s.model_copy(update={"open_transactions": (t,)})
+    values = {
+        "producer_id": t.producer_id,
+        "fact": "open",
+        "topic": s.topic,
+        "partition": s.partition,
+        "snapshot_json": one.model_dump_json(),
+        "observed_at_ms": s.observed_at_ms,
+        "leader": s.leader,
+        "start_offset": t.start_offset,
+        "producer_epoch": t.producer_epoch,
+        "start_batch_producer_epoch": t.start_batch_producer_epoch,
+        "start_timestamp_ms": t.start_timestamp_ms,
+        "last_timestamp_ms": t.last_timestamp_ms,
+        "max_transaction_timeout_ms": s.max_transaction_timeout_ms,
+        "lso_lag": s.high_watermark - s.last_stable_offset,  # type: ignore[operator]
+    }
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def fact_row(record: CoordinatorRecord | None, *, producer_id: int = PID, retired_at: int = 0) -> list[Any]:
+    values: dict[str, Any] = {"producer_id": producer_id, "fact": "retired", "fact_time_ms": retired_at}
+    if record is not None:
+        values.update(
+            fact="view",
+            transactional_id=record.transactional_id,
+            record_json=record.model_dump_json(),
+            fact_time_ms=record.last_update_timestamp_ms,
+        )
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def batch(bucket: BucketState, now_ms: int, *rows: list[Any]) -> list[dict[str, Any]]:
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in STAGE2_INPUT_COLUMNS[1:]]
+    return [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in reconcile_bucket(bucket, columns, now_ms)]
+
+
+def new_bucket() -> BucketState:
+    return BucketState(CONFIG, {}, {})
+
+
+def seen_at(at_ms: int, **txn: Any) -> PartitionSnapshot:
+    return snapshot(open_txn(**txn), observed_at_ms=at_ms)
+
+
+def test_a_transaction_left_open_after_its_commit_opens_one_candidate_then_resolves() -> None:
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 + SECOND)
+    b = new_bucket()
+    t1 = T0 + MINUTE
+    first = batch(b, t1, fact_row(done), open_row(seen_at(t1)))
+    # First seen just now: the grace period runs from our own first sighting too.
+    assert [e["event"] for e in first] == ["VERDICT"]
+    assert first[0]["kind"] != "HANGING" and first[0]["explanation"]
+
+    t2 = t1 + 15 * SECOND
+    second = batch(b, t2, open_row(seen_at(t2)))
+    assert [e["event"] for e in second] == ["OPENED", "VERDICT"]
+    opened, verdict = second
+    assert (verdict["kind"], verdict["reason"]) == ("HANGING", "coordinator-completed")
+    candidate = AbortCandidate.model_validate_json(opened["payload"])
+    assert verdict["candidate_id"] == opened["candidate_id"] == candidate.candidate_id
+    assert "--start-offset 100" in candidate.kafka_cli and candidate.spec.producer_id == PID
+    assert verdict["age_ms"] == t2 - T0 and verdict["lso_lag"] == 150
+
+    # Confirmed again: the same verdict, no second OPENED, no explanation repeated.
+    third = batch(b, t2 + 5 * SECOND, open_row(seen_at(t2 + 5 * SECOND)))
+    assert [(e["event"], e["explanation"], e["candidate_id"]) for e in third] == [
+        ("VERDICT", None, candidate.candidate_id)
+    ]
+
+    # No snapshot confirms it any more (aborted): forgotten at the deadline, the candidate resolved.
+    deadline = b.next_deadline()
+    assert deadline == t2 + 5 * SECOND + CONFIG.expire_after_ms
+    assert b.expire(deadline - 1) == []
+    gone = [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in b.expire(deadline)]
+    assert [e["event"] for e in gone] == ["GONE", "RESOLVED"]
+    assert AbortCandidate.model_validate_json(gone[1]["payload"]).candidate_id == candidate.candidate_id
+    assert b.opens == {}
+
+
+def test_a_coordinator_that_still_lists_the_partition_keeps_the_transaction_open() -> None:
+    live = coord(transaction_timeout_ms=900_000, last_update_timestamp_ms=T0 + SECOND)
+    b = new_bucket()
+    for at in (T0 + 20 * SECOND, T0 + 40 * SECOND):
+        (verdict,) = batch(b, at, fact_row(live), open_row(seen_at(at)))
+        assert verdict["kind"] == "OPEN" and verdict["candidate_id"] is None
+
+
+def test_a_retired_producer_id_with_an_open_transaction_hangs() -> None:
+    b = new_bucket()
+    batch(b, T0 + MINUTE, fact_row(None, retired_at=T0 + SECOND), open_row(seen_at(T0 + MINUTE)))
+    events = batch(b, T0 + 2 * MINUTE, open_row(seen_at(T0 + 2 * MINUTE)))
+    assert [(e["event"], e["reason"]) for e in events] == [
+        ("OPENED", "no-coordinator-state"),
+        ("VERDICT", "no-coordinator-state"),
+    ]
+
+
+def test_a_new_transaction_on_the_partition_ends_the_old_one_and_late_snapshots_change_nothing() -> None:
+    b = new_bucket()
+    batch(b, T0 + MINUTE, open_row(seen_at(T0 + MINUTE)))
+    later = seen_at(T0 + 2 * MINUTE, start_offset=300, start_timestamp_ms=T0 + 90 * SECOND)
+    events = batch(b, T0 + 2 * MINUTE, open_row(later))
+    assert [(e["event"], e["start_offset"]) for e in events] == [("GONE", 100), ("VERDICT", 300)]
+    # A snapshot older than what we know, arriving late: ignored (no GONE of the newer transaction).
+    events = batch(b, T0 + 2 * MINUTE, open_row(seen_at(T0 + MINUTE)))
+    assert [(e["event"], e["start_offset"]) for e in events] == [("VERDICT", 300)]
+    (entry,) = b.opens.values()
+    assert entry.start_offset == 300 and entry.facts.first_seen_ms == T0 + 2 * MINUTE
+
+
+def test_only_the_producer_ids_in_a_batch_are_judged_but_expiry_covers_the_bucket() -> None:
+    b = new_bucket()
+    batch(b, T0 + MINUTE, open_row(seen_at(T0 + MINUTE)))
+    other = snapshot(open_txn(producer_id=PID + 2), observed_at_ms=T0 + 80 * SECOND, partition=4)
+    events = batch(b, T0 + 80 * SECOND, open_row(other))
+    assert [(e["event"], e["producer_id"]) for e in events] == [("VERDICT", PID + 2)]
+    events = batch(b, T0 + 95 * SECOND, open_row(other))  # PID was last confirmed 35 s ago
+    assert [(e["event"], e["producer_id"]) for e in events] == [("GONE", PID), ("VERDICT", PID + 2)]
+
+
+def test_views_are_forgotten_after_their_ttl_and_older_facts_never_win() -> None:
+    b = new_bucket()
+    newer = coord(last_update_timestamp_ms=T0 + 2 * SECOND)
+    batch(b, T0, fact_row(newer))
+    batch(b, T0 + SECOND, fact_row(coord(last_update_timestamp_ms=T0)))
+    assert json.loads(b.views[PID].record_json or "")["last_update_timestamp_ms"] == T0 + 2 * SECOND
+    assert b.next_deadline() == T0 + CONFIG.view_ttl_ms  # the view was last updated at T0
+    b.expire(T0 + CONFIG.view_ttl_ms)
+    assert b.views == {} and b.views_changed and b.next_deadline() is None
+
+
+def test_the_state_survives_pickling() -> None:
+    b = new_bucket()
+    batch(b, T0 + MINUTE, fact_row(coord()), open_row(seen_at(T0 + MINUTE)))
+    views, opens = pickle.loads(pickle.dumps(b.views)), pickle.loads(pickle.dumps(b.opens))
+    assert views == b.views and opens == b.opens
