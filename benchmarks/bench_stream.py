@@ -155,7 +155,9 @@ def snapshot_records(
     count, so one producer id is open on several partitions (what stage 2 keys by)."""
     rng = random.Random(seed)
     tps = [(DATA_TOPICS[i % len(DATA_TOPICS)], i // len(DATA_TOPICS)) for i in range(partitions)]
-    t0 = int(time.time() * 1000)
+    # The sweeps end now, as a backlog does: observed_at in the future would keep every transaction from
+    # expiring (the job expires on processing time), and the open state would only grow.
+    t0 = int(time.time() * 1000) - sweeps * sweep_interval_ms
     # per partition: list of [producer_id, epoch, start_offset, start_ms, sweeps_left]
     slots: list[list[list[int]]] = [[] for _ in tps]
     next_offset = [rng.randint(0, 10_000) for _ in tps]

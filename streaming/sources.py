@@ -8,11 +8,13 @@ docs/streaming.md for the evidence.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -176,88 +178,136 @@ DECODED_SCHEMA = T.StructType(
 DECODED_ARROW_SCHEMA = pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in DECODED_SCHEMA.fields])
 
 
-def _decode_row(
-    key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int, ts_ms: int
-) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "source_partition": partition,
-        "source_offset": offset,
-        "source_timestamp_ms": ts_ms,
-        "origin": "transaction-log",
-        "kafka_topic": topic,
-        "kafka_partition": partition,
-        "kafka_offset": offset,
-        "key": key,
-        "value": value,
-    }
-    try:
-        if key is None:
-            raise DecodeError("record has no key")
-        k = decode_key(key)
-        row["transactional_id"] = k.transactional_id
-        v = decode_value(value)
-        if v is None:  # tombstone: the coordinator expired the transactional id
-            row.update(
-                producer_id=-1,
-                producer_epoch=-1,
-                previous_producer_id=-1,
-                next_producer_id=-1,
-                client_transaction_version=0,
-                transaction_timeout_ms=-1,
-                state=None,
-                partitions=[],
-                last_update_timestamp_ms=ts_ms,
-                start_timestamp_ms=-1,
-                tombstone=True,
-            )
+# The decoded fields, in the order `_decode_fields` returns them; the other columns come from the input as they are.
+_DECODED_FIELDS = (
+    "transactional_id",
+    "producer_id",
+    "producer_epoch",
+    "previous_producer_id",
+    "next_producer_id",
+    "client_transaction_version",
+    "transaction_timeout_ms",
+    "state",
+    "partitions",
+    "last_update_timestamp_ms",
+    "start_timestamp_ms",
+    "tombstone",
+)
+
+
+def _decode_fields(key: bytes | None, value: bytes | None, ts_ms: int) -> tuple[Any, ...]:
+    """One `__transaction_state` record → the values of _DECODED_FIELDS (raises DecodeError or ValueError)."""
+    if key is None:
+        raise DecodeError("record has no key")
+    transactional_id = decode_key(key).transactional_id
+    v = decode_value(value)
+    if v is None:  # tombstone: the coordinator expired the transactional id
+        return (transactional_id, -1, -1, -1, -1, 0, -1, None, [], ts_ms, -1, True)
+    return (
+        transactional_id,
+        v.producer_id,
+        v.producer_epoch,
+        v.previous_producer_id,
+        v.next_producer_id,
+        v.client_transaction_version,
+        v.transaction_timeout_ms,
+        CoordinatorState.from_status(int(v.status)).value,
+        [{"topic": t, "partition": p} for t, ids in sorted(v.partitions or ()) for p in sorted(ids)],
+        v.last_update_timestamp_ms,
+        v.start_timestamp_ms,
+        False,
+    )
+
+
+def run_ends(transactional_ids: list[Any], producer_ids: list[Any], tombstones: list[Any]) -> list[bool]:
+    """Which records (in log order) stage 1 needs: the first and the last of each run of records of one
+    transactional id with one producer id, every tombstone, and every row that did not decode (id None).
+
+    Stage 1 (`streaming.reconcile.advance_owners`) reads a run's first record (does it name the previous
+    owner?) and its last (the new owner's view); the ones between are overwritten. A lifecycle (Ongoing,
+    PrepareCommit, CompleteCommit, ... ) of one producer keeps 2 rows however many transactions it made.
+    """
+    keep = [True] * len(transactional_ids)
+    run: dict[str, tuple[int, int, int]] = {}  # transactional id -> (producer id, first index, last index)
+    for i, (tid, pid, tombstone) in enumerate(zip(transactional_ids, producer_ids, tombstones, strict=True)):
+        if tid is None:
+            continue
+        if tombstone:
+            run.pop(tid, None)
+            continue
+        current = run.get(tid)
+        if current is not None and current[0] == pid:
+            if current[2] != current[1]:
+                keep[current[2]] = False  # a middle record of the run
+            run[tid] = (pid, current[1], i)
         else:
-            row.update(
-                producer_id=v.producer_id,
-                producer_epoch=v.producer_epoch,
-                previous_producer_id=v.previous_producer_id,
-                next_producer_id=v.next_producer_id,
-                client_transaction_version=v.client_transaction_version,
-                transaction_timeout_ms=v.transaction_timeout_ms,
-                state=CoordinatorState.from_status(int(v.status)).value,
-                partitions=sorted(
-                    ({"topic": t, "partition": p} for t, ids in (v.partitions or ()) for p in ids),
-                    key=lambda tp: (tp["topic"], tp["partition"]),
-                ),
-                last_update_timestamp_ms=v.last_update_timestamp_ms,
-                start_timestamp_ms=v.start_timestamp_ms,
-                tombstone=False,
-            )
-    except (DecodeError, ValueError) as exc:
-        row["error"] = f"undecodable __transaction_state record: {exc}"
-    return row
+            run[tid] = (pid, i, i)
+    return keep
 
 
-def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: raw `__transaction_state` rows → DECODED_SCHEMA rows (runs on executors)."""
+def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: raw `__transaction_state` rows → DECODED_SCHEMA rows (runs on executors).
+
+    Built column by column: only the decoded fields pass through Python objects; where a record came from is
+    copied from the input arrays, and the raw bytes are kept only for rows that did not decode (dead letters).
+    `compact` keeps only the records stage 1 needs (`run_ends`), within each Arrow batch: a Kafka partition's
+    records come in offset order, and all records of a transactional id are in one partition.
+    """
     for batch in batches:
-        cols = batch.to_pydict()
-        rows = [
-            _decode_row(k, v, t, p, o, ts)
-            for k, v, t, p, o, ts in zip(
-                cols["key"],
-                cols["value"],
-                cols["topic"],
-                cols["partition"],
-                cols["offset"],
-                cols["ts_ms"],
-                strict=True,
-            )
-        ]
-        yield pa.RecordBatch.from_pylist(rows, schema=DECODED_ARROW_SCHEMA)
+        n = batch.num_rows
+        decoded: list[list[Any]] = [[] for _ in _DECODED_FIELDS]
+        errors: list[str | None] = []
+        for key, value, ts_ms in zip(
+            batch.column("key").to_pylist(),
+            batch.column("value").to_pylist(),
+            batch.column("ts_ms").to_pylist(),
+            strict=True,
+        ):
+            try:
+                fields: tuple[Any, ...] = _decode_fields(key, value, ts_ms)
+                errors.append(None)
+            except (DecodeError, ValueError) as exc:
+                fields = (None,) * len(_DECODED_FIELDS)
+                errors.append(f"undecodable __transaction_state record: {exc}")
+            for column, item in zip(decoded, fields, strict=True):
+                column.append(item)
+        bad = pa.array([e is not None for e in errors], pa.bool_())
+        partition = batch.column("partition")
+        columns = {
+            **{
+                name: pa.array(col, DECODED_ARROW_SCHEMA.field(name).type)
+                for name, col in zip(_DECODED_FIELDS, decoded, strict=True)
+            },
+            "schema_version": pa.nulls(n, pa.int64()).fill_null(SCHEMA_VERSION),
+            "source_partition": partition.cast(pa.int64()),
+            "source_offset": batch.column("offset"),
+            "source_timestamp_ms": batch.column("ts_ms"),
+            "origin": pa.nulls(n, pa.string()).fill_null("transaction-log"),
+            "error": pa.array(errors, pa.string()),
+            "key": pc.if_else(bad, batch.column("key"), pa.scalar(None, pa.binary())),
+            "value": pc.if_else(bad, batch.column("value"), pa.scalar(None, pa.binary())),
+            "kafka_topic": batch.column("topic"),
+            "kafka_partition": partition.cast(pa.int32()),
+            "kafka_offset": batch.column("offset"),
+        }
+        out = pa.RecordBatch.from_arrays(
+            [columns[f.name].cast(f.type) for f in DECODED_ARROW_SCHEMA], schema=DECODED_ARROW_SCHEMA
+        )
+        if compact:
+            out = out.filter(pa.array(run_ends(decoded[0], decoded[1], decoded[-1]), pa.bool_()))
+        yield out
 
 
-def decode_transaction_log(raw: DataFrame) -> DataFrame:
-    """Kafka rows of `__transaction_state` → decoded coordinator records (with `error` set on bad rows)."""
+def decode_transaction_log(raw: DataFrame, *, compact: bool = False) -> DataFrame:
+    """Kafka rows of `__transaction_state` → decoded coordinator records (with `error` set on bad rows).
+
+    `compact=True` drops the records the reconcile stages would overwrite anyway (`run_ends`): the job's
+    input. Without it every record comes out (inspection, tests).
+    """
     slim = raw.select(
         "key", "value", "topic", "partition", "offset", (F.unix_millis(F.col("timestamp"))).alias("ts_ms")
     )
-    return slim.mapInArrow(decode_batches, DECODED_SCHEMA)
+    return slim.mapInArrow(functools.partial(decode_batches, compact=compact), DECODED_SCHEMA)
 
 
 def parse_coordinator_json(raw: DataFrame) -> DataFrame:
