@@ -36,7 +36,6 @@ the sink: expected. The output is a table and one JSON line (the last line of st
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -386,26 +385,6 @@ def state_figures(spark: Any, checkpoint: Path, last: Json) -> list[Json]:
     return out
 
 
-@contextlib.contextmanager
-def captured_listeners() -> Iterator[list[Any]]:
-    """The StreamingQueryListeners added while the block runs (job.start adds its health listener and never
-    removes it; a second phase in the same session would otherwise feed two)."""
-    from pyspark.sql.streaming.query import StreamingQueryManager
-
-    added: list[Any] = []
-    original = StreamingQueryManager.addListener
-
-    def add(self: Any, listener: Any) -> None:
-        added.append(listener)
-        original(self, listener)
-
-    StreamingQueryManager.addListener = add  # type: ignore[method-assign]
-    try:
-        yield added
-    finally:
-        StreamingQueryManager.addListener = original  # type: ignore[method-assign]
-
-
 def run_phase(
     spark: Any,
     *,
@@ -454,8 +433,7 @@ def run_phase(
     # CPU seconds of this process tree when each batch was first seen finished (the driver polls every 0.2 s;
     # with a backlog the next batch starts at once, so the difference between two is one batch's CPU).
     cpu_at: dict[int, dict[str, float]] = {}
-    with captured_listeners() as listeners:
-        running = job.start(spark, opts, out=None, queries=("reconcile",))  # returns after the first batch
+    running = job.start(spark, opts, out=None, queries=("reconcile",))  # returns after the first batch
     (query,) = running.queries
     stop_reason = "time budget"
     try:
@@ -481,9 +459,7 @@ def run_phase(
                 break
             time.sleep(0.2)
     finally:
-        running.stop()
-        for listener in listeners:  # start() registers one per call: the next phase must not pay for it
-            spark.streams.removeListener(listener)
+        running.stop()  # also removes its listener: the next phase must not pay for it
     wall = time.monotonic() - began
     load_after = Path("/proc/loadavg").read_text().strip()
     progress = [json.loads(p.json) for p in query.recentProgress]

@@ -250,7 +250,8 @@ def _source_name(description: str) -> str:
     return description
 
 
-def serve(registry: CollectorRegistry, host: str, port: int) -> int:
-    """Start the /metrics endpoint; returns the bound port (port 0 picks a free one)."""
+def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
+    """Start the /metrics endpoint (a daemon thread); returns the server (`server_port` is the bound port, port
+    0 picks a free one; `shutdown()` stops it)."""
     server, _ = start_http_server(port, addr=host, registry=registry)
-    return int(server.server_port)
+    return server

@@ -264,21 +264,16 @@ class Sinks:
         df.write.format("kafka").options(**self.opts.spark_kafka_options).option("topic", topic).save()
 
     def events(self, df: DataFrame, batch_id: int) -> None:
-        # The batch is read twice (collect for the gauges and console, write for the candidates): persist it
-        # so the stateful stages run once per batch.
-        df.persist()
-        try:
-            rows = collect_events(df)
-            self.live.apply_events(rows)
-            if any(r.event in ("OPENED", "RESOLVED") for r in rows):
-                self._write_kafka(
-                    df.where(F.col("event").isin("OPENED", "RESOLVED")).select(
-                        F.col("candidate_id").alias("key"), F.col("payload").alias("value")
-                    ),
-                    self.opts.settings.topics.abort_candidates,
-                )
-        finally:
-            df.unpersist()
+        # Read once: the stateful stages run once per batch, and the few candidates are written from the driver
+        # (caching the batch to read it twice cost more than the rest of the sink).
+        rows = collect_events(df)
+        self.live.apply_events(rows)
+        candidates = [(r.candidate_id, r.payload) for r in rows if r.event in ("OPENED", "RESOLVED")]
+        if candidates:
+            self._write_kafka(
+                self.spark.createDataFrame(candidates, "key string, value string"),
+                self.opts.settings.topics.abort_candidates,
+            )
         if self.out is not None:
             for r in rows:
                 key = (r.topic, int(r.partition), int(r.producer_id))
@@ -345,16 +340,29 @@ class Sinks:
 @dataclass
 class RunningJob:
     queries: list[StreamingQuery]
-    metrics_port: int
     live: LiveState
     health: Health
+    spark: SparkSession
+    listener: HealthListener
+    metrics_server: Any
+
+    @property
+    def metrics_port(self) -> int:
+        return int(self.metrics_server.server_port)
 
     def stop(self) -> None:
+        """Stop the queries, the health listener and the /metrics endpoint (a later start begins clean)."""
         for q in self.queries:
             try:
                 q.stop()
             except Exception as exc:  # stopping is best effort; report and go on with the others
                 log.warning("stopping %s: %s", q.name, exc)
+        try:
+            self.spark.streams.removeListener(self.listener)
+        except Exception as exc:  # the session may already be gone
+            log.warning("removing the health listener: %s", exc)
+        self.metrics_server.shutdown()
+        self.metrics_server.server_close()
 
     def failed(self) -> str | None:
         for q in self.queries:
@@ -447,8 +455,9 @@ def start(
     live = LiveState()
     health = Health(registry)
     registry.register(VerdictCollector(live, opts.settings.cluster))
-    spark.streams.addListener(HealthListener(health))
-    port = serve(registry, opts.metrics_host, opts.metrics_port)
+    listener = HealthListener(health)
+    spark.streams.addListener(listener)
+    server = serve(registry, opts.metrics_host, opts.metrics_port)
     sinks = Sinks(spark, opts, live, health, out)
     config = ReconcileConfig(
         limits=opts.settings.detection,
@@ -497,7 +506,7 @@ def start(
                 "txnwatch-dead-letter", _union(dead), sinks.dead_letters, "append", opts.secondary_trigger
             )
         )
-    return RunningJob(started, port, live, health)
+    return RunningJob(started, live, health, spark, listener, server)
 
 
 def run(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -53,13 +53,19 @@ def bucket_of(column: str, buckets: int) -> Column:
 BLOB_SCHEMA = "blob binary"
 
 
-def _load(state: Any) -> dict[Any, Any]:
-    return pickle.loads(state.get()[0]) if state.exists() else {}
+def _load(state: Any, entry: Callable[..., Any]) -> dict[Any, Any]:
+    """A bucket's dict; its values come back as `entry` (a NamedTuple class) from the plain tuples stored."""
+    if not state.exists():
+        return {}
+    return {k: entry(*v) for k, v in pickle.loads(state.get()[0]).items()}
 
 
-def _save(state: Any, value: dict[Any, Any]) -> None:
+def _save(state: Any, value: dict[Any, tuple[Any, ...]]) -> None:
+    # Plain tuples: pickling a NamedTuple stores its class per entry and took three times as long.
     if value:
-        state.update((pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),))
+        state.update(
+            (pickle.dumps({k: tuple(v) for k, v in value.items()}, protocol=pickle.HIGHEST_PROTOCOL),)
+        )
     else:
         state.clear()
 
@@ -130,52 +136,52 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
 
     Records of one transactional id apply in log order; a record at or below the offset already applied is a
     replay and changes nothing (the log is ordered per transactional id). `source_offset` < 0 (the
-    DescribeTransactions fallback has no offsets) always applies.
+    DescribeTransactions fallback has no offsets) always applies. Plain tuples in CoordinatorRow's order are
+    fine (the processor passes them: a NamedTuple per row costs as much as the rule).
     """
     facts: list[Fact] = []
     by_id: dict[str, list[CoordinatorRow]] = {}
     for r in records:
-        by_id.setdefault(r.transactional_id, []).append(r)
+        rows_of_id = by_id.get(r[0])
+        if rows_of_id is None:
+            by_id[r[0]] = [r]
+        else:
+            rows_of_id.append(r)
     for transactional_id, rows in by_id.items():
-        rows.sort(key=lambda r: r.source_offset)
+        if len(rows) > 1:
+            rows.sort(key=_by_offset)
         current = owners.get(transactional_id)
-        owned = current.producer_id if current else None
-        last_offset = current.source_offset if current else -1
+        owned = current[0] if current else None
+        last_offset = current[1] if current else -1
         per_producer: dict[int, Fact] = {}
-        for r in rows:
-            if 0 <= r.source_offset <= last_offset:
+        for _, producer_id, previous_id, next_id, tombstone, updated_ms, offset, record_json in rows:
+            if 0 <= offset <= last_offset:
                 continue
-            last_offset = max(last_offset, r.source_offset)
-            if r.tombstone:
+            last_offset = max(last_offset, offset)
+            if tombstone:
                 if owned is not None:
-                    per_producer[owned] = (
-                        owned,
-                        "retired",
-                        transactional_id,
-                        None,
-                        r.last_update_timestamp_ms,
-                    )
+                    per_producer[owned] = (owned, "retired", transactional_id, None, updated_ms)
                 owned = None
                 continue
-            if owned is not None and owned != r.producer_id:
+            if owned is not None and owned != producer_id:
                 # The id moved to a new producer id (epoch overflow, or a new producer after expiry). A record
                 # that still names the old one (previous/next producer id) remains its view.
-                names_old = owned in (r.previous_producer_id, r.next_producer_id)
-                per_producer[owned] = (
-                    owned,
-                    "view" if names_old else "retired",
-                    transactional_id,
-                    r.record_json if names_old else None,
-                    r.last_update_timestamp_ms,
-                )
-            owned = r.producer_id
-            per_producer[owned] = (owned, "view", transactional_id, r.record_json, r.last_update_timestamp_ms)
+                if owned in (previous_id, next_id):
+                    per_producer[owned] = (owned, "view", transactional_id, record_json, updated_ms)
+                else:
+                    per_producer[owned] = (owned, "retired", transactional_id, None, updated_ms)
+            owned = producer_id
+            per_producer[owned] = (owned, "view", transactional_id, record_json, updated_ms)
         if owned is None:
             owners.pop(transactional_id, None)
         else:
             owners[transactional_id] = Owner(owned, last_offset)
         facts.extend(per_producer.values())
     return facts
+
+
+def _by_offset(r: CoordinatorRow) -> int:
+    return r[6]
 
 
 class ProducerIdFacts(StatefulProcessor):
@@ -187,13 +193,12 @@ class ProducerIdFacts(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        cols = _columns(rows, STAGE1_INPUT_COLUMNS[1:])
-        records = [CoordinatorRow(*values) for values in zip(*cols, strict=True)]
-        owners = _load(self.owners)
-        facts = advance_owners(owners, records)
+        records = zip(*_columns(rows, STAGE1_INPUT_COLUMNS[1:]), strict=True)
+        owners = _load(self.owners, Owner)
+        facts = advance_owners(owners, records)  # type: ignore[arg-type]  # tuples in CoordinatorRow's order
         _save(self.owners, owners)
         if facts:
-            yield pd.DataFrame(facts, columns=FACT_COLUMNS, dtype=object)
+            yield pd.DataFrame(facts, columns=FACT_COLUMNS)
 
     def close(self) -> None:
         pass
@@ -284,6 +289,10 @@ class OpenEntry(NamedTuple):
 
 
 OpenKey = tuple[int, str, int]  # producer id, topic, partition
+
+
+def _open_entry(facts: tuple[Any, ...], *rest: Any) -> OpenEntry:
+    return OpenEntry(TxnFacts(*facts), *rest)
 
 
 def coord_facts_from_json(record_json: str) -> CoordFacts:
@@ -589,7 +598,7 @@ class TransactionReconciler(StatefulProcessor):
         self.timer = handle.getValueState("timer", "at_ms long")
 
     def _bucket(self) -> BucketState:
-        return BucketState(self.config, _load(self.views), _load(self.opens))
+        return BucketState(self.config, _load(self.views, View), _load(self.opens, _open_entry))
 
     def _store(self, bucket: BucketState) -> None:
         if bucket.views_changed:
