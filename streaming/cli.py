@@ -70,6 +70,13 @@ def register(subparsers: Any) -> None:
         "(default: %(default)s)",
     )
     p.add_argument(
+        "--view-ttl-ms",
+        type=int,
+        default=24 * 3_600_000,
+        help="forget the coordinator's view of a producer id not updated for this long (bounds the state when "
+        "transactional ids churn); every coordinator record renews it (default: %(default)s, 24 h)",
+    )
+    p.add_argument(
         "--state-buckets",
         type=int,
         default=32,
@@ -134,6 +141,7 @@ def build_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         watermark=args.watermark,
         expire_after_ms=args.expire_after_ms,
         state_buckets=args.state_buckets,
+        view_ttl_ms=args.view_ttl_ms,
         transaction_log_topic=args.transaction_log_topic,
         coordinator_source=args.coordinator_source,
         metrics_host=args.metrics_host,

@@ -242,7 +242,7 @@ EVENT_SCHEMA = T.StructType(
         T.StructField("reason", T.StringType(), True),
         T.StructField("age_ms", T.LongType(), True),
         T.StructField("lso_lag", T.LongType(), True),
-        # set when the verdict is new or changed (VERDICT), and on OPENED / RESOLVED
+        # set when the verdict is new or changed (VERDICT; not for plain OPEN), and on OPENED / RESOLVED
         T.StructField("explanation", T.StringType(), True),
         T.StructField("candidate_id", T.StringType(), True),
         T.StructField("payload", T.StringType(), True),  # AbortCandidate JSON for OPENED / RESOLVED
@@ -339,24 +339,22 @@ class BucketState:
             self.views[producer_id] = View(record_json, None, fact_time_ms, now_ms)
         self.views_changed = True
 
-    def confirm_open(self, key: OpenKey, entry: OpenEntry, now_ms: int) -> list[Event]:
+    def confirm_open(self, key: OpenKey, row: OpenRow, now_ms: int) -> list[Event]:
         """A snapshot showed a transaction open: remember it (keeping when we first saw it)."""
         existing = self.opens.get(key)
         events: list[Event] = []
+        first_seen, candidate_json, decided = row.observed_at_ms, None, None
         if existing is not None:
-            if existing.confirmed_ms > entry.confirmed_ms:
+            if existing.confirmed_ms > row.observed_at_ms:
                 return []  # an older snapshot arriving late
-            if existing.start_offset == entry.start_offset:
-                entry = entry._replace(
-                    facts=entry.facts._replace(first_seen_ms=existing.facts.first_seen_ms),
-                    candidate_json=existing.candidate_json,
-                    decided=existing.decided,
-                )
+            if existing.start_offset == row.start_offset:
+                first_seen = existing.facts.first_seen_ms
+                candidate_json, decided = existing.candidate_json, existing.decided
             else:  # the transaction we knew ended and a new one began on the same partition
                 events.extend(self._gone(key, existing, now_ms))
         # Confirmed as of the snapshot, not as of this batch: a backlog of old snapshots (after a restart or a
         # slow first batch) must not keep long-finished transactions alive.
-        self.opens[key] = entry
+        self.opens[key] = open_entry(row, first_seen, candidate_json, decided)
         self.opens_changed = True
         return events
 
@@ -411,8 +409,13 @@ class BucketState:
         explanation = None
         events: list[Event] = []
         opens_candidate = decision.kind is VerdictKind.HANGING and entry.candidate_json is None
-        if decided != entry.decided or opens_candidate:
-            # Explaining needs the models (tens of microseconds): only for news.
+        if decided != entry.decided and decision.kind is VerdictKind.OPEN:
+            # Most transactions are short and plain OPEN: nobody reads their explanation, and building one
+            # (the models, tens of microseconds) was the largest cost of a snapshot row.
+            self.opens[key] = entry._replace(decided=decided)
+            self.opens_changed = True
+        elif decided != entry.decided or opens_candidate:
+            # Explaining needs the models: only for news.
             snapshot = PartitionSnapshot.model_validate_json(entry.snapshot_json)
             view = self.views.get(key[0])
             record = (
@@ -531,33 +534,41 @@ class BucketState:
         return min(deadlines) if deadlines else None
 
 
+class OpenRow(NamedTuple):
+    """An open-transaction input row of stage 2 (STAGE2_INPUT_COLUMNS from `topic` on, with the producer id)."""
+
+    producer_id: int
+    topic: str
+    partition: int
+    snapshot_json: str
+    observed_at_ms: int
+    leader: int | None
+    start_offset: int
+    producer_epoch: int
+    start_batch_producer_epoch: int | None
+    start_timestamp_ms: int | None
+    last_timestamp_ms: int
+    max_transaction_timeout_ms: int | None
+    lso_lag: int | None
+
+
 def open_entry(
-    producer_id: int,
-    topic: str,
-    partition: int,
-    snapshot_json: str,
-    observed_at_ms: int,
-    leader: int | None,
-    start_offset: int,
-    producer_epoch: int,
-    start_batch_producer_epoch: int | None,
-    start_timestamp_ms: int | None,
-    last_timestamp_ms: int,
-    max_transaction_timeout_ms: int | None,
-    lso_lag: int | None,
+    r: OpenRow, first_seen_ms: int, candidate_json: str | None, decided: tuple[str, str | None] | None
 ) -> OpenEntry:
-    """An open-transaction input row as state (first seen = observed, on the collector's clock like the rest)."""
+    """The state of an open transaction as of row `r` (first seen on the collector's clock, like the rest)."""
     facts = TxnFacts(
-        topic,
-        partition,
-        producer_id,
-        first_batch_epoch(start_batch_producer_epoch, producer_epoch),
-        open_since_ms(start_timestamp_ms, last_timestamp_ms),
-        observed_at_ms,
-        max_transaction_timeout_ms,
-        observed_at_ms,
+        r.topic,
+        r.partition,
+        r.producer_id,
+        first_batch_epoch(r.start_batch_producer_epoch, r.producer_epoch),
+        open_since_ms(r.start_timestamp_ms, r.last_timestamp_ms),
+        r.observed_at_ms,
+        r.max_transaction_timeout_ms,
+        first_seen_ms,
     )
-    return OpenEntry(facts, snapshot_json, observed_at_ms, leader, start_offset, lso_lag, None, None)
+    return OpenEntry(
+        facts, r.snapshot_json, r.observed_at_ms, r.leader, r.start_offset, r.lso_lag, candidate_json, decided
+    )
 
 
 def reconcile_bucket(bucket: BucketState, columns: Sequence[list[Any]], now_ms: int) -> list[Event]:
@@ -571,11 +582,11 @@ def reconcile_bucket(bucket: BucketState, columns: Sequence[list[Any]], now_ms: 
     facts = sorted((i for i, f in enumerate(fact) if f != "open"), key=lambda i: fact_time[i])
     for i in opens:
         key = (pid[i], topic[i], partition[i])
-        entry = open_entry(
+        row = OpenRow(
             pid[i], topic[i], partition[i], snapshot_json[i], observed[i], leader[i], offset[i],
             epoch[i], start_epoch[i], start_ts[i], last_ts[i], max_timeout[i], lso_lag[i],
         )  # fmt: skip
-        events.extend(bucket.confirm_open(key, entry, now_ms))
+        events.extend(bucket.confirm_open(key, row, now_ms))
         confirmed_now.add(key)
         producer_ids.add(pid[i])
     for i in facts:

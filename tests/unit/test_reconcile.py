@@ -173,7 +173,7 @@ def test_a_transaction_left_open_after_its_commit_opens_one_candidate_then_resol
     first = batch(b, t1, fact_row(done), open_row(seen_at(t1)))
     # First seen just now: the grace period runs from our own first sighting too.
     assert [e["event"] for e in first] == ["VERDICT"]
-    assert first[0]["kind"] != "HANGING" and first[0]["explanation"]
+    assert (first[0]["kind"], first[0]["explanation"]) == ("OPEN", None)  # plain OPEN is not explained
 
     t2 = t1 + 15 * SECOND
     second = batch(b, t2, open_row(seen_at(t2)))
@@ -199,6 +199,15 @@ def test_a_transaction_left_open_after_its_commit_opens_one_candidate_then_resol
     assert [e["event"] for e in gone] == ["GONE", "RESOLVED"]
     assert AbortCandidate.model_validate_json(gone[1]["payload"]).candidate_id == candidate.candidate_id
     assert b.opens == {}
+
+
+def test_a_verdict_is_explained_when_it_is_new_not_every_batch() -> None:
+    b = new_bucket()
+    at = T0 + 20 * MINUTE  # open for 20 min, past the broker's 15 min max timeout
+    (late,) = batch(b, at, open_row(seen_at(at)))
+    assert late["kind"] == "LATE" and "open on orders-0 from offset 100 for 20m00s" in late["explanation"]
+    (again,) = batch(b, at + 5 * SECOND, open_row(seen_at(at + 5 * SECOND)))
+    assert (again["kind"], again["explanation"]) == ("LATE", None)
 
 
 def test_a_coordinator_that_still_lists_the_partition_keeps_the_transaction_open() -> None:
