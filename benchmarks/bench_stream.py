@@ -264,19 +264,25 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _stat(pid: int) -> tuple[str, int, float] | None:
-    """(command, parent pid, CPU seconds of the process and its reaped children) from /proc/<pid>/stat."""
+    """(command, parent pid, CPU seconds of the process itself) from /proc/<pid>/stat."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     f = raw[raw.rindex(")") + 2 :].split()
-    return raw[raw.index("(") + 1 : raw.rindex(")")], int(f[1]), sum(int(x) for x in f[11:15]) / _TICKS
+    return raw[raw.index("(") + 1 : raw.rindex(")")], int(f[1]), sum(int(x) for x in f[11:13]) / _TICKS
+
+
+# Every process of the tree ever sampled, with its last CPU: Python workers come and go (a query's workers exit
+# when it stops), and a parent's "children" time would count them under whoever reaped them.
+_SEEN: dict[int, tuple[str, float]] = {}
 
 
 def tree_cpu_s(root: int, exclude: set[int]) -> dict[str, float]:
     """CPU seconds used so far by `root` (this driver) and its descendants, by kind: Spark's JVM ("jvm"), the
     Python workers it forks ("python_workers") and this process ("driver"); without the subtrees in `exclude`
-    (the broker JVM, which this process also started)."""
+    (the broker JVM, which this process also started). A process that exited keeps the CPU of its last sample
+    (sampled once per batch: what it used after that is lost, at most one batch of one worker)."""
     stats: dict[int, tuple[str, int, float]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and (st := _stat(int(d.name))) is not None:
@@ -284,16 +290,17 @@ def tree_cpu_s(root: int, exclude: set[int]) -> dict[str, float]:
     children: dict[int, list[int]] = {}
     for pid, (_, ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    out = {"jvm": 0.0, "python_workers": 0.0, "driver": 0.0}
     todo = [root]
     while todo:
         pid = todo.pop()
         if pid in exclude or pid not in stats:
             continue
         comm, _, cpu = stats[pid]
-        kind = "driver" if pid == root else "jvm" if comm == "java" else "python_workers"
-        out[kind] += cpu
+        _SEEN[pid] = ("driver" if pid == root else "jvm" if comm == "java" else "python_workers", cpu)
         todo.extend(children.get(pid, []))
+    out = {"jvm": 0.0, "python_workers": 0.0, "driver": 0.0}
+    for kind, cpu in _SEEN.values():
+        out[kind] += cpu
     return out
 
 
@@ -645,6 +652,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase-budget-s", type=float, default=210.0, help="time limit of each query run")
     parser.add_argument("--heap", default="1g", help="broker heap")
     parser.add_argument("--state-buckets", type=int, default=32, help="the job's --state-buckets")
+    parser.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=4,
+        help="spark.sql.shuffle.partitions (the job's default: 4)",
+    )
     parser.add_argument("--bootstrap", help="use this running broker instead of starting a test bed")
     parser.add_argument("--progress-out", type=Path, help="append every batch's progress (JSON lines) here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (checkpoints)")
@@ -732,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
             app_name="txnwatch-bench-stream",
             extra_conf={
                 **job.spark_conf(),
-                "spark.sql.shuffle.partitions": "2",
+                "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
                 "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false",  # no progress bar in the output
             },
@@ -793,6 +806,7 @@ def main(argv: list[str] | None = None) -> int:
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "master": "local[2]",
+        "shuffle_partitions": args.shuffle_partitions,
         "targets": {
             "rows_per_s": TARGET_ROWS_PER_S,
             "p99_below_s": trigger_s,
