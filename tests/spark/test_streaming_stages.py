@@ -283,3 +283,13 @@ def test_windows_agree_with_detectors_metrics(spark: SparkSession, tmp_path: Pat
     late = dmetrics.partitions_with_late_transactions(snapshots, now_ms=NOW, limits=LIMITS)
     assert sum(n.late for n in ours.values()) == late.clusters["c"]
     assert {p for p, n in ours.items() if n.late} == {0, 2}
+
+
+def test_a_checkpoint_keeps_its_state_bucket_count(spark: SparkSession, tmp_path: Path) -> None:
+    from streaming.job import pin_state_buckets
+
+    query_checkpoint = str(tmp_path / "txnwatch-reconcile")
+    pin_state_buckets(spark, query_checkpoint, 32)  # a new checkpoint: remembered
+    pin_state_buckets(spark, query_checkpoint, 32)  # the same count: fine
+    with pytest.raises(SystemExit, match="--state-buckets 32, not 16"):
+        pin_state_buckets(spark, query_checkpoint, 16)
