@@ -243,7 +243,7 @@ def format_event(r: EventRow) -> str:
         return f"HANGING   {where}: {r.explanation}\n          abort: {cli}\n          candidate {r.candidate_id}"
     if r.event == "RESOLVED":
         return f"RESOLVED  {where}: no longer open (candidate {r.candidate_id})"
-    # A verdict unchanged since before a restart comes without its explanation (only news is explained).
+    # Only news is explained, and not plain OPEN: a verdict unchanged since before a restart comes without one.
     return f"{r.kind:<9} {where}" + (f": {r.explanation}" if r.explanation else "")
 
 
