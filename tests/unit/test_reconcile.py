@@ -113,6 +113,14 @@ def test_records_without_offsets_always_apply() -> None:
 )
 def test_the_lean_json_reading_agrees_with_the_model(record: CoordinatorRecord) -> None:
     assert coord_facts_from_json(record.model_dump_json()) == coord_facts(record)
+    # As stage 1 gets it from Spark: without where the record was read from (job._PROVENANCE).
+    from streaming.job import _PROVENANCE
+
+    lean = json.dumps({k: v for k, v in record.model_dump(mode="json").items() if k not in _PROVENANCE})
+    assert coord_facts_from_json(lean) == coord_facts(record)
+    assert CoordinatorRecord.model_validate_json(lean).model_dump(exclude=_PROVENANCE) == record.model_dump(
+        exclude=_PROVENANCE
+    )
 
 
 # ------------------------------------------------------------------------------------------- stage 2
