@@ -106,6 +106,23 @@ def assert_matches_truth(snap: PartitionSnapshot, truth: dict[str, Any]) -> None
     assert txn.start_batch_producer_epoch == truth["producer_epoch"]
 
 
+def wait_for_markers(bootstrap: str, topic: str, partition: int, timeout_s: float = 30.0) -> None:
+    """Wait until the partition's last stable offset reaches its high watermark. commit() returns once the
+    coordinator has logged PrepareCommit; it writes the markers after that, so a sweep right after the workload
+    can still see the committed transaction open for a few hundred milliseconds."""
+    tp = KafkaTP(topic, partition)
+    committed = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    uncommitted = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while committed.end_offsets([tp])[tp] < uncommitted.end_offsets([tp])[tp]:
+            assert time.monotonic() < deadline, f"no commit markers on {topic}-{partition} after {timeout_s}s"
+            time.sleep(0.1)
+    finally:
+        committed.close()
+        uncommitted.close()
+
+
 # --------------------------------------------------------------------------------------- scenarios
 
 
@@ -115,6 +132,7 @@ def test_hanging_orphan_is_swept_exactly_and_emptied_after_abort(
     truth = run_workload(bootstrap, "--scenario", "hanging", "--topic-prefix", unique)
     (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
     (c,) = [t for t in truth["transactions"] if t["kind"] == "committed"]
+    wait_for_markers(bootstrap, c["topic"], c["partition"])
     col = collector(admin)
     first = col.sweep()
 
