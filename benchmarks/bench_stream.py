@@ -25,8 +25,8 @@ Alongside them it measures:
 
 - the CPU seconds of the driver, Spark's JVM and its Python workers over the steady batches (/proc; this
   depends far less than the wall clock on whatever else the machine runs);
-- per stateful stage: the rows, RocksDB memory, the checkpoint's state directory, and the key + value payload of
-  each state variable, read back with the state data source after the query stops.
+- per stateful stage: the rows, RocksDB memory, the checkpoint's state directory, and the ids and pickled bytes
+  of each state variable (one dict per bucket), read back with the state data source after the query stops.
 
 Every phase stops by itself, when the input is consumed, when there are enough steady batches, or at its time
 budget. The whole run takes 4-7 minutes. Stopping a query mid-batch makes Spark log an InterruptedException from
@@ -302,23 +302,6 @@ def tree_cpu_s(root: int, exclude: set[int]) -> dict[str, float]:
     for kind, cpu in _SEEN.values():
         out[kind] += cpu
     return out
-
-
-def _payload(col: Any, dtype: Any) -> Any:
-    """Bytes of the values in a state row (strings by their UTF-8 length, numbers 8, booleans 1)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    if isinstance(dtype, T.StructType):
-        out = F.lit(0)
-        for field in dtype.fields:
-            out = out + _payload(col[field.name], field.dataType)
-        return out
-    if isinstance(dtype, (T.StringType, T.BinaryType)):
-        return F.coalesce(F.octet_length(col), F.lit(0))
-    if isinstance(dtype, T.BooleanType):
-        return F.lit(1)
-    return F.lit(8)
 
 
 # Each holds one pickled dict per bucket (streaming/reconcile.py): entries are ids, bytes are the pickles.
