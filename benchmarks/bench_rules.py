@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def model_classify() -> None:
         for txn, snap, record in models:
-            classify(txn, snap, record, now_ms=now, limits=LIMITS)
+            classify(txn, snap, record, now_ms=now, limits=LIMITS, view_current_ms=snap.observed_at_ms)
 
     def emitting_pipeline() -> None:
         # What the job does: decide everything, build the Verdict model only for what it emits (not OPEN).

@@ -71,6 +71,9 @@ class VerdictKind(StrEnum):
     HANGING = "HANGING"
     STUCK_PREPARE = "STUCK_PREPARE"
     COORDINATOR_OVERDUE = "COORDINATOR_OVERDUE"
+    # A HANGING rule holds, but on evidence not shown to be current: no candidate, no hanging metric. `reason`
+    # is the HANGING reason it would be, `withheld` why it is not (judged again when that changes).
+    UNCONFIRMED = "UNCONFIRMED"
 
 
 class HangingReason(StrEnum):
@@ -80,6 +83,17 @@ class HangingReason(StrEnum):
     COORDINATOR_COMPLETED = "coordinator-completed"
     PARTITION_NOT_IN_TRANSACTION = "partition-not-in-transaction"
     OLDER_THAN_COORDINATOR_TRANSACTION = "older-than-coordinator-transaction"
+
+
+class WithheldReason(StrEnum):
+    """Why a HANGING proof was withheld (the verdict is UNCONFIRMED)."""
+
+    # The coordinator view of the partition(s) that could own the transaction is not known to be current as of
+    # any moment the leader reported it open (docs/detection.md, "Currency").
+    COORDINATOR_VIEW_BEHIND = "coordinator-view-behind"
+    # The stored coordinator view names neither the producer id nor its previous/next one: the pipeline's own
+    # state is inconsistent, which proves nothing about the cluster.
+    COORDINATOR_VIEW_INCONSISTENT = "coordinator-view-inconsistent"
 
 
 class CoordinatorRole(StrEnum):
@@ -203,6 +217,43 @@ class BrokerSweepSummary(Model):
     broker: int
     partitions_covered: int = Field(ge=0)
     errors: dict[str, int] = Field(default_factory=dict)
+
+
+# Header `txnwatch.type` of CoordinatorLogPosition records on the snapshot topic.
+COORDINATOR_LOG_POSITION_TYPE = "coordinator-log-position"
+
+
+class CoordinatorLogPosition(Model):
+    """How far a coordinator topic had reached at a moment: what makes the job's coordinator view provably current.
+
+    The collector publishes one per sweep (on the snapshot topic, header
+    `txnwatch.type=coordinator-log-position`) for `__transaction_state`, and in the describe fallback one per
+    poll for `<prefix>.coordinator-state`. `as_of_ms` is read on the collector's clock *after* the last answer the
+    record vouches for (the sweep's DescribeProducers answers; the poll's records acknowledged) and *before* the
+    offsets are asked for. A coordinator record is committed (acks=all) before the coordinator acts on it, so
+    every record that could explain what a leader reported at or before `as_of_ms` lies below `end_offsets`
+    (the partitions' high watermarks). A job that has applied every record below a partition's end offset has
+    a view of that partition that is current as of `as_of_ms` (docs/detection.md, "Currency").
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    cluster: str = Field(min_length=1)
+    sweep_id: str
+    topic: str = Field(min_length=1)  # __transaction_state, or <prefix>.coordinator-state
+    partitions: int = Field(ge=1)  # the topic's partition count
+    as_of_ms: int
+    # partition -> high watermark (the next offset to be written); partitions whose leader did not answer are
+    # missing, and stay as current as an earlier position made them.
+    end_offsets: dict[int, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _partitions_in_range(self) -> Self:
+        for partition, offset in self.end_offsets.items():
+            if not 0 <= partition < self.partitions:
+                raise ValueError(f"{self.topic}: partition {partition} outside 0..{self.partitions - 1}")
+            if offset < 0:
+                raise ValueError(f"{self.topic}-{partition}: negative end offset {offset}")
+        return self
 
 
 # ---------------------------------------------------------------------------------- coordinator side
@@ -420,20 +471,30 @@ class Evidence(Model):
     max_transaction_timeout_source: Literal["broker", "default"]
     late_threshold_ms: int
     overdue_threshold_ms: int | None = None
+    # The coordinator view was current as of this time (collector clock), if measured (docs/detection.md).
+    view_current_as_of_ms: int | None = None
+    # The leader report a HANGING proof rests on: `observed_at_ms`, or an earlier moment at which the
+    # transaction was already open and the view was current (when the view is behind the newest report).
+    judged_as_of_ms: int | None = None
 
 
 class Verdict(Model):
     """The classification of one open transaction, with its evidence and a one-line explanation."""
 
     kind: VerdictKind
+    # HANGING: why it hangs; UNCONFIRMED: the HANGING reason that would hold on current evidence.
     reason: HangingReason | None = None
+    withheld: WithheldReason | None = None  # UNCONFIRMED only: why the proof was withheld
     evidence: Evidence
     explanation: str
 
     @model_validator(mode="after")
     def _reason_only_when_hanging(self) -> Self:
-        if (self.kind is VerdictKind.HANGING) != (self.reason is not None):
-            raise ValueError("a HANGING verdict needs a reason, and only HANGING has one")
+        provable = self.kind in (VerdictKind.HANGING, VerdictKind.UNCONFIRMED)
+        if provable != (self.reason is not None):
+            raise ValueError("HANGING and UNCONFIRMED verdicts need a reason, and only they have one")
+        if (self.kind is VerdictKind.UNCONFIRMED) != (self.withheld is not None):
+            raise ValueError("an UNCONFIRMED verdict says why it was withheld, and only it does")
         return self
 
 

@@ -30,6 +30,7 @@ from detectors.models import (
     OpenTransaction,
     Verdict,
     VerdictKind,
+    WithheldReason,
 )
 
 # Transaction version from which every transaction bumps the producer epoch (KIP-890 part 2).
@@ -83,11 +84,15 @@ class CoordFacts(NamedTuple):
 
 
 class Decision(NamedTuple):
-    """What `decide` concluded: the kind, the hanging reason (HANGING only) and the coordinator's role."""
+    """What `decide` (or `judge`) concluded: the kind, the hanging reason (HANGING, and the would-be reason of
+    UNCONFIRMED), the coordinator's role; `judge` adds why a proof was withheld and, when a proof rests on an
+    earlier moment than the newest leader report, that moment."""
 
     kind: VerdictKind
     reason: HangingReason | None
     role: CoordinatorRole
+    withheld: WithheldReason | None = None
+    judged_as_of_ms: int | None = None
 
 
 def coord_facts(record: CoordinatorRecord) -> CoordFacts:
@@ -464,6 +469,79 @@ def decide(
     return _LATE_CURRENT if is_late else _OPEN_CURRENT
 
 
+def judge(
+    t: TxnFacts,
+    c: CoordFacts | None,
+    now_ms: int,
+    limits: DetectionLimits,
+    *,
+    view_current_ms: int | None,
+    retired_at_ms: int | None = None,
+) -> Decision:
+    """`decide`, with a HANGING proof only on a coordinator view shown to be current (the job's entry point).
+
+    `decide`'s rules read the view as it was when the leader reported the transaction open: they are proofs
+    only if the view holds every coordinator record written before that report. `view_current_ms` is the
+    measured time the view of every partition that could own the transaction is current as of
+    (`detectors.currency`), None if unknown.
+    - current as of the report (`t.observed_at_ms`): `decide`'s answer stands;
+    - current only as of an earlier moment at which the transaction was already open (on or after
+      `t.first_seen_ms`, the pipeline's first report of it; a transaction open at two reports with one start
+      offset was open in between): the rules are applied as of that moment; a HANGING answer there is a proof;
+    - otherwise a HANGING answer is withheld: UNCONFIRMED (`coordinator-view-behind`), with the reason it
+      would have. Nothing else depends on currency: STUCK_PREPARE needs a Prepare record listing the partition
+      whose marker had not arrived at the report, which a later record cannot undo; LATE and COORDINATOR_OVERDUE
+      are alerts on age.
+    """
+    decision = decide(t, c, now_ms, limits, retired_at_ms=retired_at_ms)
+    if decision.kind is not VerdictKind.HANGING:
+        return decision
+    if view_current_ms is not None:
+        if view_current_ms >= t.observed_at_ms:
+            return decision
+        if t.first_seen_ms is not None and view_current_ms >= t.first_seen_ms:
+            earlier = decide(
+                t._replace(observed_at_ms=view_current_ms), c, now_ms, limits, retired_at_ms=retired_at_ms
+            )
+            if earlier.kind is VerdictKind.HANGING:
+                return earlier._replace(judged_as_of_ms=view_current_ms)
+    return Decision(
+        VerdictKind.UNCONFIRMED, decision.reason, decision.role, WithheldReason.COORDINATOR_VIEW_BEHIND
+    )
+
+
+def judge_view(
+    t: TxnFacts,
+    c: CoordFacts | None,
+    now_ms: int,
+    limits: DetectionLimits,
+    *,
+    view_current_ms: int | None,
+    retired_at_ms: int | None = None,
+) -> Decision:
+    """`judge` for a view a pipeline stored: a live record that names neither the producer id nor its
+    previous or next one is the pipeline's own inconsistency, not a fact about the cluster. It is judged as
+    having no record, and any HANGING answer is withheld (`coordinator-view-inconsistent`); `decide` itself
+    refuses such a record (ValueError)."""
+    if (
+        c is not None
+        and c.state is not None
+        and t.producer_id
+        not in (
+            c.producer_id,
+            c.previous_producer_id,
+            c.next_producer_id,
+        )
+    ):
+        d = decide(t, None, now_ms, limits)
+        if d.kind is VerdictKind.HANGING:
+            return Decision(
+                VerdictKind.UNCONFIRMED, d.reason, d.role, WithheldReason.COORDINATOR_VIEW_INCONSISTENT
+            )
+        return d
+    return judge(t, c, now_ms, limits, view_current_ms=view_current_ms, retired_at_ms=retired_at_ms)
+
+
 def is_abort_candidate(verdict: Verdict) -> bool:
     """Only a HANGING verdict may become an abort candidate (never STUCK_PREPARE or COORDINATOR_OVERDUE)."""
     return verdict.kind is VerdictKind.HANGING
@@ -509,10 +587,11 @@ def classify(
     *,
     now_ms: int,
     limits: DetectionLimits,
+    view_current_ms: int | None,
     first_seen_ms: int | None = None,
     retired_at_ms: int | None = None,
 ) -> Verdict:
-    """Classify one open transaction seen on a partition leader.
+    """Classify one open transaction seen on a partition leader (`judge`, explained).
 
     Args:
         txn: the open transaction from the snapshot.
@@ -521,6 +600,9 @@ def classify(
             (see `select_coordinator_view`), a tombstone, or None if no transactional id owns it.
         now_ms: current time; this module never reads a clock.
         limits: thresholds.
+        view_current_ms: the time the coordinator view is shown current as of (`detectors.currency`), None if
+            not shown: then no HANGING verdict, only UNCONFIRMED. Pass `observed_at_ms` only when the view
+            was read to its end after the leader answered.
         first_seen_ms: when our pipeline first saw this transaction open, if tracked.
         retired_at_ms: when the producer id lost its owner, if known; a tombstone view supplies its own time.
 
@@ -536,7 +618,7 @@ def classify(
         retired_at_ms = (
             coordinator_view.source_timestamp_ms if coordinator_view.source_timestamp_ms >= 0 else None
         )
-    decision = decide(t, c, now_ms, limits, retired_at_ms=retired_at_ms)
+    decision = judge(t, c, now_ms, limits, view_current_ms=view_current_ms, retired_at_ms=retired_at_ms)
     return build_verdict(
         decision,
         txn,
@@ -545,6 +627,7 @@ def classify(
         now_ms=now_ms,
         limits=limits,
         retired_at_ms=retired_at_ms,
+        view_current_ms=view_current_ms,
     )
 
 
@@ -557,8 +640,9 @@ def build_verdict(
     now_ms: int,
     limits: DetectionLimits,
     retired_at_ms: int | None = None,
+    view_current_ms: int | None = None,
 ) -> Verdict:
-    """The `Verdict` (evidence, explanation) for a decision `decide` made on the same inputs.
+    """The `Verdict` (evidence, explanation) for a decision `decide` or `judge` made on the same inputs.
 
     The hot path runs `decide` on every open transaction and calls this only for the ones it emits (e.g. all
     but OPEN): building the models costs tens of microseconds, deciding well under one.
@@ -571,9 +655,16 @@ def build_verdict(
         The verdict.
     """
     evidence = _evidence(txn, partition_ctx, coordinator_view, decision.role, now_ms, limits, retired_at_ms)
+    judged_as_of = decision.judged_as_of_ms
+    if judged_as_of is None and decision.kind is VerdictKind.HANGING:
+        judged_as_of = partition_ctx.observed_at_ms
+    evidence = evidence.model_copy(
+        update={"view_current_as_of_ms": view_current_ms, "judged_as_of_ms": judged_as_of}
+    )
     return Verdict(
         kind=decision.kind,
         reason=decision.reason,
+        withheld=decision.withheld,
         evidence=evidence,
         explanation=explain(decision, evidence, limits),
     )
@@ -670,8 +761,11 @@ def _iso(ms: int) -> str:
 
 def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
     """One line for on-call: what is open, for how long, and why the verdict holds."""
+    label = decision.reason.value if decision.reason else ""
+    if decision.kind is VerdictKind.UNCONFIRMED and decision.withheld is not None:
+        label = f"would be HANGING {label}; {decision.withheld.value}"
     head = (
-        f"{decision.kind.value}{f' ({decision.reason.value})' if decision.reason else ''}: "
+        f"{decision.kind.value}{f' ({label})' if label else ''}: "
         f"producer {e.producer_id} epoch {e.producer_epoch} has a transaction open on "
         f"{e.topic}-{e.partition} from offset {e.start_offset} for {format_duration(e.age_ms)}"
         f"{_BASIS_NOTE[e.open_since_basis]}"
@@ -722,7 +816,33 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
         )
     else:
         why = _why_not_hanging(decision, e, limits)
+    if decision.kind is VerdictKind.UNCONFIRMED:
+        why += f"; {_why_withheld(decision, e)}"
+    elif decision.judged_as_of_ms is not None and decision.judged_as_of_ms != e.observed_at_ms:
+        why += (
+            f" (judged as of {_iso(decision.judged_as_of_ms)}, when it was already open and the coordinator "
+            f"view was current; the newest report is {_iso(e.observed_at_ms)})"
+        )
     return f"{head}; {why}"
+
+
+def _why_withheld(decision: Decision, e: Evidence) -> str:
+    if decision.withheld is WithheldReason.COORDINATOR_VIEW_INCONSISTENT:
+        return (
+            "withheld: the stored coordinator view names another producer id (an inconsistency of txnwatch's "
+            "state, not proof); no abort candidate"
+        )
+    if e.view_current_as_of_ms is None:
+        return (
+            "withheld: the coordinator view is not yet shown current (no position of the coordinator log "
+            "covered yet: is `txnwatch collect` running and allowed to Describe __transaction_state?); "
+            "judged again once it is"
+        )
+    return (
+        f"withheld: the coordinator view is current only as of {_iso(e.view_current_as_of_ms)}, "
+        f"{format_duration(age_ms(e.observed_at_ms, e.view_current_as_of_ms))} before the report; records "
+        f"written since could own this transaction; judged again once the view catches up"
+    )
 
 
 def _why_not_hanging(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:

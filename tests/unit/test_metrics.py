@@ -237,6 +237,13 @@ def test_late_verdict_agrees_with_the_txnwatch_metric(age: int, buffer: int, kno
     )
     s = snap(txn, observed_at_ms=T0 + age)
     # A coordinator record that owns the partition with no timeout: nothing but lateness can apply.
-    v = classify(txn, s, coord(transaction_timeout_ms=-1), now_ms=T0 + age, limits=lim)
+    v = classify(
+        txn,
+        s,
+        coord(transaction_timeout_ms=-1),
+        now_ms=T0 + age,
+        limits=lim,
+        view_current_ms=s.observed_at_ms,
+    )
     metric = partition_has_late_transaction(s, now_ms=T0 + age, limits=lim)
     assert (v.kind is VerdictKind.LATE) is metric

@@ -16,6 +16,7 @@ from detectors.models import (
     SCHEMA_VERSION,
     AbortCandidate,
     BrokerSweepSummary,
+    CoordinatorLogPosition,
     CoordinatorRecord,
     CoordinatorState,
     DetectionLimits,
@@ -25,6 +26,7 @@ from detectors.models import (
     TopicPartition,
     Verdict,
     VerdictKind,
+    WithheldReason,
     WriteTxnMarkersSpec,
     candidate_id,
 )
@@ -36,7 +38,14 @@ pytestmark = pytest.mark.unit
 def a_candidate() -> AbortCandidate:
     txn = open_txn(coordinator_epoch=-1)
     snap = snapshot(txn)
-    v = classify(txn, snap, None, now_ms=snap.observed_at_ms, limits=DetectionLimits())
+    v = classify(
+        txn,
+        snap,
+        None,
+        now_ms=snap.observed_at_ms,
+        limits=DetectionLimits(),
+        view_current_ms=snap.observed_at_ms,
+    )
     return plan_abort(snap, txn, v, bootstrap="k:9092", first_detected_ms=snap.observed_at_ms)
 
 
@@ -221,16 +230,54 @@ def test_from_log_value_takes_the_real_codec_value() -> None:
 # ------------------------------------------------------------------------------------ verdicts, candidates
 
 
-def test_only_hanging_has_a_reason() -> None:
+def test_only_hanging_and_unconfirmed_have_a_reason() -> None:
     evidence = a_candidate().evidence
-    with pytest.raises(ValidationError, match="HANGING verdict needs a reason"):
+    with pytest.raises(ValidationError, match="need a reason"):
         Verdict(kind=VerdictKind.HANGING, evidence=evidence, explanation="x")
-    with pytest.raises(ValidationError, match="only HANGING"):
+    with pytest.raises(ValidationError, match="only they have one"):
         Verdict(
             kind=VerdictKind.LATE,
             reason=HangingReason.NO_COORDINATOR_STATE,
             evidence=evidence,
             explanation="x",
+        )
+    with pytest.raises(ValidationError, match="says why it was withheld"):
+        Verdict(
+            kind=VerdictKind.UNCONFIRMED,
+            reason=HangingReason.NO_COORDINATOR_STATE,
+            evidence=evidence,
+            explanation="x",
+        )
+    with pytest.raises(ValidationError, match="says why it was withheld"):
+        Verdict(
+            kind=VerdictKind.HANGING,
+            reason=HangingReason.NO_COORDINATOR_STATE,
+            withheld=WithheldReason.COORDINATOR_VIEW_BEHIND,
+            evidence=evidence,
+            explanation="x",
+        )
+    ok = Verdict(
+        kind=VerdictKind.UNCONFIRMED,
+        reason=HangingReason.NO_COORDINATOR_STATE,
+        withheld=WithheldReason.COORDINATOR_VIEW_BEHIND,
+        evidence=evidence,
+        explanation="x",
+    )
+    assert ok.withheld is WithheldReason.COORDINATOR_VIEW_BEHIND
+
+
+def test_coordinator_log_position_checks_its_partitions() -> None:
+    p = CoordinatorLogPosition(
+        cluster="c", sweep_id="s", topic="__transaction_state", partitions=3, as_of_ms=1, end_offsets={0: 5}
+    )
+    assert CoordinatorLogPosition.model_validate_json(p.model_dump_json()) == p
+    with pytest.raises(ValidationError, match=r"outside 0\.\.2"):
+        CoordinatorLogPosition(
+            cluster="c", sweep_id="s", topic="t", partitions=3, as_of_ms=1, end_offsets={3: 1}
+        )
+    with pytest.raises(ValidationError, match="negative end offset"):
+        CoordinatorLogPosition(
+            cluster="c", sweep_id="s", topic="t", partitions=3, as_of_ms=1, end_offsets={0: -1}
         )
 
 

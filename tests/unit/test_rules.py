@@ -70,6 +70,8 @@ def verdict(
 ) -> Verdict:
     txn = open_txn() if txn is None else txn
     snap = snapshot(txn, observed_at_ms=observed, max_transaction_timeout_ms=max_timeout)
+    # The proof tables: the coordinator view is current as of the report unless a test says otherwise.
+    kwargs.setdefault("view_current_ms", observed)
     return classify(txn, snap, view, now_ms=observed if now is None else now, limits=lim, **kwargs)
 
 
@@ -642,6 +644,7 @@ def test_tv2_epoch_bump_per_transaction_sequence() -> None:
             record,
             now_ms=snap_at,
             limits=LIMITS,
+            view_current_ms=snap_at,
         )
         assert (v.kind, v.reason) == (K.HANGING, reason), (record.state, v.explanation)
     # Txn 2's own batch on orders-0 (epoch 6) is fine.
@@ -760,7 +763,9 @@ KIP939 = [
 @pytest.mark.parametrize("case", KIP939)
 def test_kip939_example_sequence(case: Kip939Case) -> None:
     snap = snapshot(case.txn, partition=case.partition, observed_at_ms=case.observed)
-    v = classify(case.txn, snap, kip939(case.step), now_ms=case.observed, limits=LIMITS)
+    v = classify(
+        case.txn, snap, kip939(case.step), now_ms=case.observed, limits=LIMITS, view_current_ms=case.observed
+    )
     assert (v.kind, v.reason) == (case.kind, case.reason), v.explanation
 
 
@@ -769,10 +774,26 @@ def test_kip939_step10_old_producer_id_is_unowned_once_retired() -> None:
     view = select_coordinator_view(42, [kip939(10)])
     assert view is None
     snap = snapshot(TXN_42_P, observed_at_ms=S10 + 3 * SECOND)
-    early = classify(TXN_42_P, snap, view, now_ms=S10 + 3 * SECOND, limits=LIMITS, retired_at_ms=S10)
+    early = classify(
+        TXN_42_P,
+        snap,
+        view,
+        now_ms=S10 + 3 * SECOND,
+        limits=LIMITS,
+        retired_at_ms=S10,
+        view_current_ms=S10 + 3 * SECOND,
+    )
     assert early.kind is K.LATE  # the marker may still be landing
     snap = snapshot(TXN_42_P, observed_at_ms=S10 + MINUTE)
-    late = classify(TXN_42_P, snap, view, now_ms=S10 + MINUTE, limits=LIMITS, retired_at_ms=S10)
+    late = classify(
+        TXN_42_P,
+        snap,
+        view,
+        now_ms=S10 + MINUTE,
+        limits=LIMITS,
+        retired_at_ms=S10,
+        view_current_ms=S10 + MINUTE,
+    )
     assert (late.kind, late.reason) == (K.HANGING, R.NO_COORDINATOR_STATE)
 
 
@@ -947,7 +968,13 @@ def test_format_duration(ms: int, text: str) -> None:
 def hanging_case(**txn_overrides: Any) -> tuple[PartitionSnapshot, OpenTransaction, Verdict]:
     txn = open_txn(**txn_overrides)
     snap = snapshot(txn)
-    return snap, txn, classify(txn, snap, None, now_ms=snap.observed_at_ms, limits=LIMITS)
+    return (
+        snap,
+        txn,
+        classify(
+            txn, snap, None, now_ms=snap.observed_at_ms, limits=LIMITS, view_current_ms=snap.observed_at_ms
+        ),
+    )
 
 
 @pytest.mark.parametrize(
@@ -1012,7 +1039,9 @@ def test_kafka_cli_quotes_unsafe_values_and_adds_command_config() -> None:
 def test_plan_abort_refuses_anything_but_hanging(view: CoordinatorRecord) -> None:
     txn = open_txn()
     snap = snapshot(txn)
-    v = classify(txn, snap, view, now_ms=snap.observed_at_ms, limits=LIMITS)
+    v = classify(
+        txn, snap, view, now_ms=snap.observed_at_ms, limits=LIMITS, view_current_ms=snap.observed_at_ms
+    )
     assert not is_abort_candidate(v)
     with pytest.raises(ValueError, match="only a HANGING verdict"):
         plan_abort(snap, txn, v, first_detected_ms=T0)
@@ -1153,7 +1182,7 @@ def test_where_find_hanging_answers_differently(case: Comparison) -> None:
         case.txn, snap, case.records, now_ms=case.observed, describe_acl=case.describe_acl
     )
     view = select_coordinator_view(case.txn.producer_id, case.records)
-    v = classify(case.txn, snap, view, now_ms=case.observed, limits=LIMITS)
+    v = classify(case.txn, snap, view, now_ms=case.observed, limits=LIMITS, view_current_ms=case.observed)
     assert fh is case.find_hanging
     assert (v.kind, v.reason) == case.ours, v.explanation
     assert (v.kind is K.HANGING) is not fh  # the point of the case: the two answers differ
@@ -1227,7 +1256,15 @@ def test_where_find_hanging_agrees(case: Comparison) -> None:
     )
     view = select_coordinator_view(case.txn.producer_id, case.records)
     retired = case.records[0].source_timestamp_ms if case.records and case.records[0].tombstone else None
-    v = classify(case.txn, snap, view, now_ms=case.observed, limits=LIMITS, retired_at_ms=retired)
+    v = classify(
+        case.txn,
+        snap,
+        view,
+        now_ms=case.observed,
+        limits=LIMITS,
+        retired_at_ms=retired,
+        view_current_ms=case.observed,
+    )
     assert fh is case.find_hanging
     assert (v.kind, v.reason) == case.ours, v.explanation
     assert (v.kind is K.HANGING) is fh

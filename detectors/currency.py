@@ -1,0 +1,199 @@
+"""How current the coordinator view is: measured from offsets, never assumed.
+
+A HANGING verdict says "no coordinator record will ever close this transaction". That is only proven if the view
+holds every record the coordinator wrote before the moment the leader reported the transaction open. The
+collector publishes, per sweep, a `CoordinatorLogPosition`: the high watermarks of the coordinator topic, asked
+for after the sweep's DescribeProducers answers, with `as_of_ms` read in between. Records are committed before the
+coordinator acts on them, so everything that could explain those answers lies below the watermarks. Once the
+job has applied every record below a partition's watermark, its view of that partition is current as of
+`as_of_ms`. `ViewCurrency` keeps that bookkeeping; it is pure (time and offsets come in as arguments), and its
+state is plain data so a stateful stage can store it (docs/detection.md, "Currency").
+
+Which partitions matter: a transactional id lives in `__transaction_state` partition
+`Utils.abs(transactionalId.hashCode()) % partitions` (Java's String hash; `coordinator_partition`). A producer id
+no record names yet could belong to any transactional id, so it needs every partition.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+_INT32 = 1 << 32
+_INT32_MIN = -(1 << 31)
+
+# Positions not yet covered are kept oldest first; beyond this many (an hour of 5 s sweeps) every other one of
+# the older half is dropped. Safe: a dropped position only removes a moment we could have claimed currency at.
+MAX_PENDING_POSITIONS = 720
+
+
+def java_string_hash(s: str) -> int:
+    """Java's `String.hashCode()`: `s[0]*31^(n-1) + ... + s[n-1]` over UTF-16 code units, as a signed int32."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) % _INT32
+    return h - _INT32 if h >= 1 << 31 else h
+
+
+def coordinator_partition(transactional_id: str, partitions: int) -> int:
+    """The `__transaction_state` partition of a transactional id (Kafka's `Utils.abs(hash) % partitions`;
+    `Utils.abs(Integer.MIN_VALUE)` is 0). Checked against records captured from a real broker in the tests."""
+    h = java_string_hash(transactional_id)
+    return (0 if h == _INT32_MIN else abs(h)) % partitions
+
+
+class Position(NamedTuple):
+    """One `CoordinatorLogPosition`, as plain data."""
+
+    as_of_ms: int
+    topic: str
+    partitions: int
+    end_offsets: tuple[tuple[int, int], ...]  # (partition, high watermark), sorted
+
+
+# applied ends, currency per partition, pending positions, newest position per topic, first position's time
+CurrencyState = tuple[
+    dict[tuple[str, int], int], dict[tuple[str, int], int], list[Position], dict[str, Position], int | None
+]
+
+
+class ViewLag(NamedTuple):
+    """How far the view is behind the newest position the collector published (for metrics and the console)."""
+
+    measured: bool  # a position has been received for every coordinator topic
+    current: bool  # every partition has been applied up to the newest position
+    lag_ms: int  # newest position's as_of minus the oldest partition currency (0 when current)
+    records_behind: int  # records below the newest positions not applied yet
+    current_as_of_ms: int | None  # the whole view (all partitions of every topic) is current as of this
+
+
+class ViewCurrency:
+    """Per coordinator topic and partition: how far the view has applied records, and as of when it is current.
+
+    Args:
+        transaction_log: the topic read as `__transaction_state` (its partition of a transactional id is
+            `coordinator_partition`), or None.
+        other_topics: coordinator topics without that layout (the describe fallback's topic): a transaction
+            needs all of their partitions current.
+        state: what `state()` returned earlier (restores the bookkeeping).
+    """
+
+    def __init__(
+        self,
+        transaction_log: str | None,
+        other_topics: Iterable[str] = (),
+        state: CurrencyState | None = None,
+    ) -> None:
+        self.transaction_log = transaction_log
+        self.topics = tuple(([transaction_log] if transaction_log else []) + list(other_topics))
+        applied, current, pending, newest, first = state or ({}, {}, [], {}, None)
+        self.applied_end: dict[tuple[str, int], int] = dict(applied)
+        self.current: dict[tuple[str, int], int] = dict(current)
+        self.pending: list[Position] = list(pending)
+        self.newest: dict[str, Position] = dict(newest)
+        self.first_as_of_ms: int | None = first
+
+    def state(self) -> CurrencyState:
+        """Plain data for a state store (pickled; restored by the constructor)."""
+        return (self.applied_end, self.current, self.pending, self.newest, self.first_as_of_ms)
+
+    # -- input
+
+    def applied(self, topic: str, partition: int, next_offset: int) -> bool:
+        """Every record of `topic`-`partition` below `next_offset` has been applied to the view.
+
+        Returns:
+            Whether anything changed.
+        """
+        key = (topic, partition)
+        if next_offset <= self.applied_end.get(key, 0):
+            return False
+        self.applied_end[key] = next_offset
+        return self._advance()
+
+    def add_position(
+        self, topic: str, partitions: int, as_of_ms: int, end_offsets: Mapping[int, int]
+    ) -> bool:
+        """A position the collector published. Positions of topics the view is not built from are ignored.
+
+        Returns:
+            Whether anything changed.
+        """
+        if topic not in self.topics:
+            return False
+        position = Position(as_of_ms, topic, partitions, tuple(sorted(end_offsets.items())))
+        newest = self.newest.get(topic)
+        if newest is None or as_of_ms >= newest.as_of_ms:
+            self.newest[topic] = position
+        if self.first_as_of_ms is None or as_of_ms < self.first_as_of_ms:
+            self.first_as_of_ms = as_of_ms
+        bisect.insort(self.pending, position)
+        if len(self.pending) > MAX_PENDING_POSITIONS:
+            half = len(self.pending) // 2
+            self.pending = self.pending[:half:2] + self.pending[half:]
+        self._advance()
+        return True
+
+    def _advance(self) -> bool:
+        """Claim currency for every partition a pending position now covers; drop fully covered positions."""
+        changed = False
+        still: list[Position] = []
+        for p in self.pending:
+            covered = True
+            for partition, end in p.end_offsets:
+                key = (p.topic, partition)
+                if self.applied_end.get(key, 0) >= end:
+                    if self.current.get(key, -1) < p.as_of_ms:
+                        self.current[key] = p.as_of_ms
+                        changed = True
+                else:
+                    covered = False
+            if not covered:
+                still.append(p)
+        if len(still) != len(self.pending):
+            changed = True
+        self.pending = still
+        return changed
+
+    # -- questions
+
+    def current_as_of(self, transactional_id: str | None) -> int | None:
+        """The time the view of everything that could own a transaction is current as of, or None if unknown.
+
+        With the transactional id (from the coordinator record judged against), only its partition of the
+        transaction log matters; without one (a producer id no record names), every partition. Topics without
+        the log's layout always need every partition.
+        """
+        result: int | None = None
+        for topic in self.topics:
+            newest = self.newest.get(topic)
+            if newest is None:
+                return None
+            if transactional_id is not None and topic == self.transaction_log:
+                wanted: Iterable[int] = (coordinator_partition(transactional_id, newest.partitions),)
+            else:
+                wanted = range(newest.partitions)
+            for partition in wanted:
+                at = self.current.get((topic, partition))
+                if at is None:
+                    return None
+                result = at if result is None else min(result, at)
+        return result
+
+    def lag(self) -> ViewLag:
+        """How far behind the newest positions the view is."""
+        measured = bool(self.topics) and all(t in self.newest for t in self.topics)
+        behind = 0
+        newest_as_of: int | None = None
+        for topic, p in self.newest.items():
+            newest_as_of = p.as_of_ms if newest_as_of is None else max(newest_as_of, p.as_of_ms)
+            for partition, end in p.end_offsets:
+                behind += max(0, end - self.applied_end.get((topic, partition), 0))
+        whole = self.current_as_of(None) if measured else None
+        if newest_as_of is None:
+            return ViewLag(False, False, 0, 0, None)
+        oldest = whole if whole is not None else self.first_as_of_ms
+        lag_ms = max(0, newest_as_of - oldest) if oldest is not None else 0
+        return ViewLag(measured, measured and behind == 0, lag_ms, behind, whole)
