@@ -22,8 +22,8 @@ from kafka.errors import KafkaError
 from pydantic import ValidationError
 
 from admin.client import AdminError, connect_admin, consumer_for, producer_for, resolve_kafka_settings
-from admin.collector import Collector, SweepResult, run, wall_clock_ms
-from admin.coordinator import CoordinatorPoller
+from admin.collector import ClusterWire, Collector, SweepResult, run, wall_clock_ms
+from admin.coordinator import CoordinatorPoll, CoordinatorPoller
 from admin.inspect import (
     LOG_HEADER,
     entry_json,
@@ -37,6 +37,7 @@ from admin.metrics import CollectorMetrics, RequestLog, serve
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
 from admin.settings import CollectorEnvironment, CollectorSettings
 from admin.wire import KafkaWire
+from detectors.models import CoordinatorLogPosition, CoordinatorRecord
 from detectors.settings import KafkaSettings, Settings
 
 log = logging.getLogger("txnwatch")
@@ -276,17 +277,18 @@ def cmd_collect(args: argparse.Namespace) -> int:
             else None
         )
         if args.once:
-            return _collect_once(collector, publisher, poller, args)
+            return _collect_once(collector, publisher, poller, wire, settings.cluster, args)
         if cs.metrics_port:
             server = serve(metrics, cs.metrics_port, cs.metrics_addr)
             log.info("metrics on http://%s:%d/metrics", cs.metrics_addr, cs.metrics_port)
         assert publisher is not None
         also: list[Callable[[], object]] = []
         if poller is not None:
-            pub = publisher
+            pub, cluster = publisher, settings.cluster
 
             def poll_coordinators() -> int:
-                return pub.publish_coordinator(poller.poll())
+                poll, _ = publish_coordinator_poll(poller, pub, wire, cluster=cluster)
+                return len(poll.records)
 
             also.append(poll_coordinators)
         log.info(
@@ -320,23 +322,57 @@ def cmd_collect(args: argparse.Namespace) -> int:
         admin.close()
 
 
+def publish_coordinator_poll(
+    poller: CoordinatorPoller, publisher: Publisher, wire: ClusterWire, *, cluster: str
+) -> tuple[CoordinatorPoll, CoordinatorLogPosition | None]:
+    """One describe-fallback poll: its changed records, then the position of the coordinator-state topic.
+
+    The position is measured only after `publish_coordinator` returned, i.e. after every record of the poll was
+    acknowledged (acks=all): each record derived from coordinator state seen at or after the poll's `as_of_ms`
+    (read before its ListTransactions) then lies below the end offsets, so a job that has applied everything
+    below them holds the coordinators' state as of `as_of_ms`. If publishing fails, the poll is undone (sent
+    again next time) and no position is published.
+    """
+    poll = poller.poll_as_of()
+    try:
+        publisher.publish_coordinator(poll.records)
+    except BaseException:
+        poller.unpublished(poll)
+        raise
+    position = poller.log_position(wire, publisher.coordinator_topic, poll, cluster=cluster)
+    if position is not None:
+        publisher.publish_positions([position])
+    return poll, position
+
+
 def _collect_once(
     collector: Collector,
     publisher: Publisher | None,
     poller: CoordinatorPoller | None,
+    wire: ClusterWire,
+    cluster: str,
     args: argparse.Namespace,
 ) -> int:
     result = collector.sweep()
-    coordinator = poller.poll() if poller is not None else []
     if publisher is not None:
         publisher.publish_sweep(result)
-        publisher.publish_coordinator(coordinator)
+    coordinator: list[CoordinatorRecord] = []
+    position: CoordinatorLogPosition | None = None
+    if poller is not None and publisher is not None:
+        poll, position = publish_coordinator_poll(poller, publisher, wire, cluster=cluster)
+        coordinator = poll.records
+    elif poller is not None:
+        # Nothing published, so no position: end offsets of the coordinator-state topic would not vouch for
+        # records that never reached it.
+        coordinator = poller.poll()
     if args.output == "table":
         print(render_sweep(result))
     else:
         out = result.as_json()
         if poller is not None:
             out["coordinator_records"] = [r.model_dump(mode="json") for r in coordinator]
+            if position is not None:
+                out["coordinator_log_positions"].append(position.model_dump(mode="json"))
         print(json.dumps(out))
     return 0
 
@@ -370,6 +406,11 @@ def render_sweep(result: SweepResult) -> str:
         errors = ", ".join(f"{k}={v}" for k, v in summary.errors.items()) or "none"
         lines.append(
             f"broker {summary.broker}: {summary.partitions_covered} partitions covered, errors: {errors}"
+        )
+    for position in result.positions:
+        lines.append(
+            f"{position.topic}: end offsets of {len(position.end_offsets)}/{position.partitions} partitions "
+            f"as of {position.as_of_ms}"
         )
     lines.extend(f"problem: {p}" for p in dict.fromkeys(result.problems))
     return "\n".join(lines)

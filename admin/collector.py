@@ -3,7 +3,9 @@
 One sweep = cluster metadata (internal topics included) → DescribeProducers per leader in batches of at most
 500 partitions, all brokers at once → a refresh-and-retry round for partitions whose leader moved → the start
 batch of every transaction not seen before (cached) → LSO and high watermark of partitions with open
-transactions. `ClusterWire` is the seam: `admin.wire.KafkaWire` speaks Kafka, unit tests pass a fake.
+transactions. Right after the DescribeProducers answers, the high watermarks of `__transaction_state` are asked
+for: the `CoordinatorLogPosition` that tells the streaming job when its coordinator view is current.
+`ClusterWire` is the seam: `admin.wire.KafkaWire` speaks Kafka, unit tests pass a fake.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -23,12 +25,14 @@ from admin.client import AdminError, explain, is_authorization_error
 from admin.fetch import StartBatch
 from admin.metrics import CollectorMetrics
 from admin.settings import CollectorSettings
-from detectors.models import BrokerSweepSummary, OpenTransaction, PartitionSnapshot
+from detectors.models import BrokerSweepSummary, CoordinatorLogPosition, OpenTransaction, PartitionSnapshot
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 NO_LEADER = -1
+# The coordinators' log, whose reach each sweep measures (primary mode).
+TRANSACTION_LOG = "__transaction_state"
 
 # Partition errors that mean "ask the new leader": refresh metadata and retry within the sweep.
 RETRY_WITH_NEW_LEADER = frozenset(
@@ -104,6 +108,13 @@ class Offsets(NamedTuple):
     high_watermark: int | None
 
 
+class EndOffset(NamedTuple):
+    """A partition's high watermark (ListOffsets latest, read_uncommitted), or the error that kept it unknown."""
+
+    offset: int | None
+    error: str | None = None
+
+
 class BrokerTimeout(NamedTuple):
     """A broker's `transaction.max.timeout.ms`, or why it is unknown."""
 
@@ -114,8 +125,10 @@ class BrokerTimeout(NamedTuple):
 class ClusterWire(Protocol):
     """The slice of Kafka the sweep needs; `admin.wire.KafkaWire` implements it with kafka-python."""
 
-    def metadata(self) -> ClusterView:
-        """All topics, internal ones included. Raises kafka.errors.KafkaError if no broker answers."""
+    def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
+        """All topics (or only `topics`; missing ones are left out), internal ones included.
+
+        Raises kafka.errors.KafkaError if no broker answers."""
         ...
 
     def describe_producers(self, batches: Mapping[int, Sequence[Sequence[TP]]]) -> list[DescribeBatch]:
@@ -130,6 +143,11 @@ class ClusterWire(Protocol):
 
     def list_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, Offsets]:
         """LSO (read_committed ListOffsets) and high watermark (read_uncommitted) per partition."""
+        ...
+
+    def end_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, EndOffset]:
+        """The high watermark of each partition, asked of the given leader (one read_uncommitted ListOffsets
+        per broker, brokers concurrently), or its error name; never raises for a broker's failure."""
         ...
 
     def max_transaction_timeouts(self, brokers: Sequence[int]) -> dict[int, BrokerTimeout]:
@@ -155,6 +173,9 @@ class SweepResult:
     new_transactions: int
     start_batch_fetches: int
     problems: list[str]
+    # How far `__transaction_state` had reached when the sweep's DescribeProducers answers were in (published
+    # after the sweep's other records); empty if the topic does not exist or no partition answered.
+    positions: list[CoordinatorLogPosition] = field(default_factory=list)
 
     @property
     def open_transactions(self) -> int:
@@ -174,6 +195,7 @@ class SweepResult:
             "snapshots": [s.model_dump(mode="json") for s in self.snapshots],
             "empty_snapshots": [s.model_dump(mode="json") for s in self.empties],
             "summaries": [s.model_dump(mode="json") for s in self.summaries],
+            "coordinator_log_positions": [p.model_dump(mode="json") for p in self.positions],
             "problems": self.problems,
         }
 
@@ -204,6 +226,76 @@ def chunks(items: Sequence[TP], size: int) -> list[list[TP]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
+def measure_log_position(
+    wire: ClusterWire,
+    view: ClusterView,
+    topic: str,
+    *,
+    cluster: str,
+    sweep_id: str,
+    as_of_ms: int,
+    skip_brokers: Collection[int] = frozenset(),
+) -> tuple[CoordinatorLogPosition | None, list[str]]:
+    """How far `topic` has reached: the high watermark of each of its partitions in `view`, asked of its leader
+    now, as a position as of `as_of_ms`.
+
+    The caller reads `as_of_ms` *before* calling: the offsets asked for now are at least what they were then,
+    so every record written by that moment lies below them. Partitions without a leader, led by a broker in
+    `skip_brokers` (it failed this sweep; asking again would only wait for its timeout), or answering with an
+    error are left out: the job keeps them as current as an earlier position made them.
+
+    Returns:
+        The position (None if `topic` is not in `view`, e.g. no transaction ever ran, or no partition
+        answered) and one problem message per kind of failure.
+    """
+    partitions = sorted(p for t, p in view.leaders if t == topic)
+    if not partitions:
+        return None, []
+    wanted: dict[int, list[TP]] = {}
+    failed: dict[str, list[int]] = {}
+    for p in partitions:
+        leader = view.leaders[(topic, p)]
+        if leader < 0:
+            failed.setdefault("LEADER_NOT_AVAILABLE", []).append(p)
+        elif leader in skip_brokers:
+            failed.setdefault("BROKER_BACKOFF", []).append(p)
+        else:
+            wanted.setdefault(leader, []).append((topic, p))
+    answers = wire.end_offsets(wanted) if wanted else {}
+    end_offsets: dict[int, int] = {}
+    for tps in wanted.values():
+        for tp in tps:
+            answer = answers.get(tp, EndOffset(None, "MISSING_FROM_RESPONSE"))
+            if answer.error is None and answer.offset is not None and answer.offset >= 0:
+                end_offsets[tp[1]] = answer.offset
+            else:
+                failed.setdefault(answer.error or "NO_OFFSET", []).append(tp[1])
+    problems = [_position_problem(topic, error, ps) for error, ps in sorted(failed.items())]
+    if not end_offsets:
+        # An empty position would vouch for nothing, yet tell the job its view is measured.
+        return None, problems
+    position = CoordinatorLogPosition(
+        cluster=cluster,
+        sweep_id=sweep_id,
+        topic=topic,
+        partitions=partitions[-1] + 1,
+        as_of_ms=as_of_ms,
+        end_offsets=end_offsets,
+    )
+    return position, problems
+
+
+def _position_problem(topic: str, error: str, partitions: Sequence[int]) -> str:
+    if is_authorization_error(error):
+        # The same every sweep, so it is logged once: names the ACL (Describe on the topic).
+        return explain("ListOffsets", error, topic)
+    listed = ", ".join(str(p) for p in sorted(partitions))
+    return (
+        f"{explain('ListOffsets', error, topic)}: partitions {listed} left out of its coordinator log "
+        "position this sweep"
+    )
+
+
 @dataclass
 class _Backoff:
     failures: int
@@ -224,7 +316,8 @@ class Collector:
         open_partitions: partitions whose last published snapshot had open transactions (read back from the
             snapshot topic at start-up); None if unknown, in which case the first sweep publishes an empty
             snapshot for every partition it covers without open transactions.
-        clock_ms: the wall clock; read only when a response arrives (in the wire) and for sweep ids.
+        clock_ms: the wall clock; read only when a response arrives (in the wire), for sweep ids, and for the
+            coordinator log position's `as_of_ms` (after the DescribeProducers phase).
         monotonic / sleep: for durations, backoff and the pause before a retry round.
     """
 
@@ -277,7 +370,8 @@ class Collector:
 
         Returns:
             The snapshots (partitions with open transactions), explicit empty snapshots (partitions whose open
-            set became empty, or whose topic was deleted) and one summary per broker.
+            set became empty, or whose topic was deleted), one summary per broker, and (primary mode) the
+            position of `__transaction_state` as of the end of the DescribeProducers phase.
 
         Raises:
             kafka.errors.KafkaError: if cluster metadata cannot be read (nothing else stops a sweep).
@@ -310,11 +404,13 @@ class Collector:
         failed_brokers: set[int] = set()
         answered_brokers: set[int] = set()
         deleted: set[TP] = set()
+        last_answer_ms = started_at_ms
         attempt = 0
         while pending:
             batches = {b: chunks(sorted(tps), s.describe_batch_size) for b, tps in pending.items()}
             retry: list[tuple[TP, int, str, bool]] = []  # (tp, broker asked, error, request-level)
             for batch in self._wire.describe_producers(batches):
+                last_answer_ms = max(last_answer_ms, batch.received_at_ms)
                 if batch.error is not None:
                     failed_brokers.add(batch.broker)
                     self._note(
@@ -356,6 +452,12 @@ class Collector:
                 else:
                     pending.setdefault(moved_to, []).append(tp)
         self._update_backoff(failed_brokers, answered_brokers)
+
+        # Read after the last DescribeProducers answer (and never before it, should the clock step back) and
+        # before the offsets are asked for: everything a coordinator wrote that could explain those answers
+        # was committed before them, so it lies below the end offsets measured next.
+        as_of_ms = max(self._clock_ms(), last_answer_ms)
+        positions = self._log_positions(view, sweep_id, as_of_ms, problems)
 
         # Transactions open now, and the start batches not fetched before.
         open_now: dict[TP, list[ActiveProducer]] = {}
@@ -433,7 +535,9 @@ class Collector:
                 PartitionSnapshot(
                     cluster=self._cluster,
                     sweep_id=sweep_id,
-                    observed_at_ms=self._clock_ms(),
+                    # Known gone from metadata read during the DescribeProducers phase, so by as_of_ms; this
+                    # keeps the sweep's snapshots no later than its position.
+                    observed_at_ms=as_of_ms,
                     leader=NO_LEADER,
                     topic=tp[0],
                     partition=tp[1],
@@ -469,6 +573,7 @@ class Collector:
             new_transactions=new_transactions,
             start_batch_fetches=fetches,
             problems=problems,
+            positions=positions,
         )
         if self._metrics is not None:
             self._metrics.observe_sweep(sweep, cached_start_batches=len(self._starts))
@@ -482,6 +587,26 @@ class Collector:
             self._open_before = None
 
     # ---------------------------------------------------------------------------------------- helpers
+
+    def _log_positions(
+        self, view: ClusterView, sweep_id: str, as_of_ms: int, problems: list[str]
+    ) -> list[CoordinatorLogPosition]:
+        if self._settings.coordinator_source != "log":
+            # The job then reads <prefix>.coordinator-state, whose position each poll publishes; and the
+            # principal may well have no access to __transaction_state at all.
+            return []
+        position, trouble = measure_log_position(
+            self._wire,
+            view,
+            TRANSACTION_LOG,
+            cluster=self._cluster,
+            sweep_id=sweep_id,
+            as_of_ms=as_of_ms,
+            skip_brokers=self._backed_off(self._monotonic()),
+        )
+        for message in trouble:
+            self._note(message, problems)
+        return [position] if position is not None else []
 
     def _backed_off(self, now: float) -> set[int]:
         return {b for b, state in self._backoff.items() if state.retry_at > now}

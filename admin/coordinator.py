@@ -4,19 +4,23 @@
 Each poll lists every transactional id on every broker (the broker that lists an id coordinates it), describes
 the ids that are new or changed state, plus every active transaction (only those running longer than the
 DurationFilter, where ListTransactions v1 exists), and returns the records whose content changed. An id that
-disappears from its coordinator's listing expired: it gets a tombstone record.
+disappears from its coordinator's listing expired: it gets a tombstone record. Once a poll's records are
+acknowledged, `log_position` measures how far `<prefix>.coordinator-state` has reached, as of the moment before
+the poll's ListTransactions: the `CoordinatorLogPosition` the streaming job needs to know its view is current.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from pydantic import ValidationError
 
 from admin.client import explain
-from detectors.models import CoordinatorRecord, CoordinatorState, TopicPartition
+from admin.collector import ClusterWire, measure_log_position
+from detectors.models import CoordinatorLogPosition, CoordinatorRecord, CoordinatorState, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,14 @@ class CoordinatorWire(Protocol):
     def describe_transactions(
         self, by_coordinator: Mapping[int, Sequence[str]]
     ) -> list[TransactionDescription]: ...
+
+
+class CoordinatorPoll(NamedTuple):
+    """One poll: the records whose content changed, and the clock read before its ListTransactions was sent."""
+
+    poll_id: str
+    as_of_ms: int
+    records: list[CoordinatorRecord]
 
 
 def record_from_description(d: TransactionDescription, *, seen_at_ms: int) -> CoordinatorRecord:
@@ -129,6 +141,10 @@ class CoordinatorPoller:
         self._records: dict[str, CoordinatorRecord] = {}
         self._noted: set[str] = set()
         self._warned_filter = False
+        self._run_id = uuid.uuid4().hex[:8]
+        self._seq = 0
+        # (poll id, what was known before it): undone if the poll's records could not be published.
+        self._before: tuple[str, dict[str, TransactionListing], dict[str, CoordinatorRecord]] | None = None
 
     def _note(self, message: str) -> None:
         if message not in self._noted:
@@ -137,6 +153,51 @@ class CoordinatorPoller:
 
     def poll(self) -> list[CoordinatorRecord]:
         """List, describe what may have changed, and return the changed records (tombstones included)."""
+        return self.poll_as_of().records
+
+    def poll_as_of(self) -> CoordinatorPoll:
+        """`poll()`, with the poll's id and `as_of_ms`: the clock read before ListTransactions was sent. Every
+        record it returns (and every unchanged one published before) reflects coordinator state seen at or
+        after `as_of_ms`."""
+        self._seq += 1
+        poll_id = f"{self._run_id}-poll-{self._seq}"
+        as_of_ms = self._clock_ms()
+        self._before = (poll_id, dict(self._listed), dict(self._records))
+        return CoordinatorPoll(poll_id, as_of_ms, self._poll())
+
+    def unpublished(self, poll: CoordinatorPoll) -> None:
+        """The poll's records did not reach Kafka: forget what it learnt, so the next poll derives and sends
+        them again (else a later position would vouch for records the topic never got). Only the latest poll
+        can be undone."""
+        if self._before is not None and self._before[0] == poll.poll_id:
+            _, self._listed, self._records = self._before
+            self._before = None
+
+    def log_position(
+        self, wire: ClusterWire, topic: str, poll: CoordinatorPoll, *, cluster: str
+    ) -> CoordinatorLogPosition | None:
+        """How far `topic` (<prefix>.coordinator-state) has reached, as of `poll.as_of_ms`.
+
+        Call only once the poll's records are acknowledged: then every record derived from coordinator state
+        seen at or after `as_of_ms` lies below the end offsets measured here, and a job that has applied
+        everything below them holds the coordinators' state as of `as_of_ms`. None if the topic does not exist
+        or none of its partitions answered (the reason is logged once).
+        """
+        view = wire.metadata([topic])
+        # With a DurationFilter, an Ongoing transaction younger than the filter is not described again when it
+        # adds a partition (its listing does not change): its record may lack partitions added in the last
+        # `duration_filter_ms`. Vouching only for the state as of that much earlier keeps such a record from
+        # proving "the partition is not in the transaction" (every HANGING rule compares the report with the
+        # record's start, which then lies after the moment vouched for).
+        as_of_ms = poll.as_of_ms - max(self._duration_filter_ms, 0)
+        position, problems = measure_log_position(
+            wire, view, topic, cluster=cluster, sweep_id=poll.poll_id, as_of_ms=as_of_ms
+        )
+        for message in problems:
+            self._note(message)
+        return position
+
+    def _poll(self) -> list[CoordinatorRecord]:
         listing = self._wire.list_transactions()
         now = self._clock_ms()
         for broker, error in listing.failed.items():

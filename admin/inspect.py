@@ -25,6 +25,7 @@ from admin.collector import (
 )
 from admin.coordinator import CoordinatorWire, TransactionDescription
 from admin.fetch import StartBatch
+from detectors import lateness
 from detectors.codec import DecodeError, decode_key, decode_value
 from detectors.models import CoordinatorRecord, OpenTransaction
 
@@ -55,7 +56,7 @@ class CoordinatorView:
 @dataclass(frozen=True)
 class InspectedTransaction:
     txn: OpenTransaction
-    age_ms: int
+    age_ms: int | None  # None: neither the start batch nor LastTimestamp gave a usable (positive) timestamp
     coordinator: CoordinatorView
     note: str
     start_batch_error: str | None = None
@@ -92,6 +93,7 @@ class PartitionReport:
                 {
                     **t.txn.model_dump(mode="json"),
                     "open_since_ms": t.txn.open_since_ms,
+                    "open_since_basis": t.txn.open_since_basis,
                     "age_ms": t.age_ms,
                     "start_batch_error": t.start_batch_error,
                     "coordinator": t.coordinator.__dict__,
@@ -119,6 +121,23 @@ def _note(txn: OpenTransaction, view: CoordinatorView, topic: str, partition: in
         f"the coordinator is {view.state}: it finished this producer's transactions; an open transaction seen "
         "after that will get no marker"
     )
+
+
+def transaction_age_ms(txn: OpenTransaction, now_ms: int) -> int | None:
+    """The transaction's age as detectors measures it, None when its start is unknown.
+
+    Non-positive timestamps are unknown (Kafka's NO_TIMESTAMP is -1): `now - open_since_ms` would then be the
+    time since 1970, decades of "age" that an operator would read as a hanging transaction.
+
+    Args:
+        txn: the open transaction (start batch timestamp, else LastTimestamp: `open_since_ms`).
+        now_ms: the inspection's clock.
+
+    Returns:
+        `detectors.lateness.age_ms` (never negative), or None when neither timestamp is positive.
+    """
+    since = txn.open_since_ms
+    return lateness.age_ms(now_ms, since) if lateness.known(since) else None
 
 
 def inspect_partition(
@@ -176,7 +195,7 @@ def inspect_partition(
         report.transactions.append(
             InspectedTransaction(
                 txn=txn,
-                age_ms=now - txn.open_since_ms,
+                age_ms=transaction_age_ms(txn, now),
                 coordinator=coordinator,
                 note=_note(txn, coordinator, topic, partition),
                 start_batch_error=outcome.error if isinstance(outcome, FetchFailure) else None,
@@ -227,7 +246,8 @@ def coordinator_views(
 
 
 def iso(ms: int | None) -> str:
-    if ms is None or ms < 0:
+    # Non-positive timestamps are unknown (detectors.lateness.known), not instants in 1970.
+    if ms is None or not lateness.known(ms):
         return "-"
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -244,6 +264,14 @@ def format_table(rows: list[list[str]]) -> str:
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
     )
+
+
+def _start_time(txn: OpenTransaction) -> str:
+    """StartTime cell: the start batch's timestamp, or why there is none (the age then comes from elsewhere)."""
+    basis = txn.open_since_basis
+    if basis == "start-timestamp":
+        return iso(txn.start_timestamp_ms)
+    return "? (last write used)" if basis == "last-timestamp" else "?"
 
 
 def render_partition(report: PartitionReport) -> str:
@@ -277,10 +305,8 @@ def render_partition(report: PartitionReport) -> str:
                 str(t.txn.producer_id),
                 str(t.txn.producer_epoch),
                 str(t.txn.start_offset),
-                iso(t.txn.start_timestamp_ms)
-                if t.txn.start_timestamp_ms is not None
-                else "? (last write used)",
-                duration(t.age_ms),
+                _start_time(t.txn),
+                duration(t.age_ms) if t.age_ms is not None else "unknown",
                 iso(t.txn.last_timestamp_ms),
                 str(t.txn.coordinator_epoch),
                 c.transactional_id or "-",

@@ -2,8 +2,9 @@
 
 Snapshot topic (`<prefix>.producer-state`): key `"{topic}-{partition}"`, value `PartitionSnapshot` JSON, header
 `txnwatch.type=partition-snapshot`; per-broker summaries on the same topic with key `"__sweep__-broker-{id}"`
-and header `txnwatch.type=broker-sweep-summary`. Coordinator fallback (`<prefix>.coordinator-state`): key the
-transactional id, value `CoordinatorRecord` JSON.
+and header `txnwatch.type=broker-sweep-summary`; coordinator log positions on the same topic, after the sweep's
+other records, with key `"__position__-{coordinator topic}"` and header `txnwatch.type=coordinator-log-position`.
+Coordinator fallback (`<prefix>.coordinator-state`): key the transactional id, value `CoordinatorRecord` JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from admin.client import AdminError, error_name, explain
 from admin.collector import TP, SweepResult
 from admin.metrics import CollectorMetrics
 from admin.settings import OutputTopicSettings
-from detectors.models import BrokerSweepSummary, CoordinatorRecord, PartitionSnapshot
+from detectors.models import (
+    COORDINATOR_LOG_POSITION_TYPE,
+    BrokerSweepSummary,
+    CoordinatorLogPosition,
+    CoordinatorRecord,
+    PartitionSnapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,11 @@ def summary_key(broker: int) -> bytes:
     return f"__sweep__-broker-{broker}".encode()
 
 
+def position_key(coordinator_topic: str) -> bytes:
+    # One key per coordinator topic: compaction keeps the newest position, which is all a restarted job needs.
+    return f"__position__-{coordinator_topic}".encode()
+
+
 def snapshot_record(topic: str, snapshot: PartitionSnapshot) -> OutRecord:
     return OutRecord(
         topic,
@@ -70,6 +82,15 @@ def summary_record(topic: str, summary: BrokerSweepSummary) -> OutRecord:
     )
 
 
+def position_record(topic: str, position: CoordinatorLogPosition) -> OutRecord:
+    return OutRecord(
+        topic,
+        position_key(position.topic),
+        position.model_dump_json().encode(),
+        [(TYPE_HEADER, COORDINATOR_LOG_POSITION_TYPE.encode())],
+    )
+
+
 def coordinator_record(topic: str, record: CoordinatorRecord) -> OutRecord:
     return OutRecord(
         topic,
@@ -80,11 +101,13 @@ def coordinator_record(topic: str, record: CoordinatorRecord) -> OutRecord:
 
 
 def sweep_records(topic: str, result: SweepResult) -> list[OutRecord]:
-    """A sweep's records in publishing order: snapshots, explicit empties, then the broker summaries."""
+    """A sweep's records in publishing order: snapshots, explicit empties, the broker summaries, then the
+    coordinator log positions."""
     return [
         *(snapshot_record(topic, s) for s in result.snapshots),
         *(snapshot_record(topic, s) for s in result.empties),
         *(summary_record(topic, s) for s in result.summaries),
+        *(position_record(topic, p) for p in result.positions),
     ]
 
 
@@ -144,6 +167,9 @@ class Publisher:
             self._metrics.records_published.labels(type="partition-snapshot").inc(len(result.snapshots))
             self._metrics.records_published.labels(type="empty-snapshot").inc(len(result.empties))
             self._metrics.records_published.labels(type=SUMMARY_TYPE).inc(len(result.summaries))
+            self._metrics.records_published.labels(type=COORDINATOR_LOG_POSITION_TYPE).inc(
+                len(result.positions)
+            )
         return len(records)
 
     def publish_coordinator(self, records: Iterable[CoordinatorRecord]) -> int:
@@ -152,6 +178,15 @@ class Publisher:
             self._sink.send_all(out)
             if self._metrics is not None:
                 self._metrics.records_published.labels(type=COORDINATOR_TYPE).inc(len(out))
+        return len(out)
+
+    def publish_positions(self, positions: Sequence[CoordinatorLogPosition]) -> int:
+        """Positions on the snapshot topic (the describe fallback's, after its records are acknowledged)."""
+        out = [position_record(self.snapshot_topic, p) for p in positions]
+        if out:
+            self._sink.send_all(out)
+            if self._metrics is not None:
+                self._metrics.records_published.labels(type=COORDINATOR_LOG_POSITION_TYPE).inc(len(out))
         return len(out)
 
     def close(self) -> None:

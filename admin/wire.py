@@ -30,6 +30,7 @@ from admin.collector import (
     BrokerTimeout,
     ClusterView,
     DescribeBatch,
+    EndOffset,
     FetchFailure,
     Offsets,
     PartitionProducers,
@@ -108,11 +109,12 @@ class KafkaWire:
 
     # ------------------------------------------------------------------------------------ metadata
 
-    def metadata(self) -> ClusterView:
-        return self._run(self._metadata)  # type: ignore[no-any-return]
+    def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
+        return self._run(self._metadata, None if topics is None else list(topics))  # type: ignore[no-any-return]
 
-    async def _metadata(self) -> ClusterView:
-        request = MetadataRequest(topics=None, allow_auto_topic_creation=False)
+    async def _metadata(self, topics: list[str] | None) -> ClusterView:
+        wanted = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+        request = MetadataRequest(topics=wanted, allow_auto_topic_creation=False)
         attempts = max(3, len(self._manager.cluster.brokers()))
         for attempt in range(attempts):
             # The least loaded node may be a broker that just died; kafka-python then backs it off, so the
@@ -321,6 +323,30 @@ class KafkaWire:
             values.append(found)
         lso, hw = values
         return {tp: Offsets(lso.get(tp), hw.get(tp)) for tp in tps}
+
+    def end_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, EndOffset]:
+        calls = [(self._end_offsets_broker, (b, list(tps))) for b, tps in wanted.items()]
+        out: dict[TP, EndOffset] = {}
+        for part in self._run(self._gather, calls):
+            out.update(part)
+        return out
+
+    async def _end_offsets_broker(self, broker: int, tps: list[TP]) -> dict[TP, EndOffset]:
+        # One read_uncommitted ListOffsets (latest = the high watermark); unlike `list_offsets` it keeps each
+        # partition's error, since the coordinator log position must say why a partition is missing.
+        try:
+            response = await self._send("ListOffsets", broker, _list_offsets_request(tps, READ_UNCOMMITTED))
+        except Exception as exc:
+            name = error_name(exc)
+            return dict.fromkeys(tps, EndOffset(None, name))
+        found: dict[TP, EndOffset] = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                error = code_name(p.error_code)
+                if error is not None:
+                    self.requests.record_partition_error("ListOffsets", error)
+                found[(topic.name, p.partition_index)] = EndOffset(p.offset if error is None else None, error)
+        return {tp: found.get(tp, EndOffset(None, "MISSING_FROM_RESPONSE")) for tp in tps}
 
     # ------------------------------------------------------------------------------ DescribeConfigs
 

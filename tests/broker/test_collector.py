@@ -1,9 +1,10 @@
 """The collector against real brokers and real transactions (dev/workload.py), compared with the ground truth.
 
 Sweeps see steady, late and hanging transactions with their exact producer ids, epochs, start offsets and start
-timestamps; a partition whose transaction ends gets an explicit empty snapshot; internal topics are covered; the
-CLI publishes the contract's records; a stale leader is refreshed within the sweep and an unreachable broker
-does not stop it (own 3-node cluster).
+timestamps; a partition whose transaction ends gets an explicit empty snapshot; internal topics are covered; each
+sweep measures how far `__transaction_state` has reached (and each describe-mode poll, the coordinator-state
+topic); the CLI publishes the contract's records; a stale leader is refreshed within the sweep and an
+unreachable broker does not stop it (own 3-node cluster).
 """
 
 from __future__ import annotations
@@ -29,13 +30,21 @@ from kafka.structs import TopicPartition as KafkaTP
 from prometheus_client import generate_latest
 from workloads import run_workload, start_workload
 
-from admin.client import connect_admin
+from admin.client import connect_admin, producer_for
 from admin.collector import ClusterView, Collector, SweepResult
 from admin.coordinator import CoordinatorPoller
 from admin.metrics import CollectorMetrics, RequestLog
-from admin.settings import CollectorSettings
+from admin.publish import KafkaSink, Publisher, ensure_topics
+from admin.settings import CollectorSettings, OutputTopicSettings
 from admin.wire import KafkaWire
-from detectors.models import BrokerSweepSummary, CoordinatorState, PartitionSnapshot
+from detectors.codec import DecodeError, TxnStatus, decode_key, decode_value
+from detectors.models import (
+    COORDINATOR_LOG_POSITION_TYPE,
+    BrokerSweepSummary,
+    CoordinatorLogPosition,
+    CoordinatorState,
+    PartitionSnapshot,
+)
 from detectors.settings import KafkaSettings
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster
 from dev.workload import ensure_topics as ensure_workload_topics
@@ -330,6 +339,8 @@ def test_cli_once_prints_the_sweep(bootstrap: str, unique: str) -> None:
     out = json.loads(done.stdout)
     assert out["partitions_total"] == out["partitions_covered"] > 0
     assert [BrokerSweepSummary.model_validate(s).broker for s in out["summaries"]] == [1]
+    # Describe mode measures no __transaction_state, and nothing published means no coordinator-state position.
+    assert out["coordinator_log_positions"] == []
     for s in out["snapshots"]:
         PartitionSnapshot.model_validate(s)
     (record,) = [r for r in out["coordinator_records"] if r["transactional_id"] == f"{unique}once"]
@@ -393,6 +404,118 @@ def test_cli_publishes_the_contract_and_restores_after_restart(
     assert done.returncode == 0, done.stderr
     latest = [r for r in read_all(bootstrap, topic) if r.key == orphan_key][-1]
     assert PartitionSnapshot.model_validate_json(latest.value).open_transactions == ()
+
+
+# ---------------------------------------------------------------------------- coordinator log positions
+
+TXN_LOG = "__transaction_state"
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """The topic's end offsets read independently of txnwatch (KafkaConsumer.end_offsets)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        tps = [KafkaTP(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        return {tp.partition: offset for tp, offset in consumer.end_offsets(tps).items()}
+    finally:
+        consumer.close()
+
+
+def transaction_log_of(bootstrap: str, transactional_id: str) -> list[tuple[int, int, TxnStatus | None]]:
+    """(partition, offset, status; None for a tombstone) of every `__transaction_state` record of the id."""
+    out = []
+    for r in read_all(bootstrap, TXN_LOG):
+        try:
+            if decode_key(r.key).transactional_id != transactional_id:
+                continue
+            value = decode_value(r.value)
+        except DecodeError:
+            continue
+        out.append((r.partition, r.offset, None if value is None else value.status))
+    return out
+
+
+def test_sweep_publishes_the_transaction_log_position_after_real_transactions(
+    admin: KafkaAdminClient, bootstrap: str, unique: str
+) -> None:
+    truth = run_workload(
+        bootstrap, "--scenario", "steady", "--topic-prefix", unique, "--seconds", "1", "--abort-ratio", "0"
+    )
+    committed = [t for t in truth["transactions"] if t["kind"] == "committed"]
+    assert committed
+    tid = committed[-1]["transactional_id"]
+    # commit() returns at PrepareCommit; wait until the coordinator has logged the end of the id's last one.
+    deadline = time.monotonic() + 30
+    while not (log := transaction_log_of(bootstrap, tid)) or log[-1][2] is not TxnStatus.COMPLETE_COMMIT:
+        assert time.monotonic() < deadline, f"no CompleteCommit for {tid} in {TXN_LOG}: {log}"
+        time.sleep(0.2)
+
+    for _ in range(5):  # nothing else writes to the log now, but an expiring id could: compare a quiet moment
+        before = end_offsets(bootstrap, TXN_LOG)
+        result = collector(admin, without_history=True).sweep()  # an empty snapshot for every partition
+        after = end_offsets(bootstrap, TXN_LOG)
+        if before == after:
+            break
+    (position,) = result.positions
+    assert (position.topic, position.cluster, position.sweep_id) == (TXN_LOG, "test", result.sweep_id)
+    assert position.partitions == len(after) == 3  # the test bed's transaction.state.log.num.partitions
+    assert position.end_offsets == after
+    assert position.as_of_ms >= max(s.observed_at_ms for s in [*result.snapshots, *result.empties])
+    # Every record of the transaction committed before the sweep lies below the position.
+    for partition, offset, _ in log:
+        assert offset < position.end_offsets[partition]
+
+    # Published on the snapshot topic after the sweep's other records, with its header.
+    topic = f"{unique}out.producer-state"
+    ensure_topics(admin, {topic: OutputTopicSettings(partitions=1)})
+    publisher = Publisher(
+        KafkaSink(producer_for(KafkaSettings(bootstrap_servers=bootstrap))),
+        snapshot_topic=topic,
+        coordinator_topic=f"{unique}out.coordinator-state",
+    )
+    try:
+        publisher.publish_sweep(result)
+    finally:
+        publisher.close()
+    records = read_all(bootstrap, topic)
+    assert records[-1].key == b"__position__-__transaction_state"
+    assert dict(records[-1].headers)["txnwatch.type"] == COORDINATOR_LOG_POSITION_TYPE.encode()
+    assert CoordinatorLogPosition.model_validate_json(records[-1].value) == position
+
+
+def test_cli_describe_mode_publishes_the_coordinator_state_position(bootstrap: str, unique: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{unique}described")
+    producer.init_transactions()
+    producer.close()
+    prefix = f"{unique}d"
+    done = txnwatch(
+        "collect",
+        "--bootstrap-server",
+        bootstrap,
+        "--once",
+        "--publish",
+        "--coordinator-source",
+        "describe",
+        "--topic-prefix",
+        prefix,
+        "--metrics-port",
+        "0",
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    (position,) = [CoordinatorLogPosition.model_validate(p) for p in out["coordinator_log_positions"]]
+    coordinator_topic = f"{prefix}.coordinator-state"
+    assert position.topic == coordinator_topic and position.partitions == 6
+    # The topic is new and only this poll wrote to it: every record it published lies below the position.
+    assert position.end_offsets == end_offsets(bootstrap, coordinator_topic)
+    assert sum(position.end_offsets.values()) == len(out["coordinator_records"]) > 0
+    assert f"{unique}described" in {r["transactional_id"] for r in out["coordinator_records"]}
+    positions = [
+        r for r in read_all(bootstrap, f"{prefix}.producer-state") if r.key.startswith(b"__position__")
+    ]
+    assert [r.key for r in positions] == [f"__position__-{coordinator_topic}".encode()]
+    assert dict(positions[0].headers)["txnwatch.type"] == b"coordinator-log-position"
+    assert CoordinatorLogPosition.model_validate_json(positions[0].value) == position
 
 
 def read_all(bootstrap: str, topic: str) -> list[Any]:

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
-import pytest
-from test_collector_fakes import T0, FakeCoordinators, description
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from admin.coordinator import ACTIVE_STATES, CoordinatorPoller, record_from_description, tombstone
-from detectors.models import CoordinatorState, TopicPartition
+import pytest
+from test_collector_fakes import T0, FakeCluster, FakeCoordinators, description
+
+from admin.cli import publish_coordinator_poll
+from admin.client import AdminError
+from admin.collector import TP, EndOffset
+from admin.coordinator import (
+    ACTIVE_STATES,
+    CoordinatorPoller,
+    ListingResult,
+    record_from_description,
+    tombstone,
+)
+from admin.publish import OutRecord, Publisher
+from detectors.models import (
+    COORDINATOR_LOG_POSITION_TYPE,
+    CoordinatorLogPosition,
+    CoordinatorState,
+    TopicPartition,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -168,3 +187,136 @@ def test_unknown_state_is_reported_not_fatal(caplog: pytest.LogCaptureFixture) -
     p, _ = poller(fake)
     assert p.poll() == []
     assert "unusable answer" in caplog.text
+
+
+# ---------------------------------------------------------------------------- coordinator-state position
+
+COORDINATOR_TOPIC = "txnwatch.coordinator-state"
+SNAPSHOT_TOPIC = "txnwatch.producer-state"
+
+
+@dataclass
+class Coordinators(FakeCluster, FakeCoordinators):
+    """Both seams on one scripted clock; `events` records what was asked and sent, in order."""
+
+    events: list[str] = field(default_factory=list)
+
+    def list_transactions(self, **kwargs: Any) -> ListingResult:
+        self.clock += 1  # the broker answers after the request was sent
+        self.events.append(f"ListTransactions@{self.clock}")
+        return super().list_transactions(**kwargs)
+
+    def end_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, EndOffset]:
+        self.events.append("ListOffsets")
+        return super().end_offsets(wanted)
+
+
+class RecordingSink:
+    def __init__(self, events: list[str], *, fail: bool = False) -> None:
+        self.events = events
+        self.fail = fail
+        self.sent: list[OutRecord] = []
+
+    def send_all(self, records: Sequence[OutRecord]) -> None:
+        if self.fail:
+            raise AdminError("Produce failed")
+        self.sent.extend(records)
+        self.events.append("acked " + ",".join(dict(r.headers)["txnwatch.type"].decode() for r in records))
+
+    def close(self) -> None:
+        pass
+
+
+def fallback(
+    *, fail: bool = False, topic_partitions: int = 3
+) -> tuple[Coordinators, CoordinatorPoller, Publisher, RecordingSink]:
+    fake = Coordinators(
+        leaders={("orders", 0): 1, **{(COORDINATOR_TOPIC, p): 1 + p % 2 for p in range(topic_partitions)}},
+        high_watermarks={(COORDINATOR_TOPIC, p): 100 + p for p in range(topic_partitions)},
+        descriptions={"tx-1": description()},
+    )
+    sink = RecordingSink(fake.events, fail=fail)
+    publisher = Publisher(sink, snapshot_topic=SNAPSHOT_TOPIC, coordinator_topic=COORDINATOR_TOPIC)
+    return fake, CoordinatorPoller(fake, clock_ms=lambda: fake.clock), publisher, sink
+
+
+def test_poll_as_of_is_read_before_list_transactions() -> None:
+    fake, poller_, _, _ = fallback()
+    before = fake.clock
+    poll = poller_.poll_as_of()
+    assert poll.as_of_ms == before < fake.clock  # ListTransactions ticked the clock after as_of was read
+    (record,) = poll.records
+    assert record.last_update_timestamp_ms >= poll.as_of_ms
+    assert poller_.poll_as_of().poll_id != poll.poll_id
+
+
+def test_position_is_measured_after_the_records_are_acknowledged_and_published_last() -> None:
+    fake, poller_, publisher, sink = fallback()
+    poll, position = publish_coordinator_poll(poller_, publisher, fake, cluster="prod")
+    assert fake.events == [
+        f"ListTransactions@{poll.as_of_ms + 1}",
+        "acked coordinator-record",
+        "ListOffsets",
+        f"acked {COORDINATOR_LOG_POSITION_TYPE}",
+    ]
+    assert position is not None
+    assert (position.cluster, position.sweep_id, position.topic, position.as_of_ms) == (
+        "prod",
+        poll.poll_id,
+        COORDINATOR_TOPIC,
+        poll.as_of_ms,
+    )
+    assert (position.partitions, position.end_offsets) == (3, {0: 100, 1: 101, 2: 102})
+    assert fake.metadata_topics == [[COORDINATOR_TOPIC]]  # only the one topic's metadata
+    last = sink.sent[-1]
+    assert (last.topic, last.key) == (SNAPSHOT_TOPIC, f"__position__-{COORDINATOR_TOPIC}".encode())
+    assert CoordinatorLogPosition.model_validate_json(last.value) == position
+
+
+def test_a_poll_without_changes_still_publishes_its_position() -> None:
+    fake, poller_, publisher, _ = fallback()
+    publish_coordinator_poll(poller_, publisher, fake, cluster="prod")
+    fake.events.clear()
+    poll, position = publish_coordinator_poll(poller_, publisher, fake, cluster="prod")
+    assert poll.records == [] and position is not None and position.as_of_ms == poll.as_of_ms
+    assert fake.events[1:] == ["ListOffsets", f"acked {COORDINATOR_LOG_POSITION_TYPE}"]
+
+
+def test_failed_publish_measures_nothing_and_the_next_poll_sends_the_records_again() -> None:
+    fake, poller_, publisher, sink = fallback()
+    fake.descriptions["tx-2"] = description(transactional_id="tx-2", state="CompleteCommit", producer_id=2)
+    publish_coordinator_poll(poller_, publisher, fake, cluster="prod")  # publishes both
+    fake.events.clear()
+    del fake.descriptions["tx-2"]  # expires
+    fake.descriptions["tx-1"] = description(producer_epoch=6)  # changes
+    sink.fail = True
+    with pytest.raises(AdminError):
+        publish_coordinator_poll(poller_, publisher, fake, cluster="prod")
+    assert "ListOffsets" not in fake.events
+    sink.fail = False
+    poll, position = publish_coordinator_poll(poller_, publisher, fake, cluster="prod")
+    assert {(r.transactional_id, r.tombstone, r.producer_epoch) for r in poll.records} == {
+        ("tx-1", False, 6),
+        ("tx-2", True, -1),
+    }
+    assert position is not None
+
+
+def test_missing_coordinator_topic_or_partition_errors(caplog: pytest.LogCaptureFixture) -> None:
+    fake, poller_, publisher, _ = fallback(topic_partitions=0)
+    poll, position = publish_coordinator_poll(poller_, publisher, fake, cluster="prod")
+    assert position is None and "ListOffsets" not in fake.events and poll.records
+    fake, poller_, publisher, _ = fallback()
+    fake.offset_errors[(COORDINATOR_TOPIC, 1)] = "TOPIC_AUTHORIZATION_FAILED"
+    _, position = publish_coordinator_poll(poller_, publisher, fake, cluster="prod")
+    assert position is not None and position.end_offsets == {0: 100, 2: 102}
+    assert f"grant the ACL Describe on topic {COORDINATOR_TOPIC}" in caplog.text
+
+
+def test_a_duration_filter_moves_the_position_back_by_the_filter() -> None:
+    """With a DurationFilter, a young Ongoing transaction that adds a partition is not described again until it
+    is older than the filter: the position must not vouch for the last `duration_filter_ms` of state."""
+    fake, _, publisher, _ = fallback()
+    filtered = CoordinatorPoller(fake, duration_filter_ms=30_000, clock_ms=lambda: fake.clock)
+    poll, position = publish_coordinator_poll(filtered, publisher, fake, cluster="prod")
+    assert position is not None and position.as_of_ms == poll.as_of_ms - 30_000

@@ -1,7 +1,8 @@
 """Fakes for the collector's seams (`ClusterWire`, `CoordinatorWire`) and builders with defaults plus overrides.
 
-A scripted in-memory cluster: partitions with leaders, producer states, start batches, offsets, broker configs,
-and knobs to make a broker fail, answer NOT_LEADER_OR_FOLLOWER, or move a partition between two metadata calls.
+A scripted in-memory cluster: partitions with leaders, producer states, start batches, offsets, high watermarks
+(what the coordinator log position reads), broker configs, and knobs to make a broker fail, answer
+NOT_LEADER_OR_FOLLOWER, or move a partition between two metadata calls.
 Used by the other tests/unit/test_collector_*.py files; it holds no tests itself.
 """
 
@@ -20,6 +21,7 @@ from admin.collector import (
     BrokerTimeout,
     ClusterView,
     DescribeBatch,
+    EndOffset,
     FetchFailure,
     Offsets,
     PartitionProducers,
@@ -66,6 +68,7 @@ class FakeCluster:
     producers: dict[TP, list[ActiveProducer]] = field(default_factory=dict)
     starts: dict[tuple[TP, int], StartBatch | FetchFailure] = field(default_factory=dict)
     offsets: dict[TP, Offsets] = field(default_factory=dict)
+    high_watermarks: dict[TP, int] = field(default_factory=dict)  # ListOffsets for end_offsets; 0 if absent
     timeouts: dict[int, BrokerTimeout] = field(default_factory=dict)
     brokers: dict[int, str] = field(default_factory=lambda: {1: "b1:9092", 2: "b2:9092", 3: "b3:9092"})
     internal: frozenset[str] = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -73,6 +76,7 @@ class FakeCluster:
     down: set[int] = field(default_factory=set)  # request-level failure (unreachable)
     partition_errors: dict[TP, str] = field(default_factory=dict)  # answered with this error, every time
     not_leader_once: set[TP] = field(default_factory=set)  # NOT_LEADER_OR_FOLLOWER on the first describe
+    offset_errors: dict[TP, str] = field(default_factory=dict)  # end_offsets answers this error
     views: list[dict[TP, int]] = field(default_factory=list)  # scripted metadata answers, then `leaders`
     clock: int = T0 + 60_000
     # call log
@@ -81,11 +85,16 @@ class FakeCluster:
     batch_sizes: list[int] = field(default_factory=list)
     fetch_calls: list[dict[int, list[tuple[TP, int]]]] = field(default_factory=list)
     offsets_calls: list[dict[int, list[TP]]] = field(default_factory=list)
+    end_offsets_calls: list[tuple[int, dict[int, list[TP]]]] = field(default_factory=list)  # (clock, asked)
+    metadata_topics: list[list[str] | None] = field(default_factory=list)
     timeout_calls: list[list[int]] = field(default_factory=list)
 
-    def metadata(self) -> ClusterView:
+    def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
         self.metadata_calls += 1
+        self.metadata_topics.append(None if topics is None else list(topics))
         leaders = self.views.pop(0) if self.views else self.leaders
+        if topics is not None:
+            leaders = {tp: b for tp, b in leaders.items() if tp[0] in topics}
         return ClusterView(dict(self.brokers), dict(leaders), self.internal)
 
     def describe_producers(self, batches: Mapping[int, Sequence[Sequence[TP]]]) -> list[DescribeBatch]:
@@ -125,6 +134,23 @@ class FakeCluster:
     def list_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, Offsets]:
         self.offsets_calls.append({b: list(tps) for b, tps in wanted.items()})
         return {tp: self.offsets.get(tp, Offsets(None, None)) for tps in wanted.values() for tp in tps}
+
+    def end_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, EndOffset]:
+        # The clock ticks when the request is sent: as_of_ms must have been read before.
+        self.clock += 1
+        self.end_offsets_calls.append((self.clock, {b: list(tps) for b, tps in wanted.items()}))
+        out: dict[TP, EndOffset] = {}
+        for broker, tps in wanted.items():
+            for tp in tps:
+                if broker in self.down:
+                    out[tp] = EndOffset(None, "BROKER_UNREACHABLE")
+                elif tp in self.offset_errors:
+                    out[tp] = EndOffset(None, self.offset_errors[tp])
+                elif self.leaders.get(tp) != broker:
+                    out[tp] = EndOffset(None, "NOT_LEADER_OR_FOLLOWER")
+                else:
+                    out[tp] = EndOffset(self.high_watermarks.get(tp, 0))
+        return out
 
     def max_transaction_timeouts(self, brokers: Sequence[int]) -> dict[int, BrokerTimeout]:
         self.timeout_calls.append(list(brokers))

@@ -25,19 +25,27 @@ from admin.publish import (
     sweep_records,
 )
 from admin.settings import CollectorSettings, OutputTopicSettings
-from detectors.models import BrokerSweepSummary, PartitionSnapshot
+from detectors.models import (
+    COORDINATOR_LOG_POSITION_TYPE,
+    BrokerSweepSummary,
+    CoordinatorLogPosition,
+    PartitionSnapshot,
+)
 
 pytestmark = pytest.mark.unit
 
 TOPIC = "txnwatch.producer-state"
 
 
-def a_sweep(*, emptied: bool = False) -> SweepResult:
+def a_sweep(*, transaction_log: bool = False) -> SweepResult:
     cluster = FakeCluster(
         leaders={("orders", 0): 1, ("orders", 1): 2},
         producers={("orders", 0): [producer()]},
         starts={(("orders", 0), 100): start_batch()},
     )
+    if transaction_log:
+        cluster.leaders |= {("__transaction_state", 0): 1, ("__transaction_state", 1): 2}
+        cluster.high_watermarks = {("__transaction_state", 0): 7, ("__transaction_state", 1): 9}
     collector = Collector(
         cluster, cluster="prod", settings=CollectorSettings(), open_partitions={("orders", 1)}
     )
@@ -75,6 +83,41 @@ def test_sweep_records_follow_the_contract() -> None:
         b"__sweep__-broker-2",
         b"__sweep__-broker-3",
     ]
+
+
+def test_position_is_published_after_the_sweeps_other_records_with_its_header() -> None:
+    result = a_sweep(transaction_log=True)
+    records = sweep_records(TOPIC, result)
+    *others, last = records
+    assert last.topic == TOPIC and last.key == b"__position__-__transaction_state"
+    assert last.headers == [("txnwatch.type", COORDINATOR_LOG_POSITION_TYPE.encode())]
+    assert COORDINATOR_LOG_POSITION_TYPE == "coordinator-log-position"
+    assert last.value == result.positions[0].model_dump_json().encode()
+    position = CoordinatorLogPosition.model_validate_json(last.value)
+    assert (position.topic, position.partitions, position.end_offsets) == (
+        "__transaction_state",
+        2,
+        {0: 7, 1: 9},
+    )
+    assert position.sweep_id == result.sweep_id
+    kinds = [dict(r.headers)["txnwatch.type"] for r in others]
+    # snapshots (open, then empty), then the summaries; the position comes after all of them
+    assert kinds == [b"partition-snapshot"] * 2 + [b"broker-sweep-summary"] * 3
+
+
+def test_publisher_sends_positions_to_the_snapshot_topic_and_counts_them() -> None:
+    sink = ListSink()
+    metrics = CollectorMetrics()
+    publisher = Publisher(sink, snapshot_topic=TOPIC, coordinator_topic="c", metrics=metrics)
+    assert publisher.publish_sweep(a_sweep(transaction_log=True)) == 6
+    position = CoordinatorLogPosition(
+        cluster="prod", sweep_id="p-1", topic="c", partitions=1, as_of_ms=5, end_offsets={0: 3}
+    )
+    assert publisher.publish_positions([]) == 0
+    assert publisher.publish_positions([position]) == 1
+    assert (sink.sent[-1].topic, sink.sent[-1].key) == (TOPIC, b"__position__-c")
+    text = generate_latest(metrics.registry).decode()
+    assert 'txnwatch_collector_records_published_total{type="coordinator-log-position"} 2.0' in text
 
 
 def test_value_is_exactly_model_dump_json() -> None:
@@ -188,6 +231,7 @@ class FakeConsumer:
 
 SNAP = [("txnwatch.type", b"partition-snapshot")]
 SUMMARY = [("txnwatch.type", b"broker-sweep-summary")]
+POSITION = [("txnwatch.type", b"coordinator-log-position")]
 
 
 def test_restore_keeps_partitions_whose_latest_snapshot_is_open() -> None:
@@ -198,6 +242,7 @@ def test_restore_keeps_partitions_whose_latest_snapshot_is_open() -> None:
                 Rec(0, 1, SNAP, snapshot_value("orders", 1, True)),
                 Rec(0, 2, SNAP, snapshot_value("orders", 1, False)),
                 Rec(0, 3, SUMMARY, b'{"broker": 1}'),
+                Rec(0, 4, POSITION, b'{"topic": "__transaction_state", "partition": 3}'),
             ],
             1: [
                 Rec(1, 0, [], snapshot_value("__consumer_offsets", 7, True)),  # no header: a snapshot too

@@ -386,6 +386,113 @@ def test_unknown_timeout_is_none_and_acl_is_named() -> None:
     assert any("DescribeConfigs on the cluster" in p for p in result.problems)
 
 
+# ------------------------------------------------------------------------------- coordinator log position
+
+TXN_LOG = "__transaction_state"
+
+
+def with_transaction_log(partitions: int = 3) -> FakeCluster:
+    """one_hanging(), with `partitions` partitions of __transaction_state led round-robin by brokers 1..3."""
+    cluster = one_hanging()
+    del cluster.leaders[(TXN_LOG, 0)]
+    for p in range(partitions):
+        cluster.leaders[(TXN_LOG, p)] = 1 + p % 3
+        cluster.high_watermarks[(TXN_LOG, p)] = 10 * (p + 1)
+    return cluster
+
+
+def test_position_has_the_high_watermark_of_every_transaction_log_partition() -> None:
+    cluster = with_transaction_log(5)
+    result = make(cluster)[0].sweep()
+    (position,) = result.positions
+    assert (position.cluster, position.sweep_id, position.topic, position.partitions) == (
+        "prod",
+        result.sweep_id,
+        TXN_LOG,
+        5,
+    )
+    assert position.end_offsets == {0: 10, 1: 20, 2: 30, 3: 40, 4: 50}
+    # One ListOffsets per leader, for the partitions it leads; nothing for other topics.
+    (asked,) = [wanted for _, wanted in cluster.end_offsets_calls]
+    assert asked == {1: [(TXN_LOG, 0), (TXN_LOG, 3)], 2: [(TXN_LOG, 1), (TXN_LOG, 4)], 3: [(TXN_LOG, 2)]}
+    assert result.problems == []
+
+
+def test_as_of_is_after_every_observation_and_before_the_offsets_are_asked() -> None:
+    cluster = with_transaction_log()
+    cluster.producers[("orders", 1)] = [producer(producer_id=9, current_txn_start_offset=5)]
+    cluster.not_leader_once = {ORDERS0}  # a retry round: its answer is the sweep's last one
+    collector, _ = make(cluster, open_partitions={("gone", 0)})  # and a deleted partition's empty snapshot
+    result = collector.sweep()
+    (position,) = result.positions
+    observed = [s.observed_at_ms for s in [*result.snapshots, *result.empties]]
+    assert len(observed) == 3 and ("gone", 0) in {(e.topic, e.partition) for e in result.empties}
+    assert position.as_of_ms >= max(observed)
+    ((asked_at, _),) = cluster.end_offsets_calls
+    assert position.as_of_ms < asked_at  # read before the ListOffsets request was sent
+
+
+def test_as_of_never_precedes_an_answer_even_if_the_clock_steps_back() -> None:
+    cluster = with_transaction_log()
+    behind = cluster.clock - 5_000
+    collector = Collector(
+        cluster, cluster="prod", settings=CollectorSettings(), open_partitions=set(), clock_ms=lambda: behind
+    )
+    result = collector.sweep()
+    (position,) = result.positions
+    assert position.as_of_ms >= max(s.observed_at_ms for s in result.snapshots)
+
+
+def test_partial_answers_leave_partitions_out_and_are_noted_once(caplog: pytest.LogCaptureFixture) -> None:
+    cluster = with_transaction_log(6)
+    cluster.leaders[(TXN_LOG, 0)] = -1  # no leader
+    cluster.offset_errors[(TXN_LOG, 1)] = "NOT_LEADER_OR_FOLLOWER"  # moved between metadata and ListOffsets
+    cluster.down = {3}  # failed DescribeProducers: backed off, not asked again this sweep
+    collector, _ = make(cluster)
+    result = collector.sweep()
+    (position,) = result.positions
+    assert position.partitions == 6 and position.end_offsets == {3: 40, 4: 50}
+    ((_, asked),) = cluster.end_offsets_calls
+    assert 3 not in asked
+    problems = [p for p in result.problems if TXN_LOG in p]
+    assert len(problems) == 3
+    assert any("LEADER_NOT_AVAILABLE" in p and "partitions 0 " in p for p in problems)
+    assert any("NOT_LEADER_OR_FOLLOWER" in p and "partitions 1 " in p for p in problems)
+    assert any("BROKER_BACKOFF" in p and "partitions 2, 5 " in p for p in problems)
+    assert [p for p in collector.sweep().problems if TXN_LOG in p] == problems  # every sweep; logged once
+    assert sum("ListOffsets for __transaction_state" in r.message for r in caplog.records) == 3
+
+
+def test_no_transaction_log_yet_publishes_no_position() -> None:
+    cluster = one_hanging()
+    del cluster.leaders[(TXN_LOG, 0)]  # no transactional producer ever ran: the topic does not exist
+    result = make(cluster)[0].sweep()
+    assert result.positions == [] and cluster.end_offsets_calls == [] and result.problems == []
+
+
+def test_unauthorized_list_offsets_names_the_acl_once_and_the_sweep_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = with_transaction_log()
+    cluster.offset_errors = {(TXN_LOG, p): "TOPIC_AUTHORIZATION_FAILED" for p in range(3)}
+    collector, _ = make(cluster)
+    first, second = collector.sweep(), collector.sweep()
+    assert first.positions == [] and second.positions == []  # nothing answered: nothing to vouch for
+    expected = (
+        "ListOffsets for __transaction_state was denied (TOPIC_AUTHORIZATION_FAILED): grant the ACL Describe on "
+        "topic __transaction_state to txnwatch's principal"
+    )
+    assert first.problems == [expected] and second.problems == [expected]
+    assert caplog.text.count(expected) == 1
+    assert snap(second, ORDERS0).open_transactions and second.partitions_covered == 5
+
+
+def test_describe_mode_does_not_measure_the_transaction_log() -> None:
+    cluster = with_transaction_log()
+    result = make(cluster, coordinator_source="describe")[0].sweep()
+    assert result.positions == [] and cluster.end_offsets_calls == []
+
+
 # ------------------------------------------------------------------------------------ metrics & json
 
 
@@ -411,6 +518,8 @@ def test_as_json_is_what_once_prints() -> None:
     assert out["open_transactions"] == 1 and out["partitions_covered"] == 3
     assert out["snapshots"][0]["open_transactions"][0]["start_timestamp_ms"] == T0
     assert [s["broker"] for s in out["summaries"]] == [1, 2, 3]
+    (position,) = out["coordinator_log_positions"]
+    assert (position["topic"], position["end_offsets"]) == ("__transaction_state", {"0": 0})
 
 
 # ------------------------------------------------------------------------------------------ the loop
