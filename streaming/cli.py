@@ -11,6 +11,8 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,11 @@ from detectors.settings import (
 )
 
 log = logging.getLogger("txnwatch.stream")
+
+# How long the pre-flight check waits for a bootstrap server. Without the check, an unreachable cluster surfaced as
+# a traceback after kafka-python's 30 s default (topic creation), or as JVM stack traces from Spark's Kafka source;
+# a reachable cluster answers well within this, SASL_SSL handshakes included.
+BOOTSTRAP_TIMEOUT_MS = 10_000
 
 
 def register(subparsers: Any) -> None:
@@ -152,6 +159,48 @@ def build_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return opts, kafka.client_kwargs()
 
 
+@contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    """Silence a library's logger for a while: kafka-python logs every refused connection at ERROR, and the
+    check below says what went wrong in one line of its own."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def bootstrap_problem(client_kwargs: Mapping[str, Any], timeout_ms: int = BOOTSTRAP_TIMEOUT_MS) -> str | None:
+    """Why the cluster cannot be used (one line for operators), or None when a bootstrap server answered.
+
+    Checked with kafka-python before Spark starts (streaming/ must not import admin/, which has the collector's
+    equivalent): a JVM, its jars and Spark's retries would otherwise stand between the operator and the cause.
+    """
+    from kafka import KafkaAdminClient
+    from kafka.errors import AuthorizationError, KafkaError, KafkaTimeoutError, SaslAuthenticationFailedError
+
+    servers = client_kwargs.get("bootstrap_servers")
+    # kafka-python rejects options a client class does not take; the check needs only the connection ones.
+    kwargs = {k: v for k, v in client_kwargs.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    kwargs["bootstrap_timeout_ms"] = timeout_ms
+    with _quiet("kafka"):
+        try:
+            admin = KafkaAdminClient(**kwargs)
+        except KafkaTimeoutError:
+            return (
+                f"cannot reach the bootstrap servers {servers} within {timeout_ms / 1000:g} s: check "
+                "--bootstrap-server and that the brokers are up and reachable from here"
+            )
+        except (SaslAuthenticationFailedError, AuthorizationError) as exc:
+            return f"authentication to {servers} failed: {exc} (check sasl.* / ssl.* in --command-config)"
+        except (KafkaError, OSError, ValueError) as exc:
+            return f"cannot connect to {servers}: {exc}"
+        admin.close()
+    return None
+
+
 def run_stream(args: argparse.Namespace) -> int:
     from streaming import job
     from streaming.session import build_session
@@ -162,6 +211,10 @@ def run_stream(args: argparse.Namespace) -> int:
     except (ClientPropertiesError, OSError, ValueError) as exc:
         print(f"txnwatch stream: {exc}", file=sys.stderr)
         return 2
+    problem = bootstrap_problem(client_kwargs)
+    if problem is not None:
+        print(f"txnwatch stream: {problem}", file=sys.stderr)
+        return 1
     job.ensure_topics(opts, client_kwargs)
     # Each shuffle partition is a RocksDB instance and a Python worker in both stateful stages: Spark's default
     # of 200 makes every micro-batch slow for a job whose state is thousands of keys. Fixed by the first

@@ -21,6 +21,10 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
+    # Console progress bars redraw over the job's console view and fill captured logs with carriage returns;
+    # progress is in the metrics endpoint (txnwatch_stream_*). `--conf spark.ui.showConsoleProgress=true` brings
+    # them back.
+    "spark.ui.showConsoleProgress": "false",
 }
 
 

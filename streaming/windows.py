@@ -3,15 +3,39 @@
 Per (window, partition): the longest open transaction (MaxActiveTransactionDuration), whether any open
 transaction is late, how many were open in the partition's latest snapshot of the window. The exporter turns the
 newest window of each partition into gauges and counts late partitions per broker and for the cluster.
-The arithmetic mirrors detectors.lateness (tests/spark/test_windows.py checks them against each other).
+The arithmetic mirrors detectors.models.open_since_ms and detectors.lateness (age_ms, is_late): a non-positive
+timestamp is unknown, so its transaction has duration 0 and is never late, as in detectors.metrics
+(tests/spark/test_streaming_stages.py::test_windows_agree_with_detectors_metrics holds them equal).
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from detectors.models import DetectionLimits
+
+
+def open_since(t: Column) -> Column:
+    """`detectors.models.open_since_ms` on a column of OpenTransaction structs: the start batch's timestamp when
+    it is positive, else LastTimestamp (which may itself be unknown, <= 0). Null for a null struct."""
+    start = t["start_timestamp_ms"]
+    return F.when(start > 0, start).otherwise(t["last_timestamp_ms"])
+
+
+def age(now: Column, since: Column) -> Column:
+    """`detectors.lateness.age_ms`: now - since, 0 when `since` is unknown (<= 0, Kafka's NO_TIMESTAMP is -1)
+    or ahead of `now`. Null stays null: a snapshot with nothing open has no transaction to measure."""
+    return (
+        F.when(since.isNull(), F.lit(None).cast("long"))
+        .when((since > 0) & (now > since), now - since)
+        .otherwise(F.lit(0))
+    )
+
+
+def late(now: Column, since: Column, threshold: Column) -> Column:
+    """`detectors.lateness.is_late`: strictly older than the threshold, never when `since` is unknown."""
+    return (since > 0) & (now - since > threshold)
 
 
 def window_metrics(
@@ -19,10 +43,12 @@ def window_metrics(
 ) -> DataFrame:
     """Snapshots (PartitionSnapshot columns) → one row per (window, leader, topic, partition), update mode."""
     t = F.col("t")
-    since = F.coalesce(t["start_timestamp_ms"], t["last_timestamp_ms"])
+    since = open_since(t)
+    now = F.col("observed_at_ms")
+    # detectors.lateness.late_threshold_ms(max_timeout_ms(...), late_buffer_ms)
     threshold = F.coalesce(
         F.col("max_transaction_timeout_ms"), F.lit(limits.default_max_transaction_timeout_ms)
-    )
+    ) + F.lit(limits.late_buffer_ms)
     rows = (
         snapshots.withColumn("event_time", F.timestamp_millis(F.col("observed_at_ms")))
         .withWatermark("event_time", watermark)
@@ -37,8 +63,8 @@ def window_metrics(
             F.explode_outer("open_transactions").alias("t"),
             "max_transaction_timeout_ms",
         )
-        .withColumn("duration_ms", F.greatest(F.col("observed_at_ms") - since, F.lit(0)))
-        .withColumn("late", F.col("duration_ms") > threshold + F.lit(limits.late_buffer_ms))
+        .withColumn("duration_ms", age(now, since))
+        .withColumn("late", late(now, since, threshold))
     )
     # max(struct(observed_at, ...)) is the partition's newest snapshot in the window; ties (several open
     # transactions in one snapshot) resolve to the longest duration, and a late one wins over a timely one.
