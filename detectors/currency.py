@@ -111,7 +111,8 @@ class ViewCurrency:
         if next_offset <= self.applied_end.get(key, 0):
             return False
         self.applied_end[key] = next_offset
-        return self._advance()
+        self._advance()
+        return True
 
     def add_position(
         self, topic: str, partitions: int, as_of_ms: int, end_offsets: Mapping[int, int]

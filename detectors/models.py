@@ -476,6 +476,8 @@ class Evidence(Model):
     # The leader report a HANGING proof rests on: `observed_at_ms`, or an earlier moment at which the
     # transaction was already open and the view was current (when the view is behind the newest report).
     judged_as_of_ms: int | None = None
+    # When the pipeline first saw this transaction open (collector clock), if it tracks it.
+    first_seen_ms: int | None = None
 
 
 class Verdict(Model):

@@ -628,6 +628,7 @@ def classify(
         limits=limits,
         retired_at_ms=retired_at_ms,
         view_current_ms=view_current_ms,
+        first_seen_ms=first_seen_ms,
     )
 
 
@@ -641,6 +642,7 @@ def build_verdict(
     limits: DetectionLimits,
     retired_at_ms: int | None = None,
     view_current_ms: int | None = None,
+    first_seen_ms: int | None = None,
 ) -> Verdict:
     """The `Verdict` (evidence, explanation) for a decision `decide` or `judge` made on the same inputs.
 
@@ -649,7 +651,8 @@ def build_verdict(
 
     Args:
         decision: what `decide` returned for this transaction.
-        txn, partition_ctx, coordinator_view, now_ms, limits, retired_at_ms: as given to `classify`.
+        txn, partition_ctx, coordinator_view, now_ms, limits, retired_at_ms, view_current_ms, first_seen_ms:
+            as given to `classify`.
 
     Returns:
         The verdict.
@@ -659,7 +662,11 @@ def build_verdict(
     if judged_as_of is None and decision.kind is VerdictKind.HANGING:
         judged_as_of = partition_ctx.observed_at_ms
     evidence = evidence.model_copy(
-        update={"view_current_as_of_ms": view_current_ms, "judged_as_of_ms": judged_as_of}
+        update={
+            "view_current_as_of_ms": view_current_ms,
+            "judged_as_of_ms": judged_as_of,
+            "first_seen_ms": first_seen_ms,
+        }
     )
     return Verdict(
         kind=decision.kind,

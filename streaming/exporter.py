@@ -7,6 +7,7 @@ Producer ids and transactional ids never become labels.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -33,6 +34,7 @@ class VerdictState:
     lso_lag: int | None
     age_ms: int
     candidate: bool
+    withheld: str | None = None
 
 
 @dataclass
@@ -52,10 +54,14 @@ class LiveState:
         self._lock = threading.Lock()
         self.verdicts: dict[tuple[str, int, int], VerdictState] = {}
         self.windows: dict[tuple[str, int], WindowState] = {}
+        self.view: dict[str, Any] | None = None  # the coordinator view's lag (detectors.currency.ViewLag)
 
     def apply_events(self, rows: Iterable[Any]) -> None:
         with self._lock:
             for r in rows:
+                if r.event == "VIEW":
+                    self.view = json.loads(r.payload)
+                    continue
                 key = (r.topic, int(r.partition), int(r.producer_id))
                 if r.event == "VERDICT":
                     self.verdicts[key] = VerdictState(
@@ -66,6 +72,7 @@ class LiveState:
                         r.lso_lag,
                         int(r.age_ms),
                         r.candidate_id is not None,
+                        getattr(r, "withheld", None),
                     )
                 elif r.event == "GONE":
                     self.verdicts.pop(key, None)
@@ -91,6 +98,10 @@ class LiveState:
     def snapshot(self) -> tuple[list[VerdictState], dict[tuple[str, int], WindowState]]:
         with self._lock:
             return list(self.verdicts.values()), dict(self.windows)
+
+    def view_lag(self) -> dict[str, Any] | None:
+        with self._lock:
+            return None if self.view is None else dict(self.view)
 
 
 class VerdictCollector(Collector):
@@ -172,6 +183,45 @@ class VerdictCollector(Collector):
         for (topic, partition), value in sorted(per_partition.items()):
             lag.add_metric([c, topic, str(partition)], value)
         yield lag
+        yield from self._view_metrics(verdicts)
+
+    def _view_metrics(self, verdicts: list[VerdictState]) -> Iterator[GaugeMetricFamily]:
+        c = self.cluster
+        withheld = GaugeMetricFamily(
+            "txnwatch_withheld_verdicts",
+            "Open transactions a HANGING rule holds for, withheld as UNCONFIRMED: by why (reason) and by the "
+            "HANGING reason they would have (would_be). Judged again when the coordinator view is current.",
+            labels=["cluster", "reason", "would_be"],
+        )
+        counts = Counter((v.withheld, v.reason) for v in verdicts if v.kind == "UNCONFIRMED")
+        for (why, would_be), n in sorted(counts.items(), key=str):
+            withheld.add_metric([c, why or "", would_be or ""], n)
+        yield withheld
+        view = self.state.view_lag()
+        lag = GaugeMetricFamily(
+            "txnwatch_coordinator_view_lag_seconds",
+            "How far the job's coordinator view is behind the newest position of the coordinator log the "
+            "collector measured (0 when current). HANGING verdicts are withheld while it is behind.",
+            labels=["cluster"],
+        )
+        behind = GaugeMetricFamily(
+            "txnwatch_coordinator_view_records_behind",
+            "Coordinator log records below the collector's newest positions that the job has not applied yet.",
+            labels=["cluster"],
+        )
+        current = GaugeMetricFamily(
+            "txnwatch_coordinator_view_current_timestamp_seconds",
+            "The coordinator view is current as of this time (every partition); absent until first current.",
+            labels=["cluster"],
+        )
+        if view is not None and view["measured"]:
+            lag.add_metric([c], view["lag_ms"] / 1000)
+            behind.add_metric([c], view["records_behind"])
+            if view["current_as_of_ms"] is not None:
+                current.add_metric([c], view["current_as_of_ms"] / 1000)
+        yield lag
+        yield behind
+        yield current
 
 
 class Health:

@@ -38,7 +38,7 @@ from streaming.reconcile import (
     TransactionReconciler,
     bucket_of,
 )
-from streaming.schemas import COORDINATOR_RECORD_SCHEMA
+from streaming.schemas import COORDINATOR_RECORD_SCHEMA, PARTITION_SNAPSHOT_SCHEMA
 from streaming.windows import window_metrics
 
 log = logging.getLogger("txnwatch.stream")
@@ -126,10 +126,32 @@ def _union(frames: list[DataFrame]) -> DataFrame:
     return out
 
 
+_TXN_TYPE = PARTITION_SNAPSHOT_SCHEMA["open_transactions"].dataType.elementType  # type: ignore[attr-defined]
+
+
 def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
     """One row per open transaction: the columns stage 2 decides on, and a one-transaction PartitionSnapshot
-    JSON it parses only to explain a new verdict or plan an abort."""
-    s = snapshots.select("*", F.explode("open_transactions").alias("t"))
+    JSON it parses only to explain a new verdict or plan an abort. Given `sources.good_snapshots_and_positions`,
+    each CoordinatorLogPosition also becomes one "position" row per stage-2 bucket (every bucket judges, so every
+    bucket needs to know how current the coordinator view is)."""
+    if "is_position" not in snapshots.columns:
+        snapshots = snapshots.select(
+            "*",
+            F.lit(False).alias("is_position"),
+            F.lit(None).cast("string").alias("position_json"),
+            F.lit(None).cast("long").alias("position_as_of_ms"),
+        )
+    position = F.col("is_position")
+    items = F.when(
+        position,
+        F.transform(
+            F.sequence(F.lit(0), F.lit(buckets - 1)),
+            lambda b: F.struct(F.lit(None).cast(_TXN_TYPE).alias("t"), b.cast("int").alias("b")),
+        ),
+    ).otherwise(
+        F.transform("open_transactions", lambda t: F.struct(t.alias("t"), F.lit(None).cast("int").alias("b")))
+    )
+    s = snapshots.select("*", F.explode(items).alias("x")).select("*", F.col("x.t").alias("t"))
     one = F.struct(
         "schema_version",
         "cluster",
@@ -144,15 +166,15 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
         "max_transaction_timeout_ms",
     )
     return s.select(
-        bucket_of("t.producer_id", buckets).alias("bucket"),
-        F.col("t.producer_id").alias("producer_id"),
-        F.lit("open").alias("fact"),
+        F.coalesce(F.col("x.b"), bucket_of("t.producer_id", buckets)).alias("bucket"),
+        F.coalesce(F.col("t.producer_id"), F.lit(-1)).alias("producer_id"),
+        F.when(position, F.lit("position")).otherwise(F.lit("open")).alias("fact"),
         F.lit(None).cast("string").alias("transactional_id"),
-        F.lit(None).cast("string").alias("record_json"),
-        F.lit(None).cast("long").alias("fact_time_ms"),
+        F.col("position_json").alias("record_json"),
+        F.col("position_as_of_ms").alias("fact_time_ms"),
         "topic",
         "partition",
-        F.to_json(one).alias("snapshot_json"),
+        F.when(~position, F.to_json(one)).alias("snapshot_json"),
         "observed_at_ms",
         "leader",
         F.col("t.start_offset").alias("start_offset"),
@@ -166,10 +188,15 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
 
 
 def fact_rows(facts: DataFrame, buckets: int) -> DataFrame:
+    """Stage 1's facts as stage-2 rows: a fact about a producer id goes to its bucket; an "applied" fact (how far
+    the coordinator topics were read) to every bucket."""
     none = {c: F.lit(None).cast("long") for c in STAGE2_INPUT_COLUMNS[6:]}
     none.update(topic=F.lit(None).cast("string"), snapshot_json=F.lit(None).cast("string"))
-    return facts.select(
-        bucket_of("producer_id", buckets).alias("bucket"),
+    targets = F.when(F.col("fact") == "applied", F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
+        F.array(bucket_of("producer_id", buckets).cast("int"))
+    )
+    return facts.select("*", F.explode(targets).alias("target")).select(
+        F.col("target").cast("long").alias("bucket"),
         "producer_id",
         "fact",
         "transactional_id",
@@ -187,10 +214,14 @@ _PROVENANCE = {"schema_version", "source_partition", "source_offset", "source_ti
 def coordinator_rows(records: DataFrame, buckets: int) -> DataFrame:
     """Stage 1's input: the columns its rule reads, and the record as JSON (built here, in the JVM)."""
     record = F.struct(*[F.col(f.name) for f in COORDINATOR_RECORD_SCHEMA.fields if f.name not in _PROVENANCE])
+    for name, kind in (("read_topic", "string"), ("read_partition", "long"), ("read_offset", "long")):
+        if name not in records.columns:  # records without where they were read: no progress to report
+            records = records.withColumn(name, F.lit(None).cast(kind))
     return records.select(
         bucket_of("transactional_id", buckets).alias("bucket"),
-        *STAGE1_INPUT_COLUMNS[1:-1],
+        *STAGE1_INPUT_COLUMNS[1:8],
         F.to_json(record, {"ignoreNullFields": "false"}).alias("record_json"),
+        *STAGE1_INPUT_COLUMNS[9:],
     )
 
 
@@ -231,6 +262,7 @@ class EventRow(NamedTuple):
     candidate_id: str | None
     payload: str | None
     event_time_ms: int
+    withheld: str | None
 
 
 def collect_events(df: DataFrame) -> list[EventRow]:
@@ -265,6 +297,10 @@ class Sinks:
         self.out = out
         self._last_kind: dict[tuple[str, int, int], str] = {}
 
+        self._view_behind_since: int | None = None  # batches in a row the view was behind
+        self._view_announced: str | None = None  # "behind" | "current", once said
+        self._view_last_said = 0.0
+
     def _write_kafka(self, df: DataFrame, topic: str) -> None:
         df.write.format("kafka").options(**self.opts.spark_kafka_options).option("topic", topic).save()
 
@@ -273,6 +309,9 @@ class Sinks:
         # (caching the batch to read it twice cost more than the rest of the sink).
         rows = collect_events(df)
         self.live.apply_events(rows)
+        for r in rows:
+            if r.event == "VIEW":
+                self._announce_view(json.loads(r.payload))
         candidates = [(r.candidate_id, r.payload) for r in rows if r.event in ("OPENED", "RESOLVED")]
         if candidates:
             self._write_kafka(
@@ -281,6 +320,8 @@ class Sinks:
             )
         if self.out is not None:
             for r in rows:
+                if r.event == "VIEW":
+                    continue
                 key = (r.topic, int(r.partition), int(r.producer_id))
                 changed = r.event == "VERDICT" and self._last_kind.get(key) != r.kind
                 # People see what needs them: candidates opened and resolved, and verdicts that moved to
@@ -293,6 +334,47 @@ class Sinks:
                     self._last_kind[key] = r.kind
                 elif r.event == "GONE":
                     self._last_kind.pop(key, None)
+
+    def _announce_view(self, lag: dict[str, Any]) -> None:
+        """Say once that the job is catching up on the coordinator log (and how far behind, every 30 s), and once
+        that it is current. One batch behind is normal (a position can arrive before the records it covers)."""
+        if self.out is None:
+            return
+        now = time.monotonic()
+        if lag["current"]:
+            self._view_behind_since = None
+            if self._view_announced is not None and self._view_announced != "current":
+                print(
+                    "coordinator view current: HANGING verdicts can be proven again",
+                    file=self.out,
+                    flush=True,
+                )
+            self._view_announced = "current"
+            return
+        if self._view_behind_since is None:
+            self._view_behind_since = 0
+        self._view_behind_since += 1
+        if self._view_behind_since < 2 and self._view_announced is not None:
+            return
+        last = self._view_last_said if self._view_announced == "behind" else None
+        if last is not None and now - last < 30:
+            return
+        self._view_last_said = now
+        self._view_announced = "behind"
+        if not lag["measured"]:
+            print(
+                "waiting for the collector's first position of the coordinator log "
+                "(is `txnwatch collect` running?); HANGING verdicts are withheld until then",
+                file=self.out,
+                flush=True,
+            )
+        else:
+            print(
+                f"catching up on the coordinator log: {lag['records_behind']} records behind "
+                f"({lag['lag_ms'] / 1000:.0f}s); HANGING verdicts are withheld (UNCONFIRMED) until current",
+                file=self.out,
+                flush=True,
+            )
 
     def _render(self, r: EventRow) -> str:
         if self.opts.output == "json":
@@ -470,6 +552,14 @@ def start(
         view_ttl_ms=opts.view_ttl_ms,
         bootstrap=opts.kafka_options.get("bootstrap.servers"),
         command_config=opts.command_config_path,
+        transaction_log_topic=(
+            opts.transaction_log_topic if opts.coordinator_source in ("log", "both") else None
+        ),
+        coordinator_state_topic=(
+            opts.settings.topics.coordinator_state
+            if opts.coordinator_source in ("describe", "both")
+            else None
+        ),
     )
     ck = opts.checkpoint_location.rstrip("/")
 
@@ -489,9 +579,11 @@ def start(
     if "reconcile" in queries:
         snapshots = _snapshots(spark, opts)
         coordinator = _coordinator_inputs(spark, opts)
-        records = _union([sources.good_coordinator_records(df) for _, df in coordinator])
+        records = _union([sources.coordinator_rows_read(df) for _, df in coordinator])
         pin_state_buckets(spark, f"{ck}/txnwatch-reconcile", opts.state_buckets)
-        events = reconcile_events(sources.good_snapshots(snapshots), records, config, opts.state_buckets)
+        events = reconcile_events(
+            sources.good_snapshots_and_positions(snapshots), records, config, opts.state_buckets
+        )
         started.append(start_query("txnwatch-reconcile", events, sinks.events, "append", opts.trigger))
         _await_first_batch(started[-1], FIRST_BATCH_WAIT_S)
     if "windows" in queries:

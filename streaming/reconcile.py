@@ -30,6 +30,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 
 from detectors.abort import plan_abort
+from detectors.currency import ViewCurrency
 from detectors.lateness import age_ms
 from detectors.models import (
     AbortCandidate,
@@ -41,7 +42,7 @@ from detectors.models import (
     first_batch_epoch,
     open_since_ms,
 )
-from detectors.rules import CoordFacts, TxnFacts, build_verdict, decide
+from detectors.rules import CoordFacts, TxnFacts, build_verdict, judge_view
 
 
 def bucket_of(column: str, buckets: int) -> Column:
@@ -96,12 +97,19 @@ STAGE1_INPUT_COLUMNS = (
     "last_update_timestamp_ms",
     "source_offset",
     "record_json",  # the whole CoordinatorRecord as JSON, built by Spark
+    # where the row was read: every row, also one that did not decode (its record fields are null), so the
+    # view's progress through the coordinator topic is known (detectors/currency.py)
+    "read_topic",
+    "read_partition",
+    "read_offset",
 )
 
 FACT_SCHEMA = T.StructType(
     [
         T.StructField("producer_id", T.LongType(), False),
-        T.StructField("fact", T.StringType(), False),  # "view" | "retired"
+        # "view" | "retired" | "applied" (progress through a coordinator topic: producer_id -1,
+        # transactional_id = the topic, record_json = {partition: next offset}, sent to every stage-2 bucket)
+        T.StructField("fact", T.StringType(), False),
         T.StructField("transactional_id", T.StringType(), False),
         T.StructField("record_json", T.StringType(), True),  # CoordinatorRecord JSON (view)
         T.StructField("fact_time_ms", T.LongType(), False),  # record update time, or when retired
@@ -184,6 +192,20 @@ def _by_offset(r: CoordinatorRow) -> int:
     return r[6]
 
 
+def applied_facts(topics: Sequence[str], partitions: Sequence[int], offsets: Sequence[int]) -> list[Fact]:
+    """How far this batch's rows reached in each coordinator topic partition: one "applied" fact per topic,
+    {partition: offset after the last row} as JSON. Every stage-2 bucket gets it (with the collector's positions
+    it tells when the view is current)."""
+    reached: dict[str, dict[int, int]] = {}
+    for topic, partition, offset in zip(topics, partitions, offsets, strict=True):
+        if topic is None:
+            continue
+        per_topic = reached.setdefault(topic, {})
+        if offset + 1 > per_topic.get(partition, 0):
+            per_topic[partition] = offset + 1
+    return [(-1, "applied", topic, json.dumps(ends), 0) for topic, ends in reached.items()]
+
+
 class ProducerIdFacts(StatefulProcessor):
     """Stage 1 (keyed by a bucket of transactional ids): which producer id each owns; facts by producer id."""
 
@@ -193,10 +215,15 @@ class ProducerIdFacts(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        records = zip(*_columns(rows, STAGE1_INPUT_COLUMNS[1:]), strict=True)
+        columns = _columns(rows, STAGE1_INPUT_COLUMNS[1:])
+        records = zip(*columns[:-3], strict=True)
         owners = _load(self.owners, Owner)
-        facts = advance_owners(owners, records)  # type: ignore[arg-type]  # tuples in CoordinatorRow's order
+        facts = advance_owners(
+            owners,
+            (r for r in records if r[0] is not None),  # type: ignore[misc]  # tuples in CoordinatorRow's order
+        )
         _save(self.owners, owners)
+        facts.extend(applied_facts(*columns[-3:]))
         if facts:
             yield pd.DataFrame(facts, columns=FACT_COLUMNS)
 
@@ -245,8 +272,11 @@ EVENT_SCHEMA = T.StructType(
         # set when the verdict is new or changed (VERDICT; not for plain OPEN), and on OPENED / RESOLVED
         T.StructField("explanation", T.StringType(), True),
         T.StructField("candidate_id", T.StringType(), True),
-        T.StructField("payload", T.StringType(), True),  # AbortCandidate JSON for OPENED / RESOLVED
+        T.StructField(
+            "payload", T.StringType(), True
+        ),  # AbortCandidate JSON for OPENED / RESOLVED; VIEW's lag
         T.StructField("event_time_ms", T.LongType(), False),
+        T.StructField("withheld", T.StringType(), True),  # UNCONFIRMED: why the HANGING proof was withheld
     ]
 )
 EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA.fields)
@@ -264,6 +294,13 @@ class ReconcileConfig:
     )
     bootstrap: str | None = None  # for the kafka-transactions.sh line in candidates
     command_config: str | None = None
+    # The coordinator topics the views are built from, whose currency the collector's positions measure.
+    transaction_log_topic: str | None = "__transaction_state"
+    coordinator_state_topic: str | None = None  # the describe fallback's topic
+
+    def view_currency(self, state: Any = None) -> ViewCurrency:
+        others = [self.coordinator_state_topic] if self.coordinator_state_topic else []
+        return ViewCurrency(self.transaction_log_topic, others, state)
 
 
 class View(NamedTuple):
@@ -297,7 +334,10 @@ def _open_entry(facts: tuple[Any, ...], *rest: Any) -> OpenEntry:
 
 def coord_facts_from_json(record_json: str) -> CoordFacts:
     """`rules.coord_facts(CoordinatorRecord.model_validate_json(s))` without pydantic (a test holds them equal)."""
-    d = json.loads(record_json)
+    return _coord_facts(json.loads(record_json))
+
+
+def _coord_facts(d: dict[str, Any]) -> CoordFacts:
     state = d.get("state")
     return CoordFacts(
         d["producer_id"],
@@ -317,15 +357,37 @@ class BucketState:
     """Stage 2's state of one bucket and the rules that move it (pure: time comes in as arguments)."""
 
     def __init__(
-        self, config: ReconcileConfig, views: dict[int, View], opens: dict[OpenKey, OpenEntry]
+        self,
+        config: ReconcileConfig,
+        views: dict[int, View],
+        opens: dict[OpenKey, OpenEntry],
+        currency: ViewCurrency | None = None,
     ) -> None:
         self.config = config
         self.views = views
         self.opens = opens
+        self.currency = currency if currency is not None else config.view_currency()
         self.views_changed = False
         self.opens_changed = False
+        self.currency_changed = False
 
     # -- input
+
+    def apply_progress(self, topic: str, ends_json: str) -> None:
+        """An "applied" fact: the view holds every record of `topic` below these offsets."""
+        for partition, end in json.loads(ends_json).items():
+            self.currency_changed |= self.currency.applied(topic, int(partition), end)
+
+    def apply_position(self, position_json: str) -> None:
+        """A CoordinatorLogPosition the collector published (validated by Spark; see streaming/sources.py)."""
+        p = json.loads(position_json)
+        ends = {int(k): v for k, v in (p.get("end_offsets") or {}).items()}
+        self.currency_changed |= self.currency.add_position(p["topic"], p["partitions"], p["as_of_ms"], ends)
+
+    def view_event(self, now_ms: int) -> Event:
+        """The view's lag, for the driver's metrics and console (one stage-2 bucket emits it)."""
+        lag = self.currency.lag()
+        return ("VIEW", -1, "", -1, None, -1) + (None,) * 6 + (json.dumps(lag._asdict()), now_ms, None)
 
     def apply_fact(
         self, producer_id: int, fact: str, record_json: str | None, fact_time_ms: int, now_ms: int
@@ -363,7 +425,8 @@ class BucketState:
     def evaluate(self, producer_ids: set[int], confirmed_now: set[OpenKey], now_ms: int) -> list[Event]:
         """Expire what no snapshot confirms any more; judge the open transactions of `producer_ids`."""
         events: list[Event] = []
-        coordinator: dict[int, tuple[CoordFacts | None, int | None]] = {}
+        coordinator: dict[int, tuple[CoordFacts | None, int | None, str | None]] = {}
+        recheck_withheld = self.currency_changed
         for key, entry in list(self.opens.items()):
             if key not in confirmed_now and entry.confirmed_ms + self.config.expire_after_ms <= now_ms:
                 # No snapshot has confirmed it for too long: the collector stopped seeing it open. (A snapshot in
@@ -371,27 +434,25 @@ class BucketState:
                 events.extend(self._forget(key, entry, now_ms))
                 continue
             producer_id = key[0]
-            if producer_id not in producer_ids:
+            # A withheld verdict is judged again whenever the view moved on, even with no news of its own.
+            withheld = recheck_withheld and entry.decided is not None and entry.decided[0] == "UNCONFIRMED"
+            if producer_id not in producer_ids and not withheld:
                 continue
             if producer_id not in coordinator:
                 coordinator[producer_id] = self._coordinator(producer_id)
             events.extend(self._judge(key, entry, *coordinator[producer_id], now_ms))
         return events
 
-    def _coordinator(self, producer_id: int) -> tuple[CoordFacts | None, int | None]:
+    def _coordinator(self, producer_id: int) -> tuple[CoordFacts | None, int | None, str | None]:
+        """The view of a producer id: its record (None if none or retired), when it was retired, and the
+        transactional id the record is about (which coordinator partition must be current)."""
         view = self.views.get(producer_id)
         if view is None:
-            return None, None
+            return None, None, None
         if view.record_json is None:
-            return None, view.retired_at_ms
-        c = coord_facts_from_json(view.record_json)
-        if c.state is not None and producer_id not in (
-            c.producer_id,
-            c.previous_producer_id,
-            c.next_producer_id,
-        ):
-            return None, None  # defensive: a view must name this producer id
-        return c, None
+            return None, view.retired_at_ms, None
+        d = json.loads(view.record_json)
+        return _coord_facts(d), None, d.get("transactional_id")
 
     def _judge(
         self,
@@ -399,12 +460,22 @@ class BucketState:
         entry: OpenEntry,
         c: CoordFacts | None,
         retired_at_ms: int | None,
+        transactional_id: str | None,
         now_ms: int,
     ) -> list[Event]:
         t = entry.facts
         # Judged as of the leader's report: ages and deadlines at observed_at, so input that arrives late (a
-        # backlog) is not made to look older than it was.
-        decision = decide(t, c, t.observed_at_ms, self.config.limits, retired_at_ms=retired_at_ms)
+        # backlog) is not made to look older than it was. A HANGING proof needs the view of every coordinator
+        # partition that could own the transaction to be current as of a report (judge, detectors/currency.py).
+        view_current_ms = self.currency.current_as_of(transactional_id)
+        decision = judge_view(
+            t,
+            c,
+            t.observed_at_ms,
+            self.config.limits,
+            view_current_ms=view_current_ms,
+            retired_at_ms=retired_at_ms,
+        )
         decided = (decision.kind.value, decision.reason.value if decision.reason else None)
         explanation = None
         events: list[Event] = []
@@ -431,6 +502,8 @@ class BucketState:
                 now_ms=t.observed_at_ms,
                 limits=self.config.limits,
                 retired_at_ms=retired_at_ms,
+                view_current_ms=view_current_ms,
+                first_seen_ms=t.first_seen_ms,
             )
             explanation = verdict.explanation
             candidate_json = entry.candidate_json
@@ -469,6 +542,7 @@ class BucketState:
                 candidate_id,
                 None,
                 now_ms,
+                decision.withheld.value if decision.withheld else None,
             )
         )
         return events
@@ -490,6 +564,7 @@ class BucketState:
             c.candidate_id,
             c.model_dump_json(),
             now_ms,
+            None,
         )
 
     # -- forgetting
@@ -499,7 +574,7 @@ class BucketState:
         events: list[Event] = [
             ("GONE", producer_id, topic, partition, entry.leader, entry.start_offset)
             + (None,) * 7
-            + (now_ms,)
+            + (now_ms, None)
         ]
         if entry.candidate_json is not None:
             resolved = AbortCandidate.model_validate_json(entry.candidate_json).resolved(
@@ -521,7 +596,10 @@ class BucketState:
 
     def prune_views(self, now_ms: int) -> None:
         ttl = self.config.view_ttl_ms
-        stale = [pid for pid, v in self.views.items() if v.updated_ms + ttl <= now_ms]
+        # Never the view of a producer id with an open transaction: a forgotten view reads as "no transactional
+        # id owns it", which a long legitimate transaction (a KIP-939 prepared one has no timeout) is not.
+        in_use = {key[0] for key in self.opens}
+        stale = [pid for pid, v in self.views.items() if v.updated_ms + ttl <= now_ms and pid not in in_use]
         for pid in stale:
             del self.views[pid]
         self.views_changed = self.views_changed or bool(stale)
@@ -529,8 +607,10 @@ class BucketState:
     def next_deadline(self) -> int | None:
         """When the timer must fire next: the earliest expiry of an open transaction or a view."""
         deadlines = [e.confirmed_ms + self.config.expire_after_ms for e in self.opens.values()]
-        if self.views:
-            deadlines.append(min(v.updated_ms for v in self.views.values()) + self.config.view_ttl_ms)
+        in_use = {key[0] for key in self.opens}
+        prunable = [v.updated_ms for pid, v in self.views.items() if pid not in in_use]
+        if prunable:
+            deadlines.append(min(prunable) + self.config.view_ttl_ms)
         return min(deadlines) if deadlines else None
 
 
@@ -571,8 +651,14 @@ def open_entry(
     )
 
 
-def reconcile_bucket(bucket: BucketState, columns: Sequence[list[Any]], now_ms: int) -> list[Event]:
-    """One batch of stage-2 input rows (STAGE2_INPUT_COLUMNS[1:] as column lists) applied to a bucket."""
+def reconcile_bucket(
+    bucket: BucketState, columns: Sequence[list[Any]], now_ms: int, *, report_view: bool = False
+) -> list[Event]:
+    """One batch of stage-2 input rows (STAGE2_INPUT_COLUMNS[1:] as column lists) applied to a bucket.
+
+    Order: the view's progress and the collector's positions first (how current the view is), then the
+    coordinator facts, then the open transactions are judged. `report_view` adds a VIEW event (one bucket does).
+    """
     (pid, fact, _tid, record_json, fact_time, topic, partition, snapshot_json, observed, leader, offset,
      epoch, start_epoch, start_ts, last_ts, max_timeout, lso_lag) = columns  # fmt: skip
     events: list[Event] = []
@@ -590,9 +676,17 @@ def reconcile_bucket(bucket: BucketState, columns: Sequence[list[Any]], now_ms: 
         confirmed_now.add(key)
         producer_ids.add(pid[i])
     for i in facts:
-        bucket.apply_fact(pid[i], fact[i], record_json[i], fact_time[i], now_ms)
-        producer_ids.add(pid[i])
+        kind = fact[i]
+        if kind == "applied":
+            bucket.apply_progress(_tid[i], record_json[i])
+        elif kind == "position":
+            bucket.apply_position(record_json[i])
+        else:
+            bucket.apply_fact(pid[i], kind, record_json[i], fact_time[i], now_ms)
+            producer_ids.add(pid[i])
     events.extend(bucket.evaluate(producer_ids, confirmed_now, now_ms))
+    if report_view:
+        events.append(bucket.view_event(now_ms))
     return events
 
 
@@ -606,16 +700,25 @@ class TransactionReconciler(StatefulProcessor):
         self.handle = handle
         self.views = handle.getValueState("views", BLOB_SCHEMA)
         self.opens = handle.getValueState("open", BLOB_SCHEMA)
+        self.currency = handle.getValueState("currency", BLOB_SCHEMA)
         self.timer = handle.getValueState("timer", "at_ms long")
 
     def _bucket(self) -> BucketState:
-        return BucketState(self.config, _load(self.views, View), _load(self.opens, _open_entry))
+        currency = pickle.loads(self.currency.get()[0]) if self.currency.exists() else None
+        return BucketState(
+            self.config,
+            _load(self.views, View),
+            _load(self.opens, _open_entry),
+            self.config.view_currency(currency),
+        )
 
     def _store(self, bucket: BucketState) -> None:
         if bucket.views_changed:
             _save(self.views, bucket.views)
         if bucket.opens_changed:
             _save(self.opens, bucket.opens)
+        if bucket.currency_changed:
+            self.currency.update((pickle.dumps(bucket.currency.state(), protocol=pickle.HIGHEST_PROTOCOL),))
         deadline = bucket.next_deadline()
         registered = self.timer.get()[0] if self.timer.exists() else None
         if deadline == registered:
@@ -633,7 +736,10 @@ class TransactionReconciler(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         bucket = self._bucket()
-        events = reconcile_bucket(bucket, _columns(rows, STAGE2_INPUT_COLUMNS[1:]), now_ms)
+        columns = _columns(rows, STAGE2_INPUT_COLUMNS[1:])
+        # Every bucket gets every progress and position row; bucket 0 reports the view's lag to the driver.
+        report = key[0] == 0 and any(f in ("applied", "position") for f in columns[1])
+        events = reconcile_bucket(bucket, columns, now_ms, report_view=report)
         self._store(bucket)
         if events:
             yield pd.DataFrame(events, columns=EVENT_COLUMNS, dtype=object)

@@ -20,11 +20,24 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from detectors.codec import DecodeError, decode_key, decode_value
-from detectors.models import SCHEMA_VERSION, CoordinatorState
+from detectors.models import COORDINATOR_LOG_POSITION_TYPE, SCHEMA_VERSION, CoordinatorState
 from streaming.schemas import COORDINATOR_RECORD_SCHEMA, PARTITION_SNAPSHOT_SCHEMA
 
 SNAPSHOT_TYPE = "partition-snapshot"
 TYPE_HEADER = "txnwatch.type"
+
+# CoordinatorLogPosition, as far as Spark checks it (JSON object keys are strings; stage 2 reads the raw JSON).
+POSITION_SCHEMA = T.StructType(
+    [
+        T.StructField("schema_version", T.LongType()),
+        T.StructField("cluster", T.StringType()),
+        T.StructField("sweep_id", T.StringType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("partitions", T.LongType()),
+        T.StructField("as_of_ms", T.LongType()),
+        T.StructField("end_offsets", T.MapType(T.StringType(), T.LongType())),
+    ]
+)
 
 DEAD_LETTER_SCHEMA = T.StructType(
     [
@@ -97,31 +110,76 @@ def _snapshot_problem(s: Column) -> Column:
     )
 
 
-def parse_snapshots(raw: DataFrame) -> DataFrame:
-    """Kafka rows → one row per message: `snapshot` struct (PartitionSnapshot) and `problem` (null if good).
+def _position_problem(p: Column) -> Column:
+    """Why a parsed CoordinatorLogPosition is unusable, or null if it is fine."""
+    return (
+        F.when(p.isNull() | p["schema_version"].isNull(), F.lit("not JSON"))
+        .when(p["schema_version"] != SCHEMA_VERSION, F.lit(f"schema_version is not {SCHEMA_VERSION}"))
+        .when(
+            p["topic"].isNull()
+            | p["partitions"].isNull()
+            | p["as_of_ms"].isNull()
+            | p["end_offsets"].isNull(),
+            F.lit("missing or mistyped CoordinatorLogPosition fields"),
+        )
+        .when(p["partitions"] < 1, F.lit("partitions must be at least 1"))
+        .when(
+            F.exists(
+                F.map_entries(p["end_offsets"]),
+                lambda e: (
+                    e["value"].isNull()
+                    | (e["value"] < 0)
+                    | e["key"].cast("long").isNull()
+                    | (e["key"].cast("long") < 0)
+                    | (e["key"].cast("long") >= p["partitions"])
+                ),
+            ),
+            F.lit("end_offsets must map partitions 0..partitions-1 to offsets >= 0"),
+        )
+    )
 
-    Sweep summaries (header txnwatch.type=broker-sweep-summary) are not snapshots and are dropped here.
+
+def is_position() -> Column:
+    """The row is a CoordinatorLogPosition (the collector's measure of the coordinator topics' ends)."""
+    return F.coalesce(F.col("record_type") == COORDINATOR_LOG_POSITION_TYPE, F.lit(False))
+
+
+def parse_snapshots(raw: DataFrame) -> DataFrame:
+    """Kafka rows → one row per message: `snapshot` struct (PartitionSnapshot), `position` struct
+    (CoordinatorLogPosition) and `problem` (null if good).
+
+    Sweep summaries (header txnwatch.type=broker-sweep-summary) are dropped here. Positions stay: the reconcile
+    query reads them from the same scan (a second read of the topic would fetch every snapshot twice).
     """
     typed = raw.withColumn("record_type", _header(TYPE_HEADER)).where(
-        F.col("record_type").isNull() | (F.col("record_type") == SNAPSHOT_TYPE)
+        F.col("record_type").isNull()
+        | (F.col("record_type") == SNAPSHOT_TYPE)
+        | (F.col("record_type") == COORDINATOR_LOG_POSITION_TYPE)
     )
     # explode(array(...)) parses each message once: a plain column would be inlined by the optimizer into every
     # expression that reads it (the problem checks, the filter pushed below them, each field), and JSON parsing
     # is not code-generated, so Spark parsed each message about 20 times. A generator is a barrier it keeps.
+    text = F.col("value").cast("string")
     parsed = typed.select(
         "*",
         F.explode(
             F.array(
-                F.from_json(F.col("value").cast("string"), PARTITION_SNAPSHOT_SCHEMA, {"mode": "PERMISSIVE"})
+                F.when(~is_position(), F.from_json(text, PARTITION_SNAPSHOT_SCHEMA, {"mode": "PERMISSIVE"}))
             )
         ).alias("snapshot"),
+        F.when(is_position(), F.from_json(text, POSITION_SCHEMA, {"mode": "PERMISSIVE"})).alias("position"),
     )
     # from_json yields a struct of nulls for text that is not JSON at all.
     parsed = parsed.withColumn(
         "snapshot",
         F.when(F.col("snapshot")["schema_version"].isNull(), F.lit(None)).otherwise(F.col("snapshot")),
     )
-    return parsed.withColumn("problem", _snapshot_problem(F.col("snapshot")))
+    return parsed.withColumn(
+        "problem",
+        F.when(is_position(), _position_problem(F.col("position"))).otherwise(
+            _snapshot_problem(F.col("snapshot"))
+        ),
+    )
 
 
 def snapshot_dead_letters(parsed: DataFrame) -> DataFrame:
@@ -130,14 +188,30 @@ def snapshot_dead_letters(parsed: DataFrame) -> DataFrame:
         F.col("topic").alias("source_topic"),
         F.col("partition").alias("source_partition"),
         F.col("offset").alias("source_offset"),
-        F.concat(F.lit("malformed PartitionSnapshot: "), F.col("problem")).alias("error"),
+        F.concat(
+            F.when(is_position(), F.lit("malformed CoordinatorLogPosition: ")).otherwise(
+                F.lit("malformed PartitionSnapshot: ")
+            ),
+            F.col("problem"),
+        ).alias("error"),
         "key",
         "value",
     )
 
 
 def good_snapshots(parsed: DataFrame) -> DataFrame:
-    return parsed.where(F.col("problem").isNull()).select("snapshot.*")
+    return parsed.where(F.col("problem").isNull() & ~is_position()).select("snapshot.*")
+
+
+def good_snapshots_and_positions(parsed: DataFrame) -> DataFrame:
+    """The reconcile query's snapshot input: good snapshots flattened, plus `is_position`, `position_json` and
+    `position_as_of_ms` (set on position rows only)."""
+    return parsed.where(F.col("problem").isNull()).select(
+        "snapshot.*",
+        is_position().alias("is_position"),
+        F.when(is_position(), F.col("value").cast("string")).alias("position_json"),
+        F.col("position")["as_of_ms"].alias("position_as_of_ms"),
+    )
 
 
 # ------------------------------------------------------------------------------ coordinator records
@@ -357,3 +431,17 @@ def coordinator_dead_letters(decoded: DataFrame, source: str) -> DataFrame:
 
 def good_coordinator_records(decoded: DataFrame) -> DataFrame:
     return decoded.where(F.col("error").isNull()).select(*[f.name for f in COORDINATOR_RECORD_SCHEMA.fields])
+
+
+def coordinator_rows_read(decoded: DataFrame) -> DataFrame:
+    """The reconcile query's coordinator input: every row read, with where it was read (`read_topic`,
+    `read_partition`, `read_offset`). A row that did not decode keeps only that (its record fields are null):
+    it goes to the dead-letter query, and it still counts towards how far the view has read
+    (detectors/currency.py), or one bad last record would keep a partition from ever being current."""
+    good = F.col("error").isNull()
+    return decoded.select(
+        *[F.when(good, F.col(f.name)).alias(f.name) for f in COORDINATOR_RECORD_SCHEMA.fields],
+        F.col("kafka_topic").alias("read_topic"),
+        F.col("kafka_partition").cast("long").alias("read_partition"),
+        F.col("kafka_offset").alias("read_offset"),
+    )

@@ -16,6 +16,7 @@ from pyspark.sql import types as T
 from detectors import metrics as dmetrics
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.models import (
+    CoordinatorLogPosition,
     CoordinatorRecord,
     CoordinatorState,
     DetectionLimits,
@@ -60,6 +61,17 @@ def txn(pid: int, start_ms: int, *, epoch: int = 0, offset: int = 5) -> OpenTran
         start_timestamp_ms=start_ms,
         start_batch_producer_epoch=epoch,
         last_timestamp_ms=start_ms,
+    )
+
+
+def txn_at(pid: int, start_ms: int | None, last_ms: int, *, offset: int = 5) -> OpenTransaction:
+    """An open transaction with its start batch timestamp and LastTimestamp set independently."""
+    return OpenTransaction(
+        producer_id=pid,
+        producer_epoch=0,
+        start_offset=offset,
+        start_timestamp_ms=start_ms,
+        last_timestamp_ms=last_ms,
     )
 
 
@@ -158,6 +170,35 @@ def test_snapshot_parsing_separates_dead_letters(spark: SparkSession) -> None:
     }
 
 
+def test_positions_ride_with_the_snapshots_and_bad_ones_are_dead_letters(spark: SparkSession) -> None:
+    header = [("txnwatch.type", bytearray(b"coordinator-log-position"))]
+    good = CoordinatorLogPosition(
+        cluster="c", sweep_id="s", topic="__transaction_state", partitions=2, as_of_ms=7, end_offsets={1: 4}
+    ).model_dump_json()
+    out_of_range = json.loads(good) | {"end_offsets": {"2": 4}}
+    rows = [
+        (b"p", good.encode(), "ps", 0, 1, header),
+        (b"p", json.dumps(out_of_range).encode(), "ps", 0, 2, header),
+        (b"p", b"[]", "ps", 0, 3, header),
+        (b"t-0", snapshot("t", 0, NOW).model_dump_json().encode(), "ps", 0, 4, []),
+    ]
+    raw = spark.createDataFrame(
+        rows,
+        "key binary, value binary, topic string, partition int, offset long, "
+        "headers array<struct<key:string,value:binary>>",
+    )
+    parsed = sources.parse_snapshots(raw)
+    assert [r.topic for r in sources.good_snapshots(parsed).collect()] == ["t"]
+    both = sources.good_snapshots_and_positions(parsed).collect()
+    assert [(r.is_position, r.position_as_of_ms) for r in both] == [(True, 7), (False, None)]
+    assert json.loads(both[0].position_json)["end_offsets"] == {"1": 4}
+    dead = {r.source_offset: r.error for r in sources.snapshot_dead_letters(parsed).collect()}
+    assert dead == {
+        2: "malformed CoordinatorLogPosition: end_offsets must map partitions 0..partitions-1 to offsets >= 0",
+        3: "malformed CoordinatorLogPosition: not JSON",
+    }
+
+
 def _file_stream(spark: SparkSession, directory: Path, schema: T.StructType) -> DataFrame:
     directory.mkdir(parents=True, exist_ok=True)
     return spark.readStream.schema(schema).json(str(directory))
@@ -189,13 +230,31 @@ def test_two_stateful_stages_turn_records_and_snapshots_into_verdicts(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     now = int(time.time() * 1000)  # processing time drives stage 2: be near it
-    coords_dir, snaps_dir = tmp_path / "coords", tmp_path / "snaps"
-    coords = _file_stream(spark, coords_dir, COORDINATOR_RECORD_SCHEMA)
-    snaps = _file_stream(spark, snaps_dir, PARTITION_SNAPSHOT_SCHEMA)
+    coords_dir, snaps_dir, pos_dir = tmp_path / "coords", tmp_path / "snaps", tmp_path / "positions"
+    # As the job reads them: every coordinator row says where it was read (here: __transaction_state-0 at
+    # its source offset), and the collector's positions come with the snapshots.
+    coords = _file_stream(spark, coords_dir, COORDINATOR_RECORD_SCHEMA).select(
+        "*",
+        F.lit("__transaction_state").alias("read_topic"),
+        F.lit(0).cast("long").alias("read_partition"),
+        F.col("source_offset").alias("read_offset"),
+    )
+    snaps = _file_stream(spark, snaps_dir, PARTITION_SNAPSHOT_SCHEMA).select(
+        "*",
+        F.lit(False).alias("is_position"),
+        F.lit(None).cast("string").alias("position_json"),
+        F.lit(None).cast("long").alias("position_as_of_ms"),
+    )
+    positions = _file_stream(spark, pos_dir, sources.POSITION_SCHEMA).select(
+        *[F.lit(None).cast(f.dataType).alias(f.name) for f in PARTITION_SNAPSHOT_SCHEMA.fields],
+        F.lit(True).alias("is_position"),
+        F.to_json(F.struct("*")).alias("position_json"),
+        F.col("as_of_ms").alias("position_as_of_ms"),
+    )
     config = ReconcileConfig(
         limits=LIMITS, expire_after_ms=600_000, view_ttl_ms=3_600_000, bootstrap="b:9092"
     )
-    events = reconcile_events(snaps, coords, config, buckets=4)
+    events = reconcile_events(snaps.unionByName(positions), coords, config, buckets=4)
     out: list = []
     query = (
         events.writeStream.foreachBatch(lambda df, _: out.extend(df.collect()))
@@ -239,6 +298,21 @@ def test_two_stateful_stages_turn_records_and_snapshots_into_verdicts(
             ],
         )
         _await_rows(query, 10)
+        # No position yet: nothing is proven, the would-be HANGING ones are withheld.
+        withheld = {r.producer_id: (r.kind, r.reason, r.withheld) for r in out if r.event == "VERDICT"}
+        assert withheld[7] == ("UNCONFIRMED", "coordinator-completed", "coordinator-view-behind")
+        assert not [r for r in out if r.event == "OPENED"]
+        # The collector measured the log (offsets 1..4 written, so it ends at 5) after both snapshots.
+        position = CoordinatorLogPosition(
+            cluster="c",
+            sweep_id="s",
+            topic="__transaction_state",
+            partitions=1,
+            as_of_ms=now,
+            end_offsets={0: 5},
+        )
+        _publish(pos_dir, "0", [position.model_dump_json()])
+        _await_rows(query, 11)
     finally:
         query.stop()
     latest = {}
@@ -261,6 +335,16 @@ def test_windows_agree_with_detectors_metrics(spark: SparkSession, tmp_path: Pat
         snapshot("t", 1, NOW, txn(2, NOW - 60_000)),  # exactly the threshold: not late
         snapshot("t", 2, NOW, txn(3, NOW - 5_000), txn(4, NOW - 70_000), leader=2),  # late, by its oldest
         snapshot("t", 3, NOW),  # nothing open
+        # Non-positive timestamps are unknown (Kafka's NO_TIMESTAMP is -1): an unknown age is duration 0 and
+        # never late (detectors.models.open_since_ms, detectors.lateness.age_ms), not 55 years since the epoch.
+        snapshot("t", 4, NOW, txn_at(5, None, -1), leader=3),  # no start batch, no LastTimestamp
+        snapshot("t", 5, NOW, txn_at(6, 0, -1), leader=3),  # start 0 is unknown too
+        snapshot("t", 6, NOW, txn_at(7, -1, NOW - 61_000), leader=3),  # start -1: LastTimestamp, late
+        snapshot("t", 7, NOW, txn_at(8, 0, NOW - 5_000), leader=3),  # start 0: LastTimestamp, timely
+        snapshot("t", 8, NOW, txn_at(9, None, NOW - 61_000), leader=3),  # no start batch: LastTimestamp, late
+        snapshot("t", 9, NOW, txn_at(10, None, 0), leader=3),  # LastTimestamp 0 is unknown
+        # an unknown age next to a known one: the known one is the partition's duration
+        snapshot("t", 10, NOW, txn_at(11, None, -1), txn(12, NOW - 5_000), leader=3),
     ]
     out: list = []
     query = (
@@ -280,9 +364,14 @@ def test_windows_agree_with_detectors_metrics(spark: SparkSession, tmp_path: Pat
         d.partition: d.duration_ms for d in dmetrics.max_active_transaction_duration(snapshots, now_ms=NOW)
     }
     assert {p: n.duration_ms for p, n in ours.items() if n.open_count > 0} == expected
+    # One snapshot per partition: the window's longest is the newest snapshot's.
+    assert {r.partition: r.window_max_duration_ms for r in out if r.newest.open_count > 0} == expected
+    # detectors' own answers for the unknown timestamps, so this test notices if they ever change
+    assert [expected[p] for p in (4, 5, 6, 7, 9, 10)] == [0, 0, 61_000, 5_000, 0, 5_000]
     late = dmetrics.partitions_with_late_transactions(snapshots, now_ms=NOW, limits=LIMITS)
     assert sum(n.late for n in ours.values()) == late.clusters["c"]
-    assert {p for p, n in ours.items() if n.late} == {0, 2}
+    assert {p for p, n in ours.items() if n.late} == {0, 2, 6, 8}
+    assert {r.partition for r in out if r.window_any_late} == {0, 2, 6, 8}
 
 
 def test_a_checkpoint_keeps_its_state_bucket_count(spark: SparkSession, tmp_path: Path) -> None:

@@ -357,3 +357,14 @@ def test_an_orphan_is_found_once_the_view_is_current(
     assert judge(t, c, observed, LIMITS, view_current_ms=None).kind is K.UNCONFIRMED
     d = judge(t, c, observed, LIMITS, view_current_ms=observed)
     assert (d.kind, d.reason) == (K.HANGING, R.COORDINATOR_COMPLETED)
+
+
+def test_progress_without_a_position_is_a_change_to_store() -> None:
+    """The stage stores the bookkeeping only when it changed: reading records before any position arrived is
+    a change (a missed save here once left a view forever "behind")."""
+    v = ViewCurrency(LOG)
+    assert v.applied(LOG, 0, 5) is True
+    assert v.applied(LOG, 0, 5) is False
+    restored = ViewCurrency(LOG, state=v.state())
+    restored.add_position(LOG, 1, 1_000, {0: 5})
+    assert restored.current_as_of(None) == 1_000

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot, tps
 
-from detectors.models import AbortCandidate, CoordinatorRecord, CoordinatorState, PartitionSnapshot
+from detectors.models import (
+    AbortCandidate,
+    CoordinatorLogPosition,
+    CoordinatorRecord,
+    CoordinatorState,
+    PartitionSnapshot,
+)
 from detectors.rules import coord_facts
 from streaming.reconcile import (
     EVENT_COLUMNS,
@@ -161,7 +167,35 @@ def fact_row(record: CoordinatorRecord | None, *, producer_id: int = PID, retire
     return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
 
 
-def batch(bucket: BucketState, now_ms: int, *rows: list[Any]) -> list[dict[str, Any]]:
+LOG = "__transaction_state"
+
+
+def position_row(as_of_ms: int, ends: dict[int, int] | None = None, *, partitions: int = 3) -> list[Any]:
+    """A CoordinatorLogPosition row, as job.open_transaction_rows passes it (the raw JSON)."""
+    position = CoordinatorLogPosition(
+        cluster="c",
+        sweep_id="s",
+        topic=LOG,
+        partitions=partitions,
+        as_of_ms=as_of_ms,
+        end_offsets=ends if ends is not None else dict.fromkeys(range(partitions), 0),
+    )
+    values = {"producer_id": -1, "fact": "position", "record_json": position.model_dump_json()}
+    values["fact_time_ms"] = as_of_ms
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def applied_row(ends: dict[int, int]) -> list[Any]:
+    """Stage 1's "applied" fact: the view holds every record of the log below these offsets."""
+    values = {"producer_id": -1, "fact": "applied", "transactional_id": LOG, "record_json": json.dumps(ends)}
+    values["fact_time_ms"] = 0
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def batch(bucket: BucketState, now_ms: int, *rows: list[Any], current: bool = True) -> list[dict[str, Any]]:
+    """One batch; unless `current` is False, the collector measured an empty log at `now_ms` (the view is
+    current as of then), as the rules need for any HANGING proof."""
+    rows = (*rows, position_row(now_ms)) if current else rows
     columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in STAGE2_INPUT_COLUMNS[1:]]
     return [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in reconcile_bucket(bucket, columns, now_ms)]
 
@@ -348,3 +382,120 @@ def test_stage_1_says_the_same_of_the_compacted_log_as_of_the_whole_log() -> Non
         assert compacted == whole
         dropped += keep.count(False)
     assert dropped > 1000  # the scenarios do have runs to compact
+
+
+# ------------------------------------------------------------------------- the view's currency (issue 9)
+
+
+def test_a_live_transaction_is_not_hanging_while_the_view_is_behind() -> None:
+    """The issue's case: the view still shows the producer's previous transaction completed (its new Ongoing
+    record, listing the partition, is not read yet). Today's rules alone say HANGING coordinator-completed."""
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 - MINUTE)
+    b = new_bucket()
+    t1 = T0 + 5 * SECOND
+    # The collector measured the log at 10 records; the view has applied 4 of them.
+    batch(b, t1, fact_row(done), position_row(t1, {0: 10, 1: 0, 2: 0}), applied_row({0: 4}), current=False)
+    batch(b, t1, open_row(seen_at(t1)), current=False)
+    for at in (T0 + 20 * SECOND, T0 + 29 * SECOND):
+        events = batch(b, at, open_row(seen_at(at)), position_row(at, {0: 12}), current=False)
+        assert [(e["event"], e["kind"], e["reason"], e["withheld"]) for e in events] == [
+            ("VERDICT", "UNCONFIRMED", "coordinator-completed", "coordinator-view-behind")
+        ]
+    # The view catches up: the Ongoing record listing the partition arrives with the rest of the log.
+    ongoing = coord(start_timestamp_ms=T0 - 10, last_update_timestamp_ms=T0 - 5)
+    events = batch(b, T0 + 31 * SECOND, fact_row(ongoing), applied_row({0: 12}), current=False)
+    assert [(e["event"], e["kind"]) for e in events if e["event"] != "VIEW"] == [("VERDICT", "OPEN")]
+    assert all(e["event"] != "OPENED" for e in events)
+
+
+def test_an_unseen_producer_id_is_not_hanging_until_every_partition_is_current() -> None:
+    b = new_bucket()
+    batch(b, T0, open_row(seen_at(T0)), position_row(T0, {0: 5, 1: 5, 2: 5}), applied_row({0: 5, 1: 5}))
+    at = T0 + MINUTE
+    events = batch(b, at, open_row(seen_at(at)), current=False)
+    assert [(e["kind"], e["reason"]) for e in events] == [("UNCONFIRMED", "no-coordinator-state")]
+    # Partition 2 is read up to the position taken at T0: current as of T0, when it was first seen, but the
+    # grace had not passed since then; not yet proof.
+    events = batch(b, at + SECOND, applied_row({2: 5}), current=False)
+    assert [(e["event"], e["kind"]) for e in events] == [("VERDICT", "UNCONFIRMED")]
+    # A newer position, covered: proof now (re-judged without news of its own, because the view moved).
+    events = batch(b, at + 2 * SECOND, position_row(at, {0: 5, 1: 5, 2: 5}), current=False)
+    assert [(e["event"], e["reason"]) for e in events] == [
+        ("OPENED", "no-coordinator-state"),
+        ("VERDICT", "no-coordinator-state"),
+    ]
+    candidate = AbortCandidate.model_validate_json(events[0]["payload"])
+    assert candidate.evidence.first_seen_ms == T0  # the original first sighting, kept while withheld
+    assert candidate.evidence.view_current_as_of_ms == at and candidate.evidence.judged_as_of_ms == at
+
+
+def test_a_view_behind_the_newest_report_proves_as_of_an_earlier_one() -> None:
+    """Under sustained lag the view never reaches the newest snapshot; an orphan open since before the moment
+    it is current as of is still proven, as of that moment."""
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 - MINUTE)
+    b = new_bucket()
+    batch(b, T0, fact_row(done), open_row(seen_at(T0)), current=False)
+    mid = T0 + 20 * SECOND
+    batch(b, mid, open_row(seen_at(mid)), position_row(mid, {0: 3, 1: 3, 2: 3}), current=False)
+    newest = T0 + 45 * SECOND  # the log keeps growing faster than the job reads it
+    events = batch(
+        b,
+        newest,
+        open_row(seen_at(newest)),
+        position_row(newest, {0: 9}),
+        applied_row({0: 3, 1: 3, 2: 3}),  # read up to mid's position only
+        current=False,
+    )
+    opened = next(e for e in events if e["event"] == "OPENED")
+    candidate = AbortCandidate.model_validate_json(opened["payload"])
+    assert candidate.evidence.judged_as_of_ms == mid
+    assert "judged as of" in candidate.explanation
+
+
+def test_a_view_naming_another_producer_id_is_withheld_not_hanging() -> None:
+    """A stored view that names neither the producer id nor its previous/next one used to read as "no
+    coordinator", which after the grace became HANGING no-coordinator-state; the rules refuse that input."""
+    b = new_bucket()
+    b.views[PID] = View(coord(producer_id=PID + 7).model_dump_json(), None, T0, T0)
+    batch(b, T0, open_row(seen_at(T0)))
+    events = batch(b, T0 + MINUTE, open_row(seen_at(T0 + MINUTE)))
+    assert [(e["event"], e["kind"], e["withheld"]) for e in events] == [
+        ("VERDICT", "UNCONFIRMED", "coordinator-view-inconsistent")
+    ]
+
+
+def test_the_view_of_a_producer_id_with_an_open_transaction_outlives_its_ttl() -> None:
+    """A long legitimate transaction (KIP-939 two-phase commit has no timeout) must not lose its owner."""
+    prepared = coord(transaction_timeout_ms=-1, last_update_timestamp_ms=T0 - 1)
+    b = new_bucket()
+    batch(b, T0, fact_row(prepared), open_row(seen_at(T0)))
+    later = T0 + CONFIG.view_ttl_ms + MINUTE
+    batch(b, later - SECOND, open_row(seen_at(later - SECOND)))  # still confirmed open by the collector
+    b.prune_views(later)
+    assert PID in b.views
+    events = batch(b, later, open_row(seen_at(later)))
+    assert [e["kind"] for e in events] == ["LATE"]  # old, but owned: never HANGING no-coordinator-state
+
+
+def test_bucket_zero_reports_the_views_lag() -> None:
+    b = new_bucket()
+    columns = [list(c) for c in zip(position_row(T0, {0: 10}), applied_row({0: 4}), strict=True)]
+    events = [
+        dict(zip(EVENT_COLUMNS, e, strict=True)) for e in reconcile_bucket(b, columns, T0, report_view=True)
+    ]
+    (view,) = events
+    assert view["event"] == "VIEW"
+    assert json.loads(view["payload"]) == {
+        "measured": True,
+        "current": False,
+        "lag_ms": 0,
+        "records_behind": 6,
+        "current_as_of_ms": None,
+    }
+
+
+def test_stage_1_reports_how_far_each_coordinator_partition_was_read() -> None:
+    from streaming.reconcile import applied_facts
+
+    facts = applied_facts([LOG, LOG, LOG, None], [0, 1, 0, None], [7, 3, 9, None])  # type: ignore[list-item]
+    assert facts == [(-1, "applied", LOG, json.dumps({0: 10, 1: 4}), 0)]
