@@ -69,6 +69,25 @@ def ensure_topics(admin: KafkaAdminClient, topics: Sequence[str], partitions: in
     raise WorkloadError(f"topics {topics} have no leaders after 30s")
 
 
+# Where transactional ids must live (`--coordinator-partition P/N`): None, or (P, N).
+_COORDINATOR_PARTITION: tuple[int, int] | None = None
+
+
+def new_transactional_id(base: str) -> str:
+    """`base` plus a random suffix; with `--coordinator-partition P/N`, one whose coordinator partition is P of N
+    (`__transaction_state` partition `abs(javaHash(id)) % N`), so a test can put every transaction it makes on
+    one coordinator partition (e.g. the one a busy workload keeps the job behind on)."""
+    from detectors.currency import coordinator_partition
+
+    while True:
+        candidate = f"{base}{uuid.uuid4().hex[:8]}"
+        if _COORDINATOR_PARTITION is None:
+            return candidate
+        wanted, partitions = _COORDINATOR_PARTITION
+        if coordinator_partition(candidate, partitions) == wanted:
+            return candidate
+
+
 def _producer(bootstrap: str, transactional_id: str, **extra: Any) -> KafkaProducer:
     producer = KafkaProducer(
         bootstrap_servers=bootstrap,
@@ -161,7 +180,7 @@ def steady(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) ->
     ensure_topics(admin, topics, args.partitions)
     rng = random.Random(args.seed)
     producers = [
-        _producer(bootstrap, f"{args.topic_prefix}steady-{uuid.uuid4().hex[:8]}-{i}")
+        _producer(bootstrap, new_transactional_id(f"{args.topic_prefix}steady-{i}-"))
         for i in range(args.producers)
     ]
     truth: list[TruthRecord] = []
@@ -221,7 +240,7 @@ def late(
     """One transaction held open for `--hold-ms`, then aborted (the coordinator aborts it on its own timeout)."""
     topic = f"{args.topic_prefix}late"
     ensure_topics(admin, [topic], args.partitions)
-    txn_id = f"{args.topic_prefix}late-{uuid.uuid4().hex[:8]}"
+    txn_id = new_transactional_id(f"{args.topic_prefix}late-")
     producer = _producer(bootstrap, txn_id, transaction_timeout_ms=args.transaction_timeout_ms)
     pid, epoch = _pid_epoch(producer)
     producer.begin_transaction()
@@ -250,7 +269,7 @@ def hanging(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -
         )
     topic = f"{args.topic_prefix}hanging"
     ensure_topics(admin, [topic], args.partitions)
-    txn_id = f"{args.topic_prefix}hanging-{uuid.uuid4().hex[:8]}"
+    txn_id = new_transactional_id(f"{args.topic_prefix}hanging-")
     producer = _producer(bootstrap, txn_id)
     pid, epoch = _pid_epoch(producer)
     producer.begin_transaction()
@@ -298,7 +317,7 @@ def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Name
         )
     topic = f"{args.topic_prefix}hanging-offsets"
     ensure_topics(admin, [topic], 1)
-    txn_id = f"{args.topic_prefix}hanging-offsets-{uuid.uuid4().hex[:8]}"
+    txn_id = new_transactional_id(f"{args.topic_prefix}hanging-offsets-")
     group = f"{txn_id}-group"
     producer = _producer(bootstrap, txn_id)
     pid, epoch = _pid_epoch(producer)
@@ -427,6 +446,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=20.0, help="steady: transactions per second (upper bound)")
     p.add_argument("--abort-ratio", type=float, default=0.2, help="steady: share of transactions aborted")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--coordinator-partition",
+        metavar="P/N",
+        help="make every transactional id live in __transaction_state partition P of N (N: the topic's partition "
+        "count, transaction.state.log.num.partitions)",
+    )
     p.add_argument("--hold-ms", type=int, default=30_000, help="late: how long the transaction stays open")
     p.add_argument(
         "--transaction-timeout-ms",
@@ -446,6 +471,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    global _COORDINATOR_PARTITION
+    if args.coordinator_partition:
+        wanted, _, partitions = args.coordinator_partition.partition("/")
+        _COORDINATOR_PARTITION = (int(wanted), int(partitions))
     printed = False
 
     def emit(truth: list[TruthRecord]) -> None:

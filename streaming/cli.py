@@ -65,6 +65,13 @@ def register(subparsers: Any) -> None:
         "from earliest, it is compacted) (default: %(default)s)",
     )
     p.add_argument("--max-offsets-per-trigger", type=int, help="rate limit per micro-batch and source")
+    p.add_argument(
+        "--coordinator-max-offsets-per-trigger",
+        type=int,
+        help="rate limit per micro-batch of the coordinator log alone (a first start on a large retained "
+        "__transaction_state: smaller batches without holding snapshots back; HANGING verdicts wait until the "
+        "job has caught up) (default: --max-offsets-per-trigger)",
+    )
     p.add_argument("--window", default="1 minute", help="KIP-664 metrics window (default: %(default)s)")
     p.add_argument(
         "--watermark", default="2 minutes", help="lateness allowed for snapshots (default: %(default)s)"
@@ -144,6 +151,7 @@ def build_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         trigger=args.trigger,
         starting_offsets=args.starting_offsets,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        coordinator_max_offsets_per_trigger=args.coordinator_max_offsets_per_trigger,
         window=args.window,
         watermark=args.watermark,
         expire_after_ms=args.expire_after_ms,
