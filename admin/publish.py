@@ -24,8 +24,8 @@ from admin.client import AdminError, error_name, explain
 from admin.collector import TP, SweepResult
 from admin.metrics import CollectorMetrics
 from admin.settings import OutputTopicSettings
+from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
-    COORDINATOR_LOG_POSITION_TYPE,
     BrokerSweepSummary,
     CoordinatorLogPosition,
     CoordinatorRecord,

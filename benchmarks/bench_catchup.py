@@ -33,7 +33,8 @@ from kafka.admin import NewTopic
 from kafka.structs import TopicPartition
 
 from benchmarks.bench_stream import coordinator_records, log, produce
-from detectors.models import COORDINATOR_LOG_POSITION_TYPE, CoordinatorLogPosition
+from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
+from detectors.models import CoordinatorLogPosition
 from detectors.settings import KafkaSettings, Settings, TopicSettings
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 

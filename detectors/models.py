@@ -219,10 +219,6 @@ class BrokerSweepSummary(Model):
     errors: dict[str, int] = Field(default_factory=dict)
 
 
-# Header `txnwatch.type` of CoordinatorLogPosition records on the snapshot topic.
-COORDINATOR_LOG_POSITION_TYPE = "coordinator-log-position"
-
-
 class CoordinatorLogPosition(Model):
     """How far a coordinator topic had reached at a moment: what makes the job's coordinator view provably current.
 

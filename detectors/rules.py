@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
+from detectors.contract import COMPLETED_STATES, OWNING_STATES, PREPARING_STATES
 from detectors.lateness import (
     age_ms,
     elapsed_beyond_skew_ms,
@@ -35,16 +36,6 @@ from detectors.models import (
 
 # Transaction version from which every transaction bumps the producer epoch (KIP-890 part 2).
 EPOCH_BUMP_TRANSACTION_VERSION = 2
-
-COMPLETED_STATES = frozenset(
-    {CoordinatorState.EMPTY, CoordinatorState.COMPLETE_COMMIT, CoordinatorState.COMPLETE_ABORT}
-)
-# States in which the coordinator still owns the partitions it lists: it will write their markers.
-# PrepareEpochFence is the in-memory step before PrepareAbort (a fenced producer), so it counts as preparing.
-PREPARING_STATES = frozenset(
-    {CoordinatorState.PREPARE_COMMIT, CoordinatorState.PREPARE_ABORT, CoordinatorState.PREPARE_EPOCH_FENCE}
-)
-OWNING_STATES = PREPARING_STATES | {CoordinatorState.ONGOING}
 
 
 # ----------------------------------------------------------------------------------------- lean facts

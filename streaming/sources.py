@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from detectors.codec import DecodeError, decode_key, decode_value
-from detectors.models import COORDINATOR_LOG_POSITION_TYPE, SCHEMA_VERSION, CoordinatorState
+from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
+from detectors.models import SCHEMA_VERSION, CoordinatorState
 from streaming.schemas import COORDINATOR_RECORD_SCHEMA, PARTITION_SNAPSHOT_SCHEMA
 
 SNAPSHOT_TYPE = "partition-snapshot"

@@ -38,8 +38,8 @@ from admin.publish import KafkaSink, Publisher, ensure_topics
 from admin.settings import CollectorSettings, OutputTopicSettings
 from admin.wire import KafkaWire
 from detectors.codec import DecodeError, TxnStatus, decode_key, decode_value
+from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
-    COORDINATOR_LOG_POSITION_TYPE,
     BrokerSweepSummary,
     CoordinatorLogPosition,
     CoordinatorState,

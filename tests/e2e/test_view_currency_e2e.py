@@ -184,7 +184,13 @@ def test_no_candidate_while_the_view_is_behind_and_the_orphan_once_current(
                 m = wait_for(withheld, 90, "withheld verdicts while the view is behind")
             except AssertionError:
                 print(console.text()[-5000:])
-                print({k: v for k, v in scrape(throttled.metrics_port).items() if "view" in k or "withheld" in k or "open_trans" in k})
+                print(
+                    {
+                        k: v
+                        for k, v in scrape(throttled.metrics_port).items()
+                        if "view" in k or "withheld" in k or "open_trans" in k
+                    }
+                )
                 raise
             assert metric_sum(m, "txnwatch_coordinator_view_records_behind") > 0
             assert metric_sum(m, "txnwatch_coordinator_view_lag_seconds") > 0

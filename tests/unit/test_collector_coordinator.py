@@ -20,8 +20,8 @@ from admin.coordinator import (
     tombstone,
 )
 from admin.publish import OutRecord, Publisher
+from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
-    COORDINATOR_LOG_POSITION_TYPE,
     CoordinatorLogPosition,
     CoordinatorState,
     TopicPartition,

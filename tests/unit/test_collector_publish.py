@@ -25,8 +25,8 @@ from admin.publish import (
     sweep_records,
 )
 from admin.settings import CollectorSettings, OutputTopicSettings
+from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
-    COORDINATOR_LOG_POSITION_TYPE,
     BrokerSweepSummary,
     CoordinatorLogPosition,
     PartitionSnapshot,
