@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
+from kafka.structs import TopicPartition
 from pyspark.sql import SparkSession
 from test_stream_e2e import Console, first_batch_done, read_topic, scrape, wait_for
 from workloads import ROOT, run_workload
@@ -150,7 +151,9 @@ def test_no_candidate_while_the_view_is_behind_and_the_orphan_once_current(
 
     job.ensure_topics(options(None), settings.kafka.client_kwargs())
     try:
-        time.sleep(5)  # a backlog before the job starts
+        # A backlog before the job starts: the busy workload has written a few hundred coordinator records.
+        begin = log_end(bootstrap)
+        wait_for(lambda: log_end(bootstrap) >= begin + 500, 60, "the busy workload's first records")
         throttled = job.start(spark, options(60), out=console, queries=("reconcile",))
         try:
             wait_for(lambda: first_batch_done(throttled, "txnwatch-reconcile"), 240, "the job's first batch")
@@ -258,6 +261,19 @@ def test_no_candidate_while_the_view_is_behind_and_the_orphan_once_current(
         if busy.poll() is None:
             busy.kill()
             busy.wait(timeout=30)
+
+
+def log_end(bootstrap: str) -> int:
+    """Records in __transaction_state so far (the sum of its end offsets)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        parts = [
+            TopicPartition("__transaction_state", p)
+            for p in consumer.partitions_for_topic("__transaction_state")
+        ]
+        return sum(consumer.end_offsets(parts).values())
+    finally:
+        consumer.close()
 
 
 def candidates_of(bootstrap: str, settings: Settings) -> list[AbortCandidate]:
