@@ -52,14 +52,15 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 
 typecheck: venv
-	$(VENV)/bin/mypy detectors admin
+	$(VENV)/bin/mypy detectors admin streaming
 
 # Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
 test: deps venv jars lint typecheck
 	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
 
-test-unit: venv jars
-	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+# The pure tier: no JVM, no jars, no broker (tests/unit/test_rooms_build.py checks nothing there reads .cache/).
+test-unit: venv
+	$(VENV)/bin/pytest tests/unit -m "not jars" $(PYTEST_ARGS)
 
 testbed-up: venv jars
 	$(PY) -m dev.kafka up --no-verification

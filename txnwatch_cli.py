@@ -1,7 +1,9 @@
 """The `txnwatch` console script: one argparse tree, subcommands registered by the rooms that own them.
 
-`admin/` (collect, inspect, proposals) and `streaming/` (stream, demo) never import each other; this module is
-the only place that knows both, and it imports each lazily so `txnwatch collect` never loads Spark.
+`admin/` registers `collect` and `inspect partition|coordinator-log` (`admin/cli.py`), `streaming/` registers
+`stream` (`streaming/cli.py`); the demo is `make demo` (`dev/demo.py`), not a subcommand. The rooms never import
+each other; this module is the only place that knows both, and it imports each lazily so `txnwatch collect`
+never loads Spark.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """`txnwatch collect` and `txnwatch inspect partition|coordinator-log`, with Kafka's tool conventions.
 
-Every command takes `--bootstrap-server`, `--command-config client.properties` and `--output table|json`;
-everything else also comes from the environment (`TXNWATCH_*`, see detectors/settings.py and admin/settings.py).
-This module is the only place in admin/ that builds `Settings()`.
+Every command takes the flags of `detectors.cli_options.add_common_flags` (`--bootstrap-server`,
+`--command-config client.properties`, `--output`, `--cluster`, `--topic-prefix`, `--log-level`), like `txnwatch
+stream`; everything else also comes from the environment (`TXNWATCH_*`, see detectors/settings.py). This module is
+the only place in admin/ that builds `Settings()` (through `cli_options.settings_from`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from admin.client import AdminError, connect_admin, consumer_for, producer_for, resolve_kafka_settings
-from admin.collector import ClusterWire, Collector, SweepResult, run, wall_clock_ms
+from admin.client import AdminError, connect_admin, consumer_for, producer_for
+from admin.collector import Collector, run
 from admin.coordinator import CoordinatorPoll, CoordinatorPoller
 from admin.inspect import (
     LOG_HEADER,
@@ -35,10 +36,11 @@ from admin.inspect import (
 )
 from admin.metrics import CollectorMetrics, RequestLog, serve
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
-from admin.settings import CollectorEnvironment, CollectorSettings
+from admin.seams import ClusterWire, SweepResult, wall_clock_ms
 from admin.wire import KafkaWire
+from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
 from detectors.models import CoordinatorLogPosition, CoordinatorRecord
-from detectors.settings import KafkaSettings, Settings
+from detectors.settings import OutputTopicSettings, Settings
 
 log = logging.getLogger("txnwatch")
 
@@ -53,9 +55,11 @@ def register(subparsers: Any) -> None:
         "With --coordinator-source describe, also publish CoordinatorRecords from ListTransactions + "
         "DescribeTransactions to <prefix>.coordinator-state.",
     )
-    _common(collect)
+    add_common_flags(collect)
     collect.add_argument("--interval", type=float, help="seconds between sweeps (default 10)")
-    collect.add_argument("--once", action="store_true", help="run one sweep, print it (JSON) and exit")
+    collect.add_argument(
+        "--once", action="store_true", help="run one sweep, print it (see --output) and exit"
+    )
     collect.add_argument("--publish", action="store_true", help="with --once: also publish the sweep")
     collect.add_argument("--max-sweeps", type=int, help="stop after this many sweeps")
     collect.add_argument(
@@ -69,8 +73,6 @@ def register(subparsers: Any) -> None:
         type=int,
         help="describe mode: re-describe only active transactions running longer than this (Kafka 3.8+)",
     )
-    collect.add_argument("--cluster", help="cluster name in every record (TXNWATCH_CLUSTER)")
-    collect.add_argument("--topic-prefix", help="prefix of txnwatch's topics (TXNWATCH_TOPICS__PREFIX)")
     collect.add_argument(
         "--metrics-port", type=int, help="Prometheus endpoint port, 0 to disable (default 9464)"
     )
@@ -101,7 +103,7 @@ def register(subparsers: Any) -> None:
         "partition",
         help="open transactions of one partition: start time, age, LSO lag, and the coordinator's view",
     )
-    _common(part)
+    add_common_flags(part)
     part.add_argument("--topic", required=True)
     part.add_argument("--partition", type=int, required=True)
     part.set_defaults(func=cmd_inspect_partition)
@@ -109,7 +111,7 @@ def register(subparsers: Any) -> None:
         "coordinator-log",
         help="decoded __transaction_state, live (like kafka-dump-log --transaction-log-decoder)",
     )
-    _common(txlog)
+    add_common_flags(txlog)
     txlog.add_argument("--transactional-id", help="only this transactional id (reads only its partition)")
     txlog.add_argument(
         "--from-beginning", action="store_true", help="start at the oldest record, not the end"
@@ -119,23 +121,24 @@ def register(subparsers: Any) -> None:
     txlog.set_defaults(func=cmd_inspect_coordinator_log)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-server", metavar="HOST:PORT[,...]", help="TXNWATCH_KAFKA__BOOTSTRAP_SERVERS"
-    )
-    parser.add_argument(
-        "--command-config",
-        type=Path,
-        metavar="client.properties",
-        help="Kafka client properties (security.protocol, sasl.*, ssl.*), as for Kafka's own tools",
-    )
-    parser.add_argument("--output", choices=("table", "json"), help="output format")
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-        help="log level (stderr)",
-    )
+# `txnwatch collect` flags → the fields of Settings.collector they set (the topic flags set both output topics).
+COLLECT_FLAGS: dict[str, str | tuple[str, ...]] = {
+    "interval": "collector.interval_s",
+    "coordinator_source": "collector.coordinator_source",
+    "coordinator_duration_filter_ms": "collector.coordinator_duration_filter_ms",
+    "metrics_port": "collector.metrics_port",
+    "describe_batch_size": "collector.describe_batch_size",
+    "request_timeout_ms": "collector.request_timeout_ms",
+    **{
+        flag: (f"collector.producer_state_topic.{name}", f"collector.coordinator_state_topic.{name}")
+        for flag, name in (
+            ("topic_partitions", "partitions"),
+            ("topic_replication_factor", "replication_factor"),
+            ("topic_retention_ms", "retention_ms"),
+            ("topic_cleanup_policy", "cleanup_policy"),
+        )
+    },
+}
 
 
 def _setup_logging(level: str) -> None:
@@ -152,43 +155,23 @@ def _fail(command: str, message: str, code: int = 1) -> int:
     return code
 
 
-def _settings(args: argparse.Namespace) -> tuple[Settings, KafkaSettings]:
-    settings = Settings()
-    kafka = resolve_kafka_settings(
-        settings.kafka, bootstrap_server=args.bootstrap_server, command_config=args.command_config
-    )
-    return settings, kafka
+def _settings(
+    command: str, args: argparse.Namespace, flags: FlagTargets | None = None, *, log_level: str = "INFO"
+) -> Settings | int:
+    """The command's settings (environment, then --command-config, then flags) with logging set up, or the exit
+    code after saying in one line what is wrong with them."""
+    try:
+        settings, ignored = settings_from(args, flags=flags, read_text=Path.read_text)
+    except (SettingsError, ValidationError) as exc:
+        return _fail(command, str(exc), 2)
+    _setup_logging(settings.log_level or log_level)
+    for item in ignored:
+        log.warning("--command-config %s: %s", args.command_config, item)
+    return settings
 
 
-def collector_settings(args: argparse.Namespace, base: CollectorSettings) -> CollectorSettings:
-    """The environment's collector settings with the command line's overrides."""
-    update: dict[str, Any] = {}
-    for flag, name in (
-        ("interval", "interval_s"),
-        ("coordinator_source", "coordinator_source"),
-        ("coordinator_duration_filter_ms", "coordinator_duration_filter_ms"),
-        ("metrics_port", "metrics_port"),
-        ("describe_batch_size", "describe_batch_size"),
-        ("request_timeout_ms", "request_timeout_ms"),
-    ):
-        if getattr(args, flag, None) is not None:
-            update[name] = getattr(args, flag)
-    topic_update = {
-        name: getattr(args, flag)
-        for flag, name in (
-            ("topic_partitions", "partitions"),
-            ("topic_replication_factor", "replication_factor"),
-            ("topic_retention_ms", "retention_ms"),
-            ("topic_cleanup_policy", "cleanup_policy"),
-        )
-        if getattr(args, flag, None) is not None
-    }
-    if topic_update:
-        for name in ("producer_state_topic", "coordinator_state_topic"):
-            current = getattr(base, name).model_dump()
-            update[name] = {**current, **topic_update}
-    # Validate the merged values (model_copy would not).
-    return CollectorSettings.model_validate({**base.model_dump(), **update})
+def _is_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 @contextmanager
@@ -214,17 +197,10 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    _setup_logging(args.log_level)
-    try:
-        settings, kafka = _settings(args)
-        cs = collector_settings(args, CollectorEnvironment().collector)
-    except (ValidationError, AdminError) as exc:
-        return _fail("collect", str(exc), 2)
-    if args.cluster:
-        settings = settings.model_copy(update={"cluster": args.cluster})
-    topics = settings.topics
-    if args.topic_prefix:
-        topics = topics.model_copy(update={"prefix": args.topic_prefix})
+    settings = _settings("collect", args, COLLECT_FLAGS)
+    if isinstance(settings, int):
+        return settings
+    kafka, cs, topics = settings.kafka, settings.collector, settings.topics
     publish = not args.once or args.publish
     metrics = CollectorMetrics()
     requests = RequestLog(metrics)
@@ -246,7 +222,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         )
         open_partitions: set[tuple[str, int]] | None = set()
         if publish:
-            wanted = {topics.producer_state: cs.producer_state_topic}
+            wanted: dict[str, OutputTopicSettings] = {topics.producer_state: cs.producer_state_topic}
             if cs.coordinator_source == "describe":
                 wanted[topics.coordinator_state] = cs.coordinator_state_topic
             ensure_topics(admin, wanted)
@@ -276,12 +252,13 @@ def cmd_collect(args: argparse.Namespace) -> int:
             if cs.coordinator_source == "describe"
             else None
         )
-        if args.once:
-            return _collect_once(collector, publisher, poller, wire, settings.cluster, args)
+        # Without --once every sweep is published, so a publisher exists; --once publishes only with --publish.
+        if args.once or publisher is None:
+            output = output_format(settings.output, is_terminal=_is_terminal())
+            return _collect_once(collector, publisher, poller, wire, settings.cluster, output)
         if cs.metrics_port:
             server = serve(metrics, cs.metrics_port, cs.metrics_addr)
             log.info("metrics on http://%s:%d/metrics", cs.metrics_addr, cs.metrics_port)
-        assert publisher is not None
         also: list[Callable[[], object]] = []
         if poller is not None:
             pub, cluster = publisher, settings.cluster
@@ -351,7 +328,7 @@ def _collect_once(
     poller: CoordinatorPoller | None,
     wire: ClusterWire,
     cluster: str,
-    args: argparse.Namespace,
+    output: str,
 ) -> int:
     result = collector.sweep()
     if publisher is not None:
@@ -365,7 +342,7 @@ def _collect_once(
         # Nothing published, so no position: end offsets of the coordinator-state topic would not vouch for
         # records that never reached it.
         coordinator = poller.poll()
-    if args.output == "table":
+    if output == "table":
         print(render_sweep(result))
     else:
         out = result.as_json()
@@ -420,35 +397,37 @@ def render_sweep(result: SweepResult) -> str:
 
 
 def cmd_inspect_partition(args: argparse.Namespace) -> int:
-    _setup_logging("WARNING" if args.log_level == "INFO" else args.log_level)
+    settings = _settings("inspect partition", args, log_level="WARNING")
+    if isinstance(settings, int):
+        return settings
+    output = output_format(settings.output, is_terminal=_is_terminal())
     try:
-        _, kafka = _settings(args)
-        admin = connect_admin(kafka)
-    except (ValidationError, AdminError) as exc:
+        admin = connect_admin(settings.kafka)
+    except AdminError as exc:
         return _fail("inspect partition", str(exc))
     try:
-        report = inspect_partition(KafkaWire(admin), args.topic, args.partition)
+        report = inspect_partition(KafkaWire(admin), args.topic, args.partition, limits=settings.detection)
     except AdminError as exc:
         return _fail("inspect partition", str(exc))
     finally:
         admin.close()
-    print(json.dumps(report.as_json()) if args.output == "json" else render_partition(report))
+    print(json.dumps(report.as_json()) if output == "json" else render_partition(report))
     return 0
 
 
 def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
-    _setup_logging("WARNING" if args.log_level == "INFO" else args.log_level)
-    try:
-        _, kafka = _settings(args)
-    except (ValidationError, AdminError) as exc:
-        return _fail("inspect coordinator-log", str(exc))
+    settings = _settings("inspect coordinator-log", args, log_level="WARNING")
+    if isinstance(settings, int):
+        return settings
+    kafka = settings.kafka
+    output = output_format(settings.output, is_terminal=_is_terminal())
     try:
         consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-inspect")
     except KafkaError as exc:
         return _fail("inspect coordinator-log", f"cannot connect to {kafka.bootstrap_servers}: {exc}")
     try:
         with _stop_on_signals() as stop:
-            if args.output != "json":
+            if output != "json":
                 print("\t".join(LOG_HEADER), flush=True)
             for entry in read_coordinator_log(
                 consumer,
@@ -458,7 +437,7 @@ def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
                 idle_timeout_ms=args.timeout_ms,
                 stop=stop,
             ):
-                if args.output == "json":
+                if output == "json":
                     print(json.dumps(entry_json(entry)), flush=True)
                 else:
                     print("\t".join(render_log_entry(entry)), flush=True)

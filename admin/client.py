@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import kafka.errors as Errors
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
-from detectors.settings import ClientPropertiesError, KafkaSettings, kafka_settings_from_properties
+from detectors.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -120,38 +119,6 @@ def explain(api: str, error: str, resource: str | None = None, detail: str | Non
         return f"{api}{where}: broker unreachable ({detail or 'connection failed'})"
     suffix = f": {detail}" if detail else ""
     return f"{api}{where} failed with {error}{suffix}"
-
-
-def explain_exception(exc: BaseException, *, api: str, resource: str | None = None) -> str:
-    return explain(api, error_name(exc), resource, str(exc) or None)
-
-
-# ------------------------------------------------------------------------------------------- settings
-
-
-def resolve_kafka_settings(
-    base: KafkaSettings, *, bootstrap_server: str | None = None, command_config: Path | None = None
-) -> KafkaSettings:
-    """`Settings().kafka` overlaid by a client.properties file and `--bootstrap-server` (which wins).
-
-    Raises:
-        AdminError: if the file cannot be read or holds settings kafka-python cannot honour.
-    """
-    if command_config is None:
-        if bootstrap_server is None:
-            return base
-        return base.model_copy(update={"bootstrap_servers": bootstrap_server})
-    try:
-        text = command_config.read_text()
-    except OSError as exc:
-        raise AdminError(f"--command-config {command_config}: {exc.strerror or exc}") from exc
-    try:
-        kafka, ignored = kafka_settings_from_properties(text, bootstrap_servers=bootstrap_server, base=base)
-    except ClientPropertiesError as exc:
-        raise AdminError(f"--command-config {command_config}: {exc}") from exc
-    for item in ignored:
-        log.warning("--command-config %s: %s", command_config, item)
-    return kafka
 
 
 def client_kwargs(

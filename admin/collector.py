@@ -1,11 +1,12 @@
 """The sweep: what every partition leader says is open, as `PartitionSnapshot`s and per-broker summaries.
 
 One sweep = cluster metadata (internal topics included) → DescribeProducers per leader in batches of at most
-500 partitions, all brokers at once → a refresh-and-retry round for partitions whose leader moved → the start
-batch of every transaction not seen before (cached) → LSO and high watermark of partitions with open
-transactions. Right after the DescribeProducers answers, the high watermarks of `__transaction_state` are asked
-for: the `CoordinatorLogPosition` that tells the streaming job when its coordinator view is current.
-`ClusterWire` is the seam: `admin.wire.KafkaWire` speaks Kafka, unit tests pass a fake.
+500 partitions, all brokers at once → a refresh-and-retry round for partitions whose leader moved → the
+position of `__transaction_state` (its high watermarks, asked right after the DescribeProducers answers: the
+`CoordinatorLogPosition` that tells the streaming job when its coordinator view is current) → the start batch
+of every transaction not seen before (cached) → LSO and high watermark of partitions with open transactions →
+snapshots, explicit empties and summaries. `Collector.sweep` reads as these phases, one method each.
+The Kafka seam (`ClusterWire`) and the result (`SweepResult`) are in `admin.seams`.
 """
 
 from __future__ import annotations
@@ -15,24 +16,34 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
 from admin.client import AdminError, explain, is_authorization_error
-from admin.fetch import StartBatch
 from admin.metrics import CollectorMetrics
-from admin.settings import CollectorSettings
+from admin.position import measure_log_position
+from admin.seams import (
+    TP,
+    ActiveProducer,
+    ClusterView,
+    ClusterWire,
+    Offsets,
+    PartitionProducers,
+    StartBatch,
+    SweepResult,
+    open_transaction,
+    wall_clock_ms,
+)
+from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import BrokerSweepSummary, CoordinatorLogPosition, OpenTransaction, PartitionSnapshot
+from detectors.settings import CollectorSettings
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 NO_LEADER = -1
-# The coordinators' log, whose reach each sweep measures (primary mode).
-TRANSACTION_LOG = "__transaction_state"
 
 # Partition errors that mean "ask the new leader": refresh metadata and retry within the sweep.
 RETRY_WITH_NEW_LEADER = frozenset(
@@ -48,258 +59,54 @@ RETRY_WITH_NEW_LEADER = frozenset(
 )
 
 
-# ----------------------------------------------------------------------------------------- the seam
-
-
-class ActiveProducer(NamedTuple):
-    """One ActiveProducers row of DescribeProducers."""
-
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp_ms: int
-    coordinator_epoch: int
-    current_txn_start_offset: int
-
-
-class PartitionProducers(NamedTuple):
-    """One partition of a DescribeProducers response: its error name (None if fine) or its producers."""
-
-    error: str | None
-    producers: tuple[ActiveProducer, ...] = ()
-    message: str | None = None
-
-
-@dataclass(frozen=True)
-class DescribeBatch:
-    """One DescribeProducers request and its outcome.
-
-    `received_at_ms` is the wall clock when the response (or the failure) arrived: the snapshots'
-    `observed_at_ms`. `error` is a request-level failure (unreachable broker, timeout), in which case
-    `results` is empty.
-    """
-
-    broker: int
-    partitions: tuple[TP, ...]
-    received_at_ms: int
-    results: Mapping[TP, PartitionProducers] = field(default_factory=dict)
-    error: str | None = None
-    message: str | None = None
-
-
-@dataclass(frozen=True)
-class ClusterView:
-    """Cluster metadata: brokers (id → host:port) and every partition's leader (-1 if none)."""
-
-    brokers: Mapping[int, str]
-    leaders: Mapping[TP, int]
-    internal_topics: frozenset[str] = frozenset()
-
-
-class FetchFailure(NamedTuple):
-    """Why a start batch could not be read; `permanent` failures are not retried for the same transaction."""
-
-    error: str
-    permanent: bool
-
-
-class Offsets(NamedTuple):
-    last_stable_offset: int | None
-    high_watermark: int | None
-
-
-class EndOffset(NamedTuple):
-    """A partition's high watermark (ListOffsets latest, read_uncommitted), or the error that kept it unknown."""
-
-    offset: int | None
-    error: str | None = None
-
-
-class BrokerTimeout(NamedTuple):
-    """A broker's `transaction.max.timeout.ms`, or why it is unknown."""
-
-    value_ms: int | None
-    error: str | None = None
-
-
-class ClusterWire(Protocol):
-    """The slice of Kafka the sweep needs; `admin.wire.KafkaWire` implements it with kafka-python."""
-
-    def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
-        """All topics (or only `topics`; missing ones are left out), internal ones included.
-
-        Raises kafka.errors.KafkaError if no broker answers."""
-        ...
-
-    def describe_producers(self, batches: Mapping[int, Sequence[Sequence[TP]]]) -> list[DescribeBatch]:
-        """One DescribeProducers request per batch, brokers concurrently; never raises for a broker's failure."""
-        ...
-
-    def fetch_start_batches(
-        self, wanted: Mapping[int, Sequence[tuple[TP, int]]]
-    ) -> dict[tuple[TP, int], StartBatch | FetchFailure]:
-        """The batch at each (partition, start offset), read_uncommitted from the given leader."""
-        ...
-
-    def list_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, Offsets]:
-        """LSO (read_committed ListOffsets) and high watermark (read_uncommitted) per partition."""
-        ...
-
-    def end_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, EndOffset]:
-        """The high watermark of each partition, asked of the given leader (one read_uncommitted ListOffsets
-        per broker, brokers concurrently), or its error name; never raises for a broker's failure."""
-        ...
-
-    def max_transaction_timeouts(self, brokers: Sequence[int]) -> dict[int, BrokerTimeout]:
-        """`transaction.max.timeout.ms` of each broker (DescribeConfigs)."""
-        ...
-
-
-# ------------------------------------------------------------------------------------------- results
-
-
-@dataclass
-class SweepResult:
-    """What one sweep saw and will publish."""
-
-    sweep_id: str
-    started_at_ms: int
-    duration_s: float
-    snapshots: list[PartitionSnapshot]
-    empties: list[PartitionSnapshot]
-    summaries: list[BrokerSweepSummary]
-    partitions_total: int
-    partitions_covered: int
-    new_transactions: int
-    start_batch_fetches: int
-    problems: list[str]
-    # How far `__transaction_state` had reached when the sweep's DescribeProducers answers were in (published
-    # after the sweep's other records); empty if the topic does not exist or no partition answered.
-    positions: list[CoordinatorLogPosition] = field(default_factory=list)
-
-    @property
-    def open_transactions(self) -> int:
-        return sum(len(s.open_transactions) for s in self.snapshots)
-
-    def as_json(self) -> dict[str, Any]:
-        """The `--once` output: the sweep's records as they would be published."""
-        return {
-            "sweep_id": self.sweep_id,
-            "started_at_ms": self.started_at_ms,
-            "duration_s": round(self.duration_s, 3),
-            "partitions_total": self.partitions_total,
-            "partitions_covered": self.partitions_covered,
-            "open_transactions": self.open_transactions,
-            "new_transactions": self.new_transactions,
-            "start_batch_fetches": self.start_batch_fetches,
-            "snapshots": [s.model_dump(mode="json") for s in self.snapshots],
-            "empty_snapshots": [s.model_dump(mode="json") for s in self.empties],
-            "summaries": [s.model_dump(mode="json") for s in self.summaries],
-            "coordinator_log_positions": [p.model_dump(mode="json") for p in self.positions],
-            "problems": self.problems,
-        }
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def open_transaction(p: ActiveProducer, start: StartBatch | None) -> OpenTransaction:
-    """Our model of an open transaction from a DescribeProducers row and, if read, its start batch.
-
-    Raises:
-        pydantic.ValidationError: for values out of range (e.g. a negative producer id).
-    """
-    return OpenTransaction(
-        producer_id=p.producer_id,
-        producer_epoch=p.producer_epoch,
-        coordinator_epoch=max(p.coordinator_epoch, -1),
-        start_offset=p.current_txn_start_offset,
-        start_timestamp_ms=start.start_timestamp_ms if start is not None else None,
-        start_batch_producer_epoch=start.producer_epoch if start is not None else None,
-        last_sequence=max(p.last_sequence, -1),
-        last_timestamp_ms=max(p.last_timestamp_ms, -1),
-    )
-
-
 def chunks(items: Sequence[TP], size: int) -> list[list[TP]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
-
-
-def measure_log_position(
-    wire: ClusterWire,
-    view: ClusterView,
-    topic: str,
-    *,
-    cluster: str,
-    sweep_id: str,
-    as_of_ms: int,
-    skip_brokers: Collection[int] = frozenset(),
-) -> tuple[CoordinatorLogPosition | None, list[str]]:
-    """How far `topic` has reached: the high watermark of each of its partitions in `view`, asked of its leader
-    now, as a position as of `as_of_ms`.
-
-    The caller reads `as_of_ms` *before* calling: the offsets asked for now are at least what they were then,
-    so every record written by that moment lies below them. Partitions without a leader, led by a broker in
-    `skip_brokers` (it failed this sweep; asking again would only wait for its timeout), or answering with an
-    error are left out: the job keeps them as current as an earlier position made them.
-
-    Returns:
-        The position (None if `topic` is not in `view`, e.g. no transaction ever ran, or no partition
-        answered) and one problem message per kind of failure.
-    """
-    partitions = sorted(p for t, p in view.leaders if t == topic)
-    if not partitions:
-        return None, []
-    wanted: dict[int, list[TP]] = {}
-    failed: dict[str, list[int]] = {}
-    for p in partitions:
-        leader = view.leaders[(topic, p)]
-        if leader < 0:
-            failed.setdefault("LEADER_NOT_AVAILABLE", []).append(p)
-        elif leader in skip_brokers:
-            failed.setdefault("BROKER_BACKOFF", []).append(p)
-        else:
-            wanted.setdefault(leader, []).append((topic, p))
-    answers = wire.end_offsets(wanted) if wanted else {}
-    end_offsets: dict[int, int] = {}
-    for tps in wanted.values():
-        for tp in tps:
-            answer = answers.get(tp, EndOffset(None, "MISSING_FROM_RESPONSE"))
-            if answer.error is None and answer.offset is not None and answer.offset >= 0:
-                end_offsets[tp[1]] = answer.offset
-            else:
-                failed.setdefault(answer.error or "NO_OFFSET", []).append(tp[1])
-    problems = [_position_problem(topic, error, ps) for error, ps in sorted(failed.items())]
-    if not end_offsets:
-        # An empty position would vouch for nothing, yet tell the job its view is measured.
-        return None, problems
-    position = CoordinatorLogPosition(
-        cluster=cluster,
-        sweep_id=sweep_id,
-        topic=topic,
-        partitions=partitions[-1] + 1,
-        as_of_ms=as_of_ms,
-        end_offsets=end_offsets,
-    )
-    return position, problems
-
-
-def _position_problem(topic: str, error: str, partitions: Sequence[int]) -> str:
-    if is_authorization_error(error):
-        # The same every sweep, so it is logged once: names the ACL (Describe on the topic).
-        return explain("ListOffsets", error, topic)
-    listed = ", ".join(str(p) for p in sorted(partitions))
-    return (
-        f"{explain('ListOffsets', error, topic)}: partitions {listed} left out of its coordinator log "
-        "position this sweep"
-    )
 
 
 @dataclass
 class _Backoff:
     failures: int
     retry_at: float
+
+
+class _Retry(NamedTuple):
+    """A partition to ask again of its (new) leader: the broker asked, its error, and whether the whole
+    request failed (then the same broker is not asked again this sweep)."""
+
+    tp: TP
+    broker: int
+    error: str
+    request_level: bool
+
+
+@dataclass
+class _Described:
+    """What the DescribeProducers phase learnt; the later phases read it."""
+
+    view: ClusterView  # the newest metadata (a retry round refreshes it)
+    began: float  # monotonic, when the phase began: which brokers were backed off then
+    last_answer_ms: int  # the latest arrival of a DescribeProducers answer (never before the sweep began)
+    results: dict[TP, tuple[int, int, PartitionProducers]] = field(default_factory=dict)  # leader, arrival
+    uncovered: dict[int, Counter[str]] = field(
+        default_factory=dict
+    )  # broker → why partitions were not described
+    deleted: set[TP] = field(default_factory=set)
+    failed_brokers: set[int] = field(default_factory=set)
+    answered_brokers: set[int] = field(default_factory=set)
+
+    def lose(self, broker: int, error: str) -> None:
+        self.uncovered.setdefault(broker, Counter())[error] += 1
+
+
+@dataclass
+class _Built:
+    """The snapshots phase: what to publish, and what this sweep knows for sure."""
+
+    snapshots: list[PartitionSnapshot] = field(default_factory=list)
+    empties: list[PartitionSnapshot] = field(default_factory=list)
+    settled: set[TP] = field(default_factory=set)  # partitions whose open set this sweep knows for sure
+    covered_by: Counter[int] = field(default_factory=Counter)
+    last_seen_by: dict[int, int] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------ the sweep
@@ -358,13 +165,6 @@ class Collector:
     def cached_start_batches(self) -> int:
         return len(self._starts)
 
-    def _note(self, message: str, problems: list[str]) -> None:
-        # Every sweep reports its problems; the log gets each distinct one once.
-        problems.append(message)
-        if message not in self._noted:
-            self._noted.add(message)
-            log.warning("%s", message)
-
     def sweep(self) -> SweepResult:
         """Run one sweep.
 
@@ -381,203 +181,42 @@ class Collector:
         sweep_id = f"{self._run_id}-{self._seq}"
         started_at_ms = self._clock_ms()
         problems: list[str] = []
-        s = self._settings
-
         view = self._wire.metadata()
-        all_partitions = set(view.leaders)
-        uncovered: dict[int, Counter[str]] = {}
-        described: dict[TP, tuple[int, int, PartitionProducers]] = {}
 
-        def lose(broker: int, tp_count: int, error: str) -> None:
-            uncovered.setdefault(broker, Counter())[error] += tp_count
-
-        now = self._monotonic()
-        pending: dict[int, list[TP]] = {}
-        for tp, leader in view.leaders.items():
-            if leader < 0:
-                lose(NO_LEADER, 1, "LEADER_NOT_AVAILABLE")
-            elif (b := self._backoff.get(leader)) is not None and b.retry_at > now:
-                lose(leader, 1, "BROKER_BACKOFF")
-            else:
-                pending.setdefault(leader, []).append(tp)
-
-        failed_brokers: set[int] = set()
-        answered_brokers: set[int] = set()
-        deleted: set[TP] = set()
-        last_answer_ms = started_at_ms
-        attempt = 0
-        while pending:
-            batches = {b: chunks(sorted(tps), s.describe_batch_size) for b, tps in pending.items()}
-            retry: list[tuple[TP, int, str, bool]] = []  # (tp, broker asked, error, request-level)
-            for batch in self._wire.describe_producers(batches):
-                last_answer_ms = max(last_answer_ms, batch.received_at_ms)
-                if batch.error is not None:
-                    failed_brokers.add(batch.broker)
-                    self._note(
-                        explain("DescribeProducers", batch.error, f"broker {batch.broker}", batch.message),
-                        problems,
-                    )
-                    retry.extend((tp, batch.broker, batch.error, True) for tp in batch.partitions)
-                    continue
-                answered_brokers.add(batch.broker)
-                for tp in batch.partitions:
-                    result = batch.results.get(tp, PartitionProducers("MISSING_FROM_RESPONSE"))
-                    if result.error is None:
-                        described[tp] = (batch.broker, batch.received_at_ms, result)
-                    elif result.error in RETRY_WITH_NEW_LEADER:
-                        retry.append((tp, batch.broker, result.error, False))
-                    else:
-                        lose(batch.broker, 1, result.error)
-                        if is_authorization_error(result.error):
-                            self._note(explain("DescribeProducers", result.error, tp[0]), problems)
-            attempt += 1
-            pending = {}
-            if not retry:
-                break
-            if attempt > s.retries_per_sweep:
-                for _tp, broker, error, _ in retry:
-                    lose(broker, 1, error)
-                break
-            if s.retry_backoff_ms:
-                self._sleep(s.retry_backoff_ms / 1000)
-            view = self._wire.metadata()
-            for tp, broker, error, request_level in retry:
-                moved_to = view.leaders.get(tp)
-                if moved_to is None:
-                    deleted.add(tp)  # the topic (or partition) no longer exists
-                elif moved_to < 0:
-                    lose(NO_LEADER, 1, "LEADER_NOT_AVAILABLE")
-                elif request_level and (moved_to == broker or moved_to in failed_brokers):
-                    lose(broker, 1, error)  # still led by a broker that just failed: not again this sweep
-                else:
-                    pending.setdefault(moved_to, []).append(tp)
-        self._update_backoff(failed_brokers, answered_brokers)
-
+        described = self._describe_producers(view, started_at_ms, problems)
         # Read after the last DescribeProducers answer (and never before it, should the clock step back) and
         # before the offsets are asked for: everything a coordinator wrote that could explain those answers
         # was committed before them, so it lies below the end offsets measured next.
-        as_of_ms = max(self._clock_ms(), last_answer_ms)
-        positions = self._log_positions(view, sweep_id, as_of_ms, problems)
+        as_of_ms = max(self._clock_ms(), described.last_answer_ms)
+        positions = self._measure_log_position(described.view, sweep_id, as_of_ms, problems)
+        open_now, need_fetch = self._open_transactions(described)
+        self._fetch_start_batches(need_fetch, open_now, problems)
+        offsets = self._list_offsets(described, open_now)
+        self._refresh_timeouts(self._brokers_to_ask_for_timeouts(described), problems)
+        built = self._build_snapshots(sweep_id, described, open_now, offsets, problems)
+        self._close_gone_partitions(sweep_id, described, as_of_ms, built)
+        self._remember_open(sweep_id, built)
+        self._prune_start_cache(described.results, open_now)
+        summaries = self._summaries(sweep_id, described, built)
 
-        # Transactions open now, and the start batches not fetched before.
-        open_now: dict[TP, list[ActiveProducer]] = {}
-        need_fetch: dict[int, list[tuple[TP, int]]] = {}
-        new_transactions = 0
-        for tp, (broker, _, result) in described.items():
-            open_txns = [p for p in result.producers if p.current_txn_start_offset >= 0]
-            if not open_txns:
-                continue
-            open_now[tp] = open_txns
-            for p in open_txns:
-                key = (tp[0], tp[1], p.producer_id, p.current_txn_start_offset)
-                if key not in self._starts:
-                    need_fetch.setdefault(broker, []).append((tp, p.current_txn_start_offset))
-                    new_transactions += 1
         fetches = sum(len(v) for v in need_fetch.values())
-        if need_fetch:
-            self._fetch_start_batches(need_fetch, open_now, problems)
-        offsets: dict[TP, Offsets] = {}
-        if open_now:
-            wanted: dict[int, list[TP]] = {}
-            for tp in open_now:
-                wanted.setdefault(described[tp][0], []).append(tp)
-            offsets = self._wire.list_offsets(wanted)
-        self._refresh_timeouts(
-            [b for b in view.brokers if b not in failed_brokers and b not in self._backed_off(now)], problems
-        )
-
-        snapshots: list[PartitionSnapshot] = []
-        empties: list[PartitionSnapshot] = []
-        settled: set[TP] = set()  # partitions whose open set this sweep knows for sure
-        covered_by: Counter[int] = Counter()
-        last_seen_by: dict[int, int] = {}
-        for tp, (broker, received_at_ms, _) in sorted(described.items()):
-            txns = open_now.get(tp)
-            wants_empty = not txns and (self._open is None or tp in self._open)
-            if txns or wants_empty:
-                # Only partitions that publish something are built (a model costs microseconds, x 10k).
-                try:
-                    snap = PartitionSnapshot(
-                        cluster=self._cluster,
-                        sweep_id=sweep_id,
-                        observed_at_ms=received_at_ms,
-                        leader=broker,
-                        topic=tp[0],
-                        partition=tp[1],
-                        open_transactions=tuple(
-                            sorted(
-                                (self._open_transaction(tp, p) for p in txns or ()),
-                                key=lambda t: t.start_offset,
-                            )
-                        ),
-                        last_stable_offset=offsets[tp].last_stable_offset if tp in offsets else None,
-                        high_watermark=offsets[tp].high_watermark if tp in offsets else None,
-                        max_transaction_timeout_ms=self._timeouts.get(broker),
-                    )
-                except ValidationError as exc:
-                    lose(broker, 1, "INVALID_PRODUCER_STATE")
-                    self._note(
-                        f"{tp[0]}-{tp[1]}: leader {broker} reported unusable producer state: {exc}", problems
-                    )
-                    continue
-                (snapshots if txns else empties).append(snap)
-            settled.add(tp)
-            covered_by[broker] += 1
-            if received_at_ms > last_seen_by.get(broker, 0):
-                last_seen_by[broker] = received_at_ms
-        # Partitions that no longer exist (topic deleted) cannot hold a transaction any more.
-        gone = deleted | ((self._open or set()) - set(view.leaders))
-        for tp in sorted(gone):
-            settled.add(tp)
-            if self._open is not None and tp not in self._open:
-                continue
-            empties.append(
-                PartitionSnapshot(
-                    cluster=self._cluster,
-                    sweep_id=sweep_id,
-                    # Known gone from metadata read during the DescribeProducers phase, so by as_of_ms; this
-                    # keeps the sweep's snapshots no later than its position.
-                    observed_at_ms=as_of_ms,
-                    leader=NO_LEADER,
-                    topic=tp[0],
-                    partition=tp[1],
-                )
-            )
-        now_open = {(snap.topic, snap.partition) for snap in snapshots}
-        # Partitions this sweep could not describe keep what was last published for them.
-        self._open_before = (sweep_id, None if self._open is None else set(self._open))
-        self._open = now_open if self._open is None else (self._open - settled) | now_open
-        self._prune_start_cache(described, open_now)
-
-        end_ms = self._clock_ms()
-        summaries = [
-            BrokerSweepSummary(
-                cluster=self._cluster,
-                sweep_id=sweep_id,
-                observed_at_ms=last_seen_by.get(b, end_ms),
-                broker=b,
-                partitions_covered=covered_by.get(b, 0),
-                errors=dict(sorted(uncovered.get(b, Counter()).items())),
-            )
-            for b in sorted(set(view.brokers) | set(uncovered) | set(covered_by))
-        ]
-        sweep = SweepResult(
+        result = SweepResult(
             sweep_id=sweep_id,
             started_at_ms=started_at_ms,
             duration_s=self._monotonic() - started,
-            snapshots=snapshots,
-            empties=empties,
+            snapshots=built.snapshots,
+            empties=built.empties,
             summaries=summaries,
-            partitions_total=len(all_partitions - deleted),
-            partitions_covered=sum(covered_by.values()),
-            new_transactions=new_transactions,
+            partitions_total=len(set(view.leaders) - described.deleted),
+            partitions_covered=sum(built.covered_by.values()),
+            new_transactions=fetches,  # every transaction not seen before is one start batch to fetch
             start_batch_fetches=fetches,
             problems=problems,
             positions=positions,
         )
         if self._metrics is not None:
-            self._metrics.observe_sweep(sweep, cached_start_batches=len(self._starts))
-        return sweep
+            self._metrics.observe_sweep(result, cached_start_batches=len(self._starts))
+        return result
 
     def unpublished(self, result: SweepResult) -> None:
         """The sweep's records did not reach Kafka: undo its effect on the open set, so the next sweep sends
@@ -586,30 +225,85 @@ class Collector:
             self._open = self._open_before[1]
             self._open_before = None
 
-    # ---------------------------------------------------------------------------------------- helpers
+    # ------------------------------------------------------------------------ phase: DescribeProducers
 
-    def _log_positions(
-        self, view: ClusterView, sweep_id: str, as_of_ms: int, problems: list[str]
-    ) -> list[CoordinatorLogPosition]:
-        if self._settings.coordinator_source != "log":
-            # The job then reads <prefix>.coordinator-state, whose position each poll publishes; and the
-            # principal may well have no access to __transaction_state at all.
-            return []
-        position, trouble = measure_log_position(
-            self._wire,
-            view,
-            TRANSACTION_LOG,
-            cluster=self._cluster,
-            sweep_id=sweep_id,
-            as_of_ms=as_of_ms,
-            skip_brokers=self._backed_off(self._monotonic()),
-        )
-        for message in trouble:
-            self._note(message, problems)
-        return [position] if position is not None else []
+    def _describe_producers(self, view: ClusterView, since_ms: int, problems: list[str]) -> _Described:
+        """DescribeProducers of every partition from its leader; partitions whose leader moved are asked again
+        of the new one after a metadata refresh, at most `retries_per_sweep` extra rounds. Updates backoff."""
+        s = self._settings
+        described = _Described(view=view, began=self._monotonic(), last_answer_ms=since_ms)
+        pending = self._route_to_leaders(described)
+        rounds = 0
+        while pending:
+            retry = self._describe_round(pending, described, problems)
+            rounds += 1
+            if not retry:
+                break
+            if rounds > s.retries_per_sweep:
+                for r in retry:
+                    described.lose(r.broker, r.error)
+                break
+            if s.retry_backoff_ms:
+                self._sleep(s.retry_backoff_ms / 1000)
+            pending = self._reroute(retry, described)
+        self._update_backoff(described.failed_brokers, described.answered_brokers)
+        return described
 
-    def _backed_off(self, now: float) -> set[int]:
-        return {b for b, state in self._backoff.items() if state.retry_at > now}
+    def _route_to_leaders(self, described: _Described) -> dict[int, list[TP]]:
+        # Leaderless partitions and brokers in backoff are not asked this sweep.
+        pending: dict[int, list[TP]] = {}
+        for tp, leader in described.view.leaders.items():
+            if leader < 0:
+                described.lose(NO_LEADER, "LEADER_NOT_AVAILABLE")
+            elif (b := self._backoff.get(leader)) is not None and b.retry_at > described.began:
+                described.lose(leader, "BROKER_BACKOFF")
+            else:
+                pending.setdefault(leader, []).append(tp)
+        return pending
+
+    def _describe_round(
+        self, pending: Mapping[int, list[TP]], described: _Described, problems: list[str]
+    ) -> list[_Retry]:
+        batches = {b: chunks(sorted(tps), self._settings.describe_batch_size) for b, tps in pending.items()}
+        retry: list[_Retry] = []
+        for batch in self._wire.describe_producers(batches):
+            described.last_answer_ms = max(described.last_answer_ms, batch.received_at_ms)
+            if batch.error is not None:
+                described.failed_brokers.add(batch.broker)
+                self._note(
+                    explain("DescribeProducers", batch.error, f"broker {batch.broker}", batch.message),
+                    problems,
+                )
+                retry.extend(_Retry(tp, batch.broker, batch.error, True) for tp in batch.partitions)
+                continue
+            described.answered_brokers.add(batch.broker)
+            for tp in batch.partitions:
+                result = batch.results.get(tp, PartitionProducers("MISSING_FROM_RESPONSE"))
+                if result.error is None:
+                    described.results[tp] = (batch.broker, batch.received_at_ms, result)
+                elif result.error in RETRY_WITH_NEW_LEADER:
+                    retry.append(_Retry(tp, batch.broker, result.error, False))
+                else:
+                    described.lose(batch.broker, result.error)
+                    if is_authorization_error(result.error):
+                        self._note(explain("DescribeProducers", result.error, tp[0]), problems)
+        return retry
+
+    def _reroute(self, retry: Sequence[_Retry], described: _Described) -> dict[int, list[TP]]:
+        # Refreshed metadata says where each partition to retry lives now.
+        described.view = self._wire.metadata()
+        pending: dict[int, list[TP]] = {}
+        for tp, broker, error, request_level in retry:
+            moved_to = described.view.leaders.get(tp)
+            if moved_to is None:
+                described.deleted.add(tp)  # the topic (or partition) no longer exists
+            elif moved_to < 0:
+                described.lose(NO_LEADER, "LEADER_NOT_AVAILABLE")
+            elif request_level and (moved_to == broker or moved_to in described.failed_brokers):
+                described.lose(broker, error)  # still led by a broker that just failed: not again this sweep
+            else:
+                pending.setdefault(moved_to, []).append(tp)
+        return pending
 
     def _update_backoff(self, failed: set[int], answered: set[int]) -> None:
         now = self._monotonic()
@@ -621,12 +315,58 @@ class Collector:
             delay = min(s.broker_backoff_initial_s * 2 ** (failures - 1), s.broker_backoff_max_s)
             self._backoff[b] = _Backoff(failures, now + delay)
 
+    def _backed_off(self, now: float) -> set[int]:
+        return {b for b, state in self._backoff.items() if state.retry_at > now}
+
+    # -------------------------------------------------------------- phase: transaction log position
+
+    def _measure_log_position(
+        self, view: ClusterView, sweep_id: str, as_of_ms: int, problems: list[str]
+    ) -> list[CoordinatorLogPosition]:
+        if self._settings.coordinator_source != "log":
+            # The job then reads <prefix>.coordinator-state, whose position each poll publishes; and the
+            # principal may well have no access to __transaction_state at all.
+            return []
+        position, trouble = measure_log_position(
+            self._wire,
+            view,
+            TRANSACTION_LOG_TOPIC,
+            cluster=self._cluster,
+            sweep_id=sweep_id,
+            as_of_ms=as_of_ms,
+            skip_brokers=self._backed_off(self._monotonic()),
+        )
+        for message in trouble:
+            self._note(message, problems)
+        return [position] if position is not None else []
+
+    # ----------------------------------------------------------------------- phase: start batches
+
+    def _open_transactions(
+        self, described: _Described
+    ) -> tuple[dict[TP, list[ActiveProducer]], dict[int, list[tuple[TP, int]]]]:
+        """The transactions open now by partition, and (by leader) the start batches not fetched before."""
+        open_now: dict[TP, list[ActiveProducer]] = {}
+        need_fetch: dict[int, list[tuple[TP, int]]] = {}
+        for tp, (broker, _, result) in described.results.items():
+            open_txns = [p for p in result.producers if p.current_txn_start_offset >= 0]
+            if not open_txns:
+                continue
+            open_now[tp] = open_txns
+            for p in open_txns:
+                key = (tp[0], tp[1], p.producer_id, p.current_txn_start_offset)
+                if key not in self._starts:
+                    need_fetch.setdefault(broker, []).append((tp, p.current_txn_start_offset))
+        return open_now, need_fetch
+
     def _fetch_start_batches(
         self,
         need: Mapping[int, Sequence[tuple[TP, int]]],
         open_now: Mapping[TP, Sequence[ActiveProducer]],
         problems: list[str],
     ) -> None:
+        if not need:
+            return
         outcomes = self._wire.fetch_start_batches(need)
         for (tp, offset), outcome in outcomes.items():
             for p in open_now.get(tp, ()):
@@ -648,11 +388,6 @@ class Collector:
                 elif is_authorization_error(outcome.error):
                     self._note(explain("Fetch", outcome.error, tp[0]), problems)
 
-    def _open_transaction(self, tp: TP, p: ActiveProducer) -> OpenTransaction:
-        return open_transaction(
-            p, self._starts.get((tp[0], tp[1], p.producer_id, p.current_txn_start_offset))
-        )
-
     def _prune_start_cache(
         self, described: Mapping[TP, object], open_now: Mapping[TP, Sequence[ActiveProducer]]
     ) -> None:
@@ -664,6 +399,26 @@ class Collector:
         }
         for key in [k for k in self._starts if (k[0], k[1]) in described and k not in live]:
             del self._starts[key]
+
+    # ------------------------------------------------------------------ phase: offsets and timeouts
+
+    def _list_offsets(
+        self, described: _Described, open_now: Mapping[TP, Sequence[ActiveProducer]]
+    ) -> dict[TP, Offsets]:
+        # LSO and high watermark, asked of the leader that described the partition.
+        if not open_now:
+            return {}
+        wanted: dict[int, list[TP]] = {}
+        for tp in open_now:
+            wanted.setdefault(described.results[tp][0], []).append(tp)
+        return self._wire.list_offsets(wanted)
+
+    def _brokers_to_ask_for_timeouts(self, described: _Described) -> list[int]:
+        # Not a broker that failed this sweep, nor one backed off when it began: asking would only wait.
+        backed_off = self._backed_off(described.began)
+        return [
+            b for b in described.view.brokers if b not in described.failed_brokers and b not in backed_off
+        ]
 
     def _refresh_timeouts(self, brokers: Sequence[int], problems: list[str]) -> None:
         now = self._monotonic()
@@ -680,6 +435,120 @@ class Collector:
                     self._note(explain("DescribeConfigs", answer.error, f"broker {broker}"), problems)
         if stale:
             self._timeouts_at = now
+
+    # --------------------------------------------------------------------------- phase: snapshots
+
+    def _build_snapshots(
+        self,
+        sweep_id: str,
+        described: _Described,
+        open_now: Mapping[TP, Sequence[ActiveProducer]],
+        offsets: Mapping[TP, Offsets],
+        problems: list[str],
+    ) -> _Built:
+        """A snapshot for every described partition with open transactions, and an empty one for each whose
+        open set became empty (or whose history is unknown)."""
+        built = _Built()
+        for tp, (broker, received_at_ms, _) in sorted(described.results.items()):
+            txns = open_now.get(tp)
+            wants_empty = not txns and (self._open is None or tp in self._open)
+            if txns or wants_empty:
+                # Only partitions that publish something are built (a model costs microseconds, x 10k).
+                try:
+                    snap = self._snapshot(sweep_id, tp, broker, received_at_ms, txns or (), offsets.get(tp))
+                except ValidationError as exc:
+                    described.lose(broker, "INVALID_PRODUCER_STATE")
+                    self._note(
+                        f"{tp[0]}-{tp[1]}: leader {broker} reported unusable producer state: {exc}", problems
+                    )
+                    continue
+                (built.snapshots if txns else built.empties).append(snap)
+            built.settled.add(tp)
+            built.covered_by[broker] += 1
+            if received_at_ms > built.last_seen_by.get(broker, 0):
+                built.last_seen_by[broker] = received_at_ms
+        return built
+
+    def _snapshot(
+        self,
+        sweep_id: str,
+        tp: TP,
+        broker: int,
+        received_at_ms: int,
+        txns: Sequence[ActiveProducer],
+        offsets: Offsets | None,
+    ) -> PartitionSnapshot:
+        return PartitionSnapshot(
+            cluster=self._cluster,
+            sweep_id=sweep_id,
+            observed_at_ms=received_at_ms,
+            leader=broker,
+            topic=tp[0],
+            partition=tp[1],
+            open_transactions=tuple(
+                sorted((self._open_transaction(tp, p) for p in txns), key=lambda t: t.start_offset)
+            ),
+            last_stable_offset=offsets.last_stable_offset if offsets is not None else None,
+            high_watermark=offsets.high_watermark if offsets is not None else None,
+            max_transaction_timeout_ms=self._timeouts.get(broker),
+        )
+
+    def _open_transaction(self, tp: TP, p: ActiveProducer) -> OpenTransaction:
+        return open_transaction(
+            p, self._starts.get((tp[0], tp[1], p.producer_id, p.current_txn_start_offset))
+        )
+
+    def _close_gone_partitions(
+        self, sweep_id: str, described: _Described, as_of_ms: int, built: _Built
+    ) -> None:
+        # Partitions that no longer exist (topic deleted) cannot hold a transaction any more.
+        gone = described.deleted | ((self._open or set()) - set(described.view.leaders))
+        for tp in sorted(gone):
+            built.settled.add(tp)
+            if self._open is not None and tp not in self._open:
+                continue
+            built.empties.append(
+                PartitionSnapshot(
+                    cluster=self._cluster,
+                    sweep_id=sweep_id,
+                    # Known gone from metadata read during the DescribeProducers phase, so by as_of_ms; this
+                    # keeps the sweep's snapshots no later than its position.
+                    observed_at_ms=as_of_ms,
+                    leader=NO_LEADER,
+                    topic=tp[0],
+                    partition=tp[1],
+                )
+            )
+
+    def _remember_open(self, sweep_id: str, built: _Built) -> None:
+        # Partitions this sweep could not describe keep what was last published for them.
+        now_open = {(snap.topic, snap.partition) for snap in built.snapshots}
+        self._open_before = (sweep_id, None if self._open is None else set(self._open))
+        self._open = now_open if self._open is None else (self._open - built.settled) | now_open
+
+    # --------------------------------------------------------------------------- phase: summaries
+
+    def _summaries(self, sweep_id: str, described: _Described, built: _Built) -> list[BrokerSweepSummary]:
+        end_ms = self._clock_ms()
+        brokers = set(described.view.brokers) | set(described.uncovered) | set(built.covered_by)
+        return [
+            BrokerSweepSummary(
+                cluster=self._cluster,
+                sweep_id=sweep_id,
+                observed_at_ms=built.last_seen_by.get(b, end_ms),
+                broker=b,
+                partitions_covered=built.covered_by.get(b, 0),
+                errors=dict(sorted(described.uncovered.get(b, Counter()).items())),
+            )
+            for b in sorted(brokers)
+        ]
+
+    def _note(self, message: str, problems: list[str]) -> None:
+        # Every sweep reports its problems; the log gets each distinct one once.
+        problems.append(message)
+        if message not in self._noted:
+            self._noted.add(message)
+            log.warning("%s", message)
 
 
 # ------------------------------------------------------------------------------------------- the loop

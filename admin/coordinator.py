@@ -13,67 +13,23 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
 from admin.client import explain
-from admin.collector import ClusterWire, measure_log_position
+from admin.position import measure_log_position
+from admin.seams import ClusterWire, CoordinatorWire, TransactionDescription, TransactionListing
+from detectors.contract import OWNING_STATES
 from detectors.models import CoordinatorLogPosition, CoordinatorRecord, CoordinatorState, TopicPartition
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
-ACTIVE_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+# ListTransactions' state filter for transactions still running (the coordinator owns their partitions).
+ACTIVE_STATES = tuple(sorted(state.value for state in OWNING_STATES))
 # Per-id errors after which the id should be asked again next poll (coordinator moving or loading).
 _TRANSIENT = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
-
-
-class TransactionListing(NamedTuple):
-    """One ListTransactions row, with the broker that listed it (its coordinator)."""
-
-    transactional_id: str
-    producer_id: int
-    state: str
-    coordinator: int
-
-
-class ListingResult(NamedTuple):
-    listings: list[TransactionListing]
-    failed: dict[int, str]  # broker → error name, for brokers whose listing failed
-
-
-class TransactionDescription(NamedTuple):
-    """One DescribeTransactions row; `error` is Kafka's error name (None if fine)."""
-
-    transactional_id: str
-    error: str | None
-    state: str
-    timeout_ms: int
-    start_time_ms: int
-    producer_id: int
-    producer_epoch: int
-    partitions: tuple[TP, ...]
-    coordinator: int
-
-
-class CoordinatorWire(Protocol):
-    """The coordinator APIs the fallback needs; `admin.wire.KafkaWire` implements them."""
-
-    def supports_duration_filter(self) -> bool: ...
-
-    def list_transactions(
-        self,
-        *,
-        producer_ids: Sequence[int] = (),
-        states: Sequence[str] = (),
-        duration_filter_ms: int | None = None,
-    ) -> ListingResult: ...
-
-    def describe_transactions(
-        self, by_coordinator: Mapping[int, Sequence[str]]
-    ) -> list[TransactionDescription]: ...
 
 
 class CoordinatorPoll(NamedTuple):

@@ -7,34 +7,19 @@ gives the exact start time (its first record's timestamp) and the epoch the tran
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
+from admin.seams import StartBatch
+
 # Fetch v4 is the first with isolation levels; v13+ addresses topics by id, which we do not track, and kafka-python's
 # own consumer also stops at v12. Kafka 4.x serves v4..v17.
 FETCH_MIN_VERSION = 4
 FETCH_MAX_VERSION = 12
 READ_UNCOMMITTED = 0
-
-
-@dataclass(frozen=True, slots=True)
-class StartBatch:
-    """The record batch holding a transaction's first record.
-
-    `start_timestamp_ms` is the timestamp of the record at the start offset (under LogAppendTime, the batch's
-    append time, as Kafka reports it); `max_timestamp_ms` is the batch's max timestamp.
-    """
-
-    base_offset: int
-    producer_id: int
-    producer_epoch: int
-    start_timestamp_ms: int
-    max_timestamp_ms: int
-    transactional: bool
 
 
 def fetch_request(wanted: Sequence[tuple[str, int, int]], *, partition_max_bytes: int, max_bytes: int) -> Any:

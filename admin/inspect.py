@@ -1,12 +1,18 @@
-"""On-call inspection: one partition's open transactions with what the coordinator says about each producer,
-and the decoded `__transaction_state` log, live (`kafka-dump-log --transaction-log-decoder` without the files).
+"""On-call inspection: one partition's open transactions, each explained by `detectors.rules.classify` against
+what the coordinators say about its producer id, and the decoded `__transaction_state` log, live
+(`kafka-dump-log --transaction-log-decoder` without the files).
+
+`inspect partition` asks the coordinators (ListTransactions by producer id, then DescribeTransactions); it does
+not read `__transaction_state` to end offsets measured after the leader answered, so its coordinator view is
+never shown current (docs/detection.md, section 4). A HANGING rule that holds is therefore reported UNCONFIRMED
+(`coordinator-view-behind`): the streaming job proves it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -16,21 +22,34 @@ from kafka import KafkaConsumer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from admin.client import AdminError, explain
-from admin.collector import (
+from admin.coordinator import record_from_description
+from admin.seams import (
     ClusterWire,
+    CoordinatorWire,
     FetchFailure,
     PartitionProducers,
+    StartBatch,
+    TransactionDescription,
+    TransactionListing,
     open_transaction,
     wall_clock_ms,
 )
-from admin.coordinator import CoordinatorWire, TransactionDescription
-from admin.fetch import StartBatch
 from detectors import lateness
 from detectors.codec import DecodeError, decode_key, decode_value
-from detectors.models import CoordinatorRecord, OpenTransaction
+from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.models import CoordinatorRecord, DetectionLimits, OpenTransaction, Verdict
+from detectors.rules import classify, select_coordinator_view
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-OWNING_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+# DescribeProducers answers that mean the leader moved: metadata is read again, up to this many times in all.
+LEADER_ATTEMPTS = 3
+_LEADER_MOVED = frozenset({"NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE"})
+DEFAULT_LIMITS = DetectionLimits()
+VIEW_NOTE = (
+    "verdicts: detectors.rules.classify on the coordinators' DescribeTransactions answers, not on "
+    "__transaction_state read to its end: the view is not shown current, so a HANGING rule that holds shows "
+    "as UNCONFIRMED, and rules that need the time of the coordinator's last change cannot hold "
+    "(`txnwatch stream` proves them)"
+)
 
 
 class InspectWire(ClusterWire, CoordinatorWire, Protocol):
@@ -58,12 +77,15 @@ class InspectedTransaction:
     txn: OpenTransaction
     age_ms: int | None  # None: neither the start batch nor LastTimestamp gave a usable (positive) timestamp
     coordinator: CoordinatorView
-    note: str
+    note: str  # the verdict's explanation, or why there is no verdict
     start_batch_error: str | None = None
+    verdict: Verdict | None = None  # None: the coordinator view is unavailable
 
 
 @dataclass
 class PartitionReport:
+    """One partition as its leader describes it; also the partition context `rules.classify` reads."""
+
     topic: str
     partition: int
     leader: int
@@ -97,30 +119,12 @@ class PartitionReport:
                     "age_ms": t.age_ms,
                     "start_batch_error": t.start_batch_error,
                     "coordinator": t.coordinator.__dict__,
+                    "verdict": t.verdict.model_dump(mode="json") if t.verdict is not None else None,
                     "note": t.note,
                 }
                 for t in self.transactions
             ],
         }
-
-
-def _note(txn: OpenTransaction, view: CoordinatorView, topic: str, partition: int) -> str:
-    # Facts in Kafka's terms; the verdict with grace periods and evidence is the streaming job's business.
-    if view.error is not None:
-        return f"coordinator view unavailable: {view.error}"
-    if view.transactional_id is None:
-        return "no transactional id owns this producer id: no coordinator will write its marker (find-hanging: hanging)"
-    if view.state in OWNING_STATES:
-        if view.partition_listed:
-            return f"the coordinator's {view.state} transaction includes {topic}-{partition}: its marker will come"
-        return (
-            f"the coordinator's {view.state} transaction does not include {topic}-{partition}: its markers go "
-            "elsewhere (find-hanging: hanging)"
-        )
-    return (
-        f"the coordinator is {view.state}: it finished this producer's transactions; an open transaction seen "
-        "after that will get no marker"
-    )
 
 
 def transaction_age_ms(txn: OpenTransaction, now_ms: int) -> int | None:
@@ -141,43 +145,42 @@ def transaction_age_ms(txn: OpenTransaction, now_ms: int) -> int | None:
 
 
 def inspect_partition(
-    wire: InspectWire, topic: str, partition: int, *, clock_ms: Callable[[], int] = wall_clock_ms
+    wire: InspectWire,
+    topic: str,
+    partition: int,
+    *,
+    limits: DetectionLimits = DEFAULT_LIMITS,
+    clock_ms: Callable[[], int] = wall_clock_ms,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> PartitionReport:
-    """Describe one partition's open transactions, their start batches, LSO lag and coordinator view.
+    """Describe one partition's open transactions, their start batches, LSO lag and coordinator view, and
+    classify each with `detectors.rules.classify`.
+
+    The coordinator view (DescribeTransactions) is not shown current, so `view_current_ms` is None: a HANGING
+    rule that holds comes out UNCONFIRMED. A transaction whose coordinator view could not be read gets no
+    verdict; its note says why.
+
+    Args:
+        wire: both seams (`admin.wire.KafkaWire`).
+        topic, partition: the partition to inspect.
+        limits: the rules' thresholds (`Settings().detection`).
+        clock_ms: the inspection's clock (ages, `now_ms` of the verdicts).
+        sleep: the pause before asking a partition's new leader.
 
     Raises:
         AdminError: unknown partition, no leader, or the leader's DescribeProducers failed.
     """
     tp = (topic, partition)
-    result: PartitionProducers | None = None
-    leader = -1
-    observed = 0
-    for _attempt in range(3):
-        view = wire.metadata()
-        if tp not in view.leaders:
-            raise AdminError(f"{topic}-{partition} does not exist (or Describe on topic {topic} is missing)")
-        leader = view.leaders[tp]
-        if leader < 0:
-            raise AdminError(f"{topic}-{partition} has no leader right now")
-        (batch,) = wire.describe_producers({leader: [[tp]]})
-        if batch.error is not None:
-            raise AdminError(explain("DescribeProducers", batch.error, f"broker {leader}", batch.message))
-        result = batch.results.get(tp, PartitionProducers("MISSING_FROM_RESPONSE"))
-        observed = batch.received_at_ms
-        if result.error not in ("NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE"):
-            break
-        time.sleep(0.3)
-    assert result is not None
-    if result.error is not None:
-        raise AdminError(explain("DescribeProducers", result.error, topic, result.message))
+    leader, observed, result = _ask_leader(wire, topic, partition, sleep)
     producers = [p for p in result.producers if p.current_txn_start_offset >= 0]
     starts: dict[tuple[Any, int], StartBatch | FetchFailure] = {}
     offsets = wire.list_offsets({leader: [tp]}).get(tp)
     timeout = wire.max_transaction_timeouts([leader]).get(leader)
     if producers:
         starts = wire.fetch_start_batches({leader: [(tp, p.current_txn_start_offset) for p in producers]})
-    views = coordinator_views([p.producer_id for p in producers], wire, topic, partition)
+    answers = ask_coordinators(wire, [p.producer_id for p in producers])
     now = clock_ms()
+    records, unusable = answers.records(seen_at_ms=now)
     report = PartitionReport(
         topic=topic,
         partition=partition,
@@ -191,50 +194,108 @@ def inspect_partition(
         outcome = starts.get((tp, p.current_txn_start_offset))
         start = outcome if isinstance(outcome, StartBatch) and outcome.producer_id == p.producer_id else None
         txn = open_transaction(p, start)
-        coordinator = views.get(p.producer_id, CoordinatorView(None))
+        coordinator = answers.view(p.producer_id, topic, partition, unusable)
+        verdict = None
+        if coordinator.error is None:
+            # Not shown current (see the module docstring): a HANGING rule that holds is withheld.
+            view = select_coordinator_view(p.producer_id, records.values())
+            verdict = classify(txn, report, view, now_ms=now, limits=limits, view_current_ms=None)
         report.transactions.append(
             InspectedTransaction(
                 txn=txn,
                 age_ms=transaction_age_ms(txn, now),
                 coordinator=coordinator,
-                note=_note(txn, coordinator, topic, partition),
+                note=verdict.explanation
+                if verdict is not None
+                else f"coordinator view unavailable: {coordinator.error}",
                 start_batch_error=outcome.error if isinstance(outcome, FetchFailure) else None,
+                verdict=verdict,
             )
         )
     return report
 
 
-def coordinator_views(
-    producer_ids: list[int], wire: CoordinatorWire, topic: str, partition: int
-) -> dict[int, CoordinatorView]:
-    """The coordinator's view of each producer id: the transactional id that currently owns it, and its state."""
-    if not producer_ids:
-        return {}
-    listing = wire.list_transactions(producer_ids=producer_ids)
-    owners = {t.producer_id: t for t in listing.listings if t.producer_id in set(producer_ids)}
-    by_coordinator: dict[int, list[str]] = {}
-    for t in owners.values():
-        by_coordinator.setdefault(t.coordinator, []).append(t.transactional_id)
-    described: dict[str, TransactionDescription] = {
-        d.transactional_id: d for d in (wire.describe_transactions(by_coordinator) if by_coordinator else [])
-    }
-    failed = ", ".join(f"broker {b}: {e}" for b, e in sorted(listing.failed.items()))
-    out: dict[int, CoordinatorView] = {}
-    for pid in producer_ids:
-        owner = owners.get(pid)
+def _ask_leader(
+    wire: ClusterWire, topic: str, partition: int, sleep: Callable[[float], None]
+) -> tuple[int, int, PartitionProducers]:
+    """(leader, arrival of its answer, the partition's producers), asking a moved leader's successor.
+
+    Raises:
+        AdminError: unknown partition, no leader, or DescribeProducers failed.
+    """
+    tp = (topic, partition)
+    attempt = 1
+    while True:
+        view = wire.metadata()
+        if tp not in view.leaders:
+            raise AdminError(f"{topic}-{partition} does not exist (or Describe on topic {topic} is missing)")
+        leader = view.leaders[tp]
+        if leader < 0:
+            raise AdminError(f"{topic}-{partition} has no leader right now")
+        batches = wire.describe_producers({leader: [[tp]]})
+        if len(batches) != 1:
+            raise AdminError(
+                f"DescribeProducers for {topic}-{partition}: {len(batches)} answers to one request"
+            )
+        batch = batches[0]
+        if batch.error is not None:
+            raise AdminError(explain("DescribeProducers", batch.error, f"broker {leader}", batch.message))
+        result = batch.results.get(tp, PartitionProducers("MISSING_FROM_RESPONSE"))
+        if result.error not in _LEADER_MOVED or attempt >= LEADER_ATTEMPTS:
+            break
+        attempt += 1
+        sleep(0.3)
+    if result.error is not None:
+        raise AdminError(explain("DescribeProducers", result.error, topic, result.message))
+    return leader, batch.received_at_ms, result
+
+
+@dataclass(frozen=True)
+class CoordinatorAnswers:
+    """What the coordinators said about some producer ids: the transactional id that currently owns each
+    (ListTransactions by producer id), its description, and the brokers whose listing failed."""
+
+    owners: dict[int, TransactionListing]
+    described: dict[str, TransactionDescription]
+    listing_failed: dict[int, str]
+
+    def records(self, *, seen_at_ms: int) -> tuple[dict[str, CoordinatorRecord], dict[str, str]]:
+        """The usable descriptions as coordinator records (origin describe-transactions) by transactional id,
+        and why each other described id is unusable.
+
+        The API does not say when a coordinator last changed a transaction, so `last_update_timestamp_ms` is
+        `seen_at_ms` (read after the answers arrived): no rule may date a change earlier than it was seen.
+        """
+        records: dict[str, CoordinatorRecord] = {}
+        unusable: dict[str, str] = {}
+        for tid, d in self.described.items():
+            if d.error is not None:
+                continue
+            try:
+                records[tid] = record_from_description(d, seen_at_ms=seen_at_ms)
+            except ValueError as exc:  # pydantic's ValidationError included
+                unusable[tid] = f"DescribeTransactions {tid}: unusable answer: {exc}"
+        return records, unusable
+
+    def view(
+        self, producer_id: int, topic: str, partition: int, unusable: Mapping[str, str]
+    ) -> CoordinatorView:
+        """What is shown of the owner of `producer_id`, or why it is unknown (`error`)."""
+        owner = self.owners.get(producer_id)
         if owner is None:
-            out[pid] = CoordinatorView(None, error=f"ListTransactions failed on {failed}" if failed else None)
-            continue
-        d = described.get(owner.transactional_id)
+            failed = ", ".join(f"broker {b}: {e}" for b, e in sorted(self.listing_failed.items()))
+            return CoordinatorView(None, error=f"ListTransactions failed on {failed}" if failed else None)
+        d = self.described.get(owner.transactional_id)
         if d is None or d.error is not None:
             error = d.error if d is not None and d.error is not None else "NOT_DESCRIBED"
-            out[pid] = CoordinatorView(
+            return CoordinatorView(
                 owner.transactional_id,
                 state=owner.state,
                 error=explain("DescribeTransactions", error, owner.transactional_id),
             )
-            continue
-        out[pid] = CoordinatorView(
+        if d.transactional_id in unusable:
+            return CoordinatorView(owner.transactional_id, state=d.state, error=unusable[d.transactional_id])
+        return CoordinatorView(
             owner.transactional_id,
             state=d.state,
             producer_epoch=d.producer_epoch,
@@ -242,7 +303,22 @@ def coordinator_views(
             transaction_start_ms=d.start_time_ms,
             partition_listed=(topic, partition) in d.partitions,
         )
-    return out
+
+
+def ask_coordinators(wire: CoordinatorWire, producer_ids: Sequence[int]) -> CoordinatorAnswers:
+    """The transactional id that currently owns each producer id, and its DescribeTransactions answer."""
+    if not producer_ids:
+        return CoordinatorAnswers({}, {}, {})
+    wanted = set(producer_ids)
+    listing = wire.list_transactions(producer_ids=producer_ids)
+    owners = {t.producer_id: t for t in listing.listings if t.producer_id in wanted}
+    by_coordinator: dict[int, list[str]] = {}
+    for t in owners.values():
+        by_coordinator.setdefault(t.coordinator, []).append(t.transactional_id)
+    described = {
+        d.transactional_id: d for d in (wire.describe_transactions(by_coordinator) if by_coordinator else [])
+    }
+    return CoordinatorAnswers(owners, described, dict(listing.failed))
 
 
 def iso(ms: int | None) -> str:
@@ -274,6 +350,12 @@ def _start_time(txn: OpenTransaction) -> str:
     return "? (last write used)" if basis == "last-timestamp" else "?"
 
 
+def _verdict_cell(verdict: Verdict | None) -> str:
+    if verdict is None:
+        return "-"
+    return f"{verdict.kind.value} ({verdict.reason.value})" if verdict.reason else verdict.kind.value
+
+
 def render_partition(report: PartitionReport) -> str:
     lag = report.lso_lag
     head = (
@@ -295,6 +377,7 @@ def render_partition(report: PartitionReport) -> str:
             "TransactionalId",
             "CoordState",
             "Listed",
+            "Verdict",
             "Note",
         ]
     ]
@@ -312,10 +395,11 @@ def render_partition(report: PartitionReport) -> str:
                 c.transactional_id or "-",
                 c.state or "-",
                 "-" if c.partition_listed is None else ("yes" if c.partition_listed else "no"),
+                _verdict_cell(t.verdict),
                 t.note,
             ]
         )
-    return head + "\n" + format_table(rows)
+    return head + "\n" + format_table(rows) + "\n" + VIEW_NOTE
 
 
 # --------------------------------------------------------------------------------- coordinator log
@@ -362,18 +446,18 @@ def read_coordinator_log(
     Raises:
         AdminError: the topic does not exist or cannot be read (names the ACL).
     """
-    partitions = consumer.partitions_for_topic(TRANSACTION_STATE_TOPIC)
+    partitions = consumer.partitions_for_topic(TRANSACTION_LOG_TOPIC)
     if not partitions:
         raise AdminError(
-            f"topic {TRANSACTION_STATE_TOPIC} not found: no transaction ever ran on this cluster, or "
-            f"{explain('Consume', 'TOPIC_AUTHORIZATION_FAILED', TRANSACTION_STATE_TOPIC).split(': ', 1)[1]}"
+            f"topic {TRANSACTION_LOG_TOPIC} not found: no transaction ever ran on this cluster, or "
+            f"{explain('Consume', 'TOPIC_AUTHORIZATION_FAILED', TRANSACTION_LOG_TOPIC).split(': ', 1)[1]}"
             " (without it, use `txnwatch collect --coordinator-source describe`)"
         )
     if transactional_id is not None:
         chosen = [transaction_log_partition(transactional_id, len(partitions))]
     else:
         chosen = sorted(partitions)
-    tps = [KafkaTopicPartition(TRANSACTION_STATE_TOPIC, p) for p in chosen]
+    tps = [KafkaTopicPartition(TRANSACTION_LOG_TOPIC, p) for p in chosen]
     consumer.assign(tps)
     if from_beginning:
         consumer.seek_to_beginning(*tps)
@@ -385,9 +469,7 @@ def read_coordinator_log(
         try:
             batch = consumer.poll(timeout_ms=300)
         except Errors.TopicAuthorizationFailedError as exc:
-            raise AdminError(
-                explain("Consume", "TOPIC_AUTHORIZATION_FAILED", TRANSACTION_STATE_TOPIC)
-            ) from exc
+            raise AdminError(explain("Consume", "TOPIC_AUTHORIZATION_FAILED", TRANSACTION_LOG_TOPIC)) from exc
         if batch:
             last_record = time.monotonic()
         for records in batch.values():

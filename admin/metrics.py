@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter as Tally
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-if TYPE_CHECKING:
-    from admin.collector import SweepResult
+from admin.seams import SweepResult
 
 NAMESPACE = "txnwatch"
 SUBSYSTEM = "collector"
@@ -89,7 +87,7 @@ class CollectorMetrics:
             subsystem=sub,
             registry=reg,
         )
-        self.partitions_scanned_sum = Counter(
+        self.partitions_described = Counter(
             "partitions_described",
             "Partitions described by DescribeProducers, over all sweeps.",
             namespace=ns,
@@ -171,7 +169,7 @@ class CollectorMetrics:
         for summary in result.summaries:
             if summary.broker >= 0:
                 self.partitions_scanned.labels(broker=str(summary.broker)).set(summary.partitions_covered)
-        self.partitions_scanned_sum.inc(result.partitions_covered)
+        self.partitions_described.inc(result.partitions_covered)
         reasons: dict[str, int] = {}
         for summary in result.summaries:
             for reason, count in summary.errors.items():

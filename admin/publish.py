@@ -21,23 +21,27 @@ from kafka.admin import NewTopic
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from admin.client import AdminError, error_name, explain
-from admin.collector import TP, SweepResult
 from admin.metrics import CollectorMetrics
-from admin.settings import OutputTopicSettings
-from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
+from admin.seams import TP, SweepResult
+from detectors.contract import (
+    COORDINATOR_LOG_POSITION_TYPE,
+    COORDINATOR_RECORD_TYPE,
+    SNAPSHOT_TYPE,
+    SUMMARY_TYPE,
+    TYPE_HEADER,
+    position_key,
+    snapshot_key,
+    summary_key,
+)
 from detectors.models import (
     BrokerSweepSummary,
     CoordinatorLogPosition,
     CoordinatorRecord,
     PartitionSnapshot,
 )
+from detectors.settings import OutputTopicSettings
 
 log = logging.getLogger(__name__)
-
-TYPE_HEADER = "txnwatch.type"
-SNAPSHOT_TYPE = "partition-snapshot"
-SUMMARY_TYPE = "broker-sweep-summary"
-COORDINATOR_TYPE = "coordinator-record"
 
 Headers = list[tuple[str, bytes]]
 
@@ -49,19 +53,6 @@ class OutRecord(NamedTuple):
     key: bytes
     value: bytes
     headers: Headers
-
-
-def snapshot_key(topic: str, partition: int) -> bytes:
-    return f"{topic}-{partition}".encode()
-
-
-def summary_key(broker: int) -> bytes:
-    return f"__sweep__-broker-{broker}".encode()
-
-
-def position_key(coordinator_topic: str) -> bytes:
-    # One key per coordinator topic: compaction keeps the newest position, which is all a restarted job needs.
-    return f"__position__-{coordinator_topic}".encode()
 
 
 def snapshot_record(topic: str, snapshot: PartitionSnapshot) -> OutRecord:
@@ -83,6 +74,7 @@ def summary_record(topic: str, summary: BrokerSweepSummary) -> OutRecord:
 
 
 def position_record(topic: str, position: CoordinatorLogPosition) -> OutRecord:
+    # One key per coordinator topic: compaction keeps the newest position, which is all a restarted job needs.
     return OutRecord(
         topic,
         position_key(position.topic),
@@ -96,7 +88,7 @@ def coordinator_record(topic: str, record: CoordinatorRecord) -> OutRecord:
         topic,
         record.transactional_id.encode(),
         record.model_dump_json().encode(),
-        [(TYPE_HEADER, COORDINATOR_TYPE.encode())],
+        [(TYPE_HEADER, COORDINATOR_RECORD_TYPE.encode())],
     )
 
 
@@ -164,7 +156,7 @@ class Publisher:
         records = sweep_records(self.snapshot_topic, result)
         self._sink.send_all(records)
         if self._metrics is not None:
-            self._metrics.records_published.labels(type="partition-snapshot").inc(len(result.snapshots))
+            self._metrics.records_published.labels(type=SNAPSHOT_TYPE).inc(len(result.snapshots))
             self._metrics.records_published.labels(type="empty-snapshot").inc(len(result.empties))
             self._metrics.records_published.labels(type=SUMMARY_TYPE).inc(len(result.summaries))
             self._metrics.records_published.labels(type=COORDINATOR_LOG_POSITION_TYPE).inc(
@@ -177,7 +169,7 @@ class Publisher:
         if out:
             self._sink.send_all(out)
             if self._metrics is not None:
-                self._metrics.records_published.labels(type=COORDINATOR_TYPE).inc(len(out))
+                self._metrics.records_published.labels(type=COORDINATOR_RECORD_TYPE).inc(len(out))
         return len(out)
 
     def publish_positions(self, positions: Sequence[CoordinatorLogPosition]) -> int:

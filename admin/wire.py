@@ -24,7 +24,9 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from admin.client import code_name, error_name
-from admin.collector import (
+from admin.fetch import fetch_request, parse_start_batch
+from admin.metrics import RequestLog
+from admin.seams import (
     TP,
     ActiveProducer,
     BrokerTimeout,
@@ -32,13 +34,14 @@ from admin.collector import (
     DescribeBatch,
     EndOffset,
     FetchFailure,
+    ListingResult,
     Offsets,
     PartitionProducers,
+    StartBatch,
+    TransactionDescription,
+    TransactionListing,
     wall_clock_ms,
 )
-from admin.coordinator import ListingResult, TransactionDescription, TransactionListing
-from admin.fetch import StartBatch, fetch_request, parse_start_batch
-from admin.metrics import RequestLog
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ PERMANENT_FETCH_ERRORS = frozenset({"OFFSET_OUT_OF_RANGE", "NO_BATCH_AT_OFFSET"}
 
 
 class KafkaWire:
-    """Implements `admin.collector.ClusterWire` and `admin.coordinator.CoordinatorWire` with kafka-python.
+    """Implements `admin.seams.ClusterWire` and `admin.seams.CoordinatorWire` with kafka-python.
 
     Args:
         admin: a bootstrapped KafkaAdminClient (its connections and IO thread are reused).
@@ -74,7 +77,6 @@ class KafkaWire:
         requests: RequestLog | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        self._admin = admin
         self._manager = admin._manager
         self._timeout_ms = request_timeout_ms
         self._window = max(1, max_in_flight)

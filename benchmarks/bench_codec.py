@@ -1,7 +1,7 @@
 """Throughput of detectors/codec.py on real-shaped `__transaction_state` values (one thread, best of N).
 
 `python -m benchmarks.bench_codec [--records N] [--repeat R]` prints a table and one JSON line; it compares
-kafka-python's generic schema engine, fed Kafka's own schema from tests/unit/resources, on the same bytes.
+kafka-python's generic schema engine, fed Kafka's own schema from the broker jar (`make jars`), on the same bytes.
 """
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ import os
 import platform
 import random
 import sys
+import tempfile
 import time
 import warnings
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from detectors.codec import TxnLogValue, TxnStatus, decode_value, decode_values, encode_value
 
-RESOURCES = Path(__file__).resolve().parent.parent / "tests" / "unit" / "resources"
+ROOT = Path(__file__).resolve().parent.parent
 TOPICS = ["orders", "payments-eu", "inventory.events", "clickstream-v2", "billing", "shipments.dlq"]
 NOW_MS = 1_732_000_000_000
 LIFECYCLE = (TxnStatus.EMPTY, TxnStatus.ONGOING, TxnStatus.PREPARE_COMMIT, TxnStatus.COMPLETE_COMMIT)
@@ -85,6 +87,20 @@ def loop_decode(values: Sequence[bytes]) -> None:
         decode_value(data)
 
 
+def _schemas_from_kafka_jar() -> Path:
+    """Kafka's own TransactionLogValue.json, read from the broker jar `make jars` fetched (never copied into the
+    repository), in a fresh folder importable as a package (kafka-python's load_json reads through importlib)."""
+    jars = sorted((ROOT / ".cache" / "jars" / "kafka").glob("kafka-transaction-coordinator-*.jar"))
+    if not jars:
+        raise OSError("no kafka-transaction-coordinator jar: run `make jars`")
+    package = Path(tempfile.mkdtemp(prefix="txnwatch-bench-schemas-"))
+    with zipfile.ZipFile(jars[-1]) as jar:
+        for file in ("TransactionLogKey.json", "TransactionLogValue.json"):
+            (package / file).write_bytes(jar.read(f"common/message/{file}"))
+    (package / "__init__.py").write_text("")
+    return package
+
+
 def generic_engine() -> dict[str, Callable[[Sequence[bytes]], None]]:
     """kafka-python's generic engine on Kafka's TransactionLogValue.json: public `decode` and compiled decoders."""
     try:
@@ -95,8 +111,9 @@ def generic_engine() -> dict[str, Callable[[Sequence[bytes]], None]]:
             name = (
                 "txnwatch_bench_schemas"  # load_json reads through importlib.resources: import as a package
             )
+            schemas = _schemas_from_kafka_jar()
             spec = importlib.util.spec_from_file_location(
-                name, RESOURCES / "__init__.py", submodule_search_locations=[str(RESOURCES)]
+                name, schemas / "__init__.py", submodule_search_locations=[str(schemas)]
             )
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)

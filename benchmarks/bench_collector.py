@@ -31,9 +31,8 @@ from kafka.protocol.metadata import CoordinatorType
 from admin.client import connect_admin
 from admin.collector import Collector, SweepResult
 from admin.metrics import RequestLog
-from admin.settings import CollectorSettings
 from admin.wire import KafkaWire
-from detectors.settings import KafkaSettings
+from detectors.settings import CollectorSettings, KafkaSettings
 from dev import oracle
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 from dev.workload import raw_transactional_produce

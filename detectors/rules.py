@@ -460,6 +460,14 @@ def decide(
     return _LATE_CURRENT if is_late else _OPEN_CURRENT
 
 
+# Verdicts that rest on the coordinator view being complete up to the report: HANGING (no record will close it),
+# STUCK_PREPARE and COORDINATOR_OVERDUE (no newer record moved the transaction on; on a stale view the record
+# may be an earlier transaction of the same producer, long finished).
+_NEEDS_CURRENT_VIEW = frozenset(
+    {VerdictKind.HANGING, VerdictKind.STUCK_PREPARE, VerdictKind.COORDINATOR_OVERDUE}
+)
+
+
 def judge(
     t: TxnFacts,
     c: CoordFacts | None,
@@ -480,12 +488,14 @@ def judge(
       `t.first_seen_ms`, the pipeline's first report of it; a transaction open at two reports with one start
       offset was open in between): the rules are applied as of that moment; a HANGING answer there is a proof;
     - otherwise a HANGING answer is withheld: UNCONFIRMED (`coordinator-view-behind`), with the reason it
-      would have. Nothing else depends on currency: STUCK_PREPARE needs a Prepare record listing the partition
-      whose marker had not arrived at the report, which a later record cannot undo; LATE and COORDINATOR_OVERDUE
-      are alerts on age.
+      would have.
+    STUCK_PREPARE and COORDINATOR_OVERDUE need a current view just the same: on a stale one, the Prepare or
+    Ongoing record may belong to an earlier transaction of the producer, long finished, while the open one is a
+    new transaction the view has not reached. They fall back to LATE or OPEN until the view is current. LATE
+    and OPEN rest on the leader's report alone.
     """
     decision = decide(t, c, now_ms, limits, retired_at_ms=retired_at_ms)
-    if decision.kind is not VerdictKind.HANGING:
+    if decision.kind not in _NEEDS_CURRENT_VIEW:
         return decision
     if view_current_ms is not None:
         if view_current_ms >= t.observed_at_ms:
@@ -494,11 +504,14 @@ def judge(
             earlier = decide(
                 t._replace(observed_at_ms=view_current_ms), c, now_ms, limits, retired_at_ms=retired_at_ms
             )
-            if earlier.kind is VerdictKind.HANGING:
+            if earlier.kind is decision.kind:
                 return earlier._replace(judged_as_of_ms=view_current_ms)
-    return Decision(
-        VerdictKind.UNCONFIRMED, decision.reason, decision.role, WithheldReason.COORDINATOR_VIEW_BEHIND
-    )
+    if decision.kind is VerdictKind.HANGING:
+        return Decision(
+            VerdictKind.UNCONFIRMED, decision.reason, decision.role, WithheldReason.COORDINATOR_VIEW_BEHIND
+        )
+    # An alert on a stale view waits too: LATE or OPEN until the view is current.
+    return Decision(VerdictKind.LATE if late(t, now_ms, limits) else VerdictKind.OPEN, None, decision.role)
 
 
 def judge_view(
@@ -832,9 +845,8 @@ def _why_withheld(decision: Decision, e: Evidence) -> str:
         )
     if e.view_current_as_of_ms is None:
         return (
-            "withheld: the coordinator view is not yet shown current (no position of the coordinator log "
-            "covered yet: is `txnwatch collect` running and allowed to Describe __transaction_state?); "
-            "judged again once it is"
+            "withheld: the coordinator view is not shown current as of the report (no measured position of the "
+            "coordinator log covers it; the stream gets them from `txnwatch collect`); judged again once it is"
         )
     return (
         f"withheld: the coordinator view is current only as of {_iso(e.view_current_as_of_ms)}, "

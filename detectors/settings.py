@@ -1,21 +1,38 @@
-"""Settings (environment `TXNWATCH_*`, nested with `__`) and the `--command-config` client.properties parser.
+"""txnwatch's one settings object: `Settings`, read from the environment (`TXNWATCH_*`, sections nested with `__`).
 
-`Settings()` is built only by the apps' entry points; everything else receives its sub-model. The
-client.properties parser is pure text parsing: it takes the file's text and returns kafka-python kwargs.
+`Settings()` is built only by the apps' entry points (through `detectors.cli_options.settings_from`, which lays
+`--command-config` and the command line over it: flags win); everything else receives its section. Sections:
+`kafka` (kafka-python client keys), `detection` (rule thresholds), `topics` (txnwatch's topic names), `collector`
+(`txnwatch collect`) and `stream` (`txnwatch stream`).
 """
 
 from __future__ import annotations
 
-import re
-from typing import Literal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, SecretStr, computed_field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, SecretStr, computed_field
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
+from detectors.client_properties import ClientValue, coerce_value, parse_client_properties
+from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import DetectionLimits, Model
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-ClientValue = str | int | bool
+OutputChoice = Literal["auto", "table", "json"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+CleanupPolicy = Literal["compact", "delete", "compact,delete"]
+CoordinatorSource = Literal["log", "describe"]
+StreamCoordinatorSource = Literal["log", "describe", "both"]
+
+# DescribeProducers requests carry at most this many partitions (TransactionsCommand's MAX_BATCH_SIZE).
+MAX_DESCRIBE_BATCH = 500
 
 
 class KafkaSettings(Model):
@@ -50,7 +67,7 @@ class KafkaSettings(Model):
                 continue
             out[name] = value.get_secret_value() if isinstance(value, SecretStr) else value
         for key, raw in self.extra.items():
-            out[key.replace(".", "_")] = _coerce(raw)
+            out[key.replace(".", "_")] = coerce_value(raw)
         return out
 
 
@@ -85,277 +102,182 @@ class TopicSettings(Model):
         return f"{self.prefix}.dead-letter"
 
 
+class OutputTopicSettings(Model):
+    """How the collector creates one of its output topics when it is missing (an existing topic is left alone)."""
+
+    partitions: int = Field(default=6, ge=1)
+    # None: min(3, number of brokers).
+    replication_factor: int | None = Field(default=None, ge=1)
+    # None: the broker's default retention.
+    retention_ms: int | None = Field(default=None, ge=-1)
+    cleanup_policy: CleanupPolicy = "compact,delete"
+
+    def topic_configs(self) -> dict[str, str]:
+        configs: dict[str, str] = {"cleanup.policy": self.cleanup_policy}
+        if self.retention_ms is not None:
+            configs["retention.ms"] = str(self.retention_ms)
+        return configs
+
+
+# Each output topic's own defaults live on its class, so that setting one field of it (for example
+# TXNWATCH_COLLECTOR__PRODUCER_STATE_TOPIC__PARTITIONS) keeps the others: a default_factory instance would be
+# replaced by a plain OutputTopicSettings built from that one field.
+class ProducerStateTopicSettings(OutputTopicSettings):
+    """<prefix>.producer-state: compacted, and a day's retention."""
+
+    retention_ms: int | None = Field(default=86_400_000, ge=-1)
+
+
+class CoordinatorStateTopicSettings(OutputTopicSettings):
+    """<prefix>.coordinator-state (describe fallback): compacted, the broker's retention."""
+
+    cleanup_policy: CleanupPolicy = "compact"
+
+
+class CollectorSettings(Model):
+    """`txnwatch collect` (`TXNWATCH_COLLECTOR__*`): sweep cadence, request sizing, retries, output topics,
+    coordinator fallback."""
+
+    interval_s: float = Field(default=10.0, gt=0)
+    describe_batch_size: int = Field(default=MAX_DESCRIBE_BATCH, ge=1, le=MAX_DESCRIBE_BATCH)
+    # kafka-python pauses a connection at 5 requests in flight; keep room for metadata and fetches.
+    max_in_flight_per_broker: int = Field(default=3, ge=1, le=4)
+    request_timeout_ms: int = Field(default=15_000, ge=100)
+    # Extra DescribeProducers rounds within one sweep for partitions whose leader moved.
+    retries_per_sweep: int = Field(default=2, ge=0)
+    retry_backoff_ms: int = Field(default=200, ge=0)
+    config_refresh_s: float = Field(default=600.0, gt=0)
+    broker_backoff_initial_s: float = Field(default=1.0, gt=0)
+    broker_backoff_max_s: float = Field(default=60.0, gt=0)
+    # Fetch rounds per broker per sweep for start batches that did not fit a response.
+    start_batch_fetch_rounds: int = Field(default=10, ge=1)
+    fetch_partition_max_bytes: int = Field(default=1 << 20, ge=1024)
+    fetch_max_bytes: int = Field(default=16 << 20, ge=1024)
+    # How long start-up may spend reading the snapshot topic back to learn which partitions were open.
+    restore_timeout_s: float = Field(default=30.0, ge=0)
+    metrics_port: int = Field(default=9464, ge=0, le=65535)  # 0: no endpoint
+    metrics_addr: str = "0.0.0.0"
+    coordinator_source: CoordinatorSource = "log"
+    # describe mode: re-describe active transactions running longer than this each poll (ListTransactions v1
+    # DurationFilter); 0 re-describes every active transaction. New and changed ones are always described.
+    coordinator_duration_filter_ms: int = Field(default=0, ge=0)
+    producer_state_topic: ProducerStateTopicSettings = Field(default_factory=ProducerStateTopicSettings)
+    coordinator_state_topic: CoordinatorStateTopicSettings = Field(
+        default_factory=CoordinatorStateTopicSettings
+    )
+
+
+class StreamSettings(Model):
+    """`txnwatch stream` (`TXNWATCH_STREAM__*`): checkpoint, Spark, micro-batch sizing, state, metrics endpoint."""
+
+    # Where Spark keeps offsets and state; keep it to resume after a restart. A relative path is taken from the
+    # working directory. Also read from TXNWATCH_CHECKPOINT_LOCATION (its name before this section existed).
+    checkpoint_location: str = Field(default="txnwatch-checkpoints", min_length=1)
+    master: str = Field(default="local[*]", min_length=1)
+    trigger: str = "5 seconds"
+    # Of the snapshot topic; the transaction log is always read from earliest (it is compacted).
+    starting_offsets: str = "latest"
+    max_offsets_per_trigger: int | None = Field(default=None, ge=1)
+    # The coordinator topic's own bound (a first start on a large retained transaction log); None: the above.
+    coordinator_max_offsets_per_trigger: int | None = Field(default=None, ge=1)
+    window: str = "1 minute"
+    watermark: str = "2 minutes"
+    expire_after_ms: int = Field(default=30_000, ge=1)
+    view_ttl_ms: int = Field(default=24 * 3_600_000, ge=1)
+    # Hash buckets of ids per stateful stage; fixed for a checkpoint.
+    state_buckets: int = Field(default=32, ge=1)
+    coordinator_source: StreamCoordinatorSource = "log"
+    transaction_log_topic: str = Field(default=TRANSACTION_LOG_TOPIC, min_length=1)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9465, ge=0, le=65535)  # the collector's endpoint defaults to 9464
+    # The folder `make jars` fills; Spark's Kafka connector is in its spark/ subfolder. None: <checkout>/.cache/jars.
+    # Also read from TXNWATCH_JARS_DIR (its name before this section existed; dev/kafka.py reads that one too).
+    jars_dir: Path | None = None
+
+
+# Environment variables older than the `stream` section, still honoured; the sectioned name wins when both are set.
+RENAMED_ENVIRONMENT: dict[str, tuple[str, str]] = {
+    "TXNWATCH_CHECKPOINT_LOCATION": ("stream", "checkpoint_location"),
+    "TXNWATCH_JARS_DIR": ("stream", "jars_dir"),
+}
+
+
+class _RenamedEnvironment(EnvSettingsSource):
+    """Reads `RENAMED_ENVIRONMENT` into their sections (the same environment, case rules and empty-value rules
+    as the `TXNWATCH_*` source)."""
+
+    def __call__(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, (section, field) in RENAMED_ENVIRONMENT.items():
+            value = self.env_vars.get(name if self.case_sensitive else name.lower())
+            if value is not None:
+                out.setdefault(section, {})[field] = value
+        return out
+
+
 class Settings(BaseSettings):
-    """All of txnwatch's settings: `TXNWATCH_CLUSTER`, `TXNWATCH_KAFKA__BOOTSTRAP_SERVERS`,
-    `TXNWATCH_DETECTION__GRACE_MS`, `TXNWATCH_TOPICS__PREFIX`, ..."""
+    """All of txnwatch's settings: `TXNWATCH_CLUSTER`, `TXNWATCH_OUTPUT`, `TXNWATCH_LOG_LEVEL`,
+    `TXNWATCH_KAFKA__BOOTSTRAP_SERVERS`, `TXNWATCH_DETECTION__GRACE_MS`, `TXNWATCH_TOPICS__PREFIX`,
+    `TXNWATCH_COLLECTOR__INTERVAL_S`, `TXNWATCH_STREAM__CHECKPOINT_LOCATION`, ..."""
 
     model_config = SettingsConfigDict(
         env_prefix="TXNWATCH_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
 
     cluster: str = Field(default="default", min_length=1)
+    # Console output: "auto" is a table on a terminal and JSON otherwise (`cli_options.output_format`).
+    output: OutputChoice = "auto"
+    # stderr log level; None: each command's own (INFO, or WARNING for `inspect`).
+    log_level: LogLevel | None = None
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     detection: DetectionLimits = Field(default_factory=DetectionLimits)
     topics: TopicSettings = Field(default_factory=TopicSettings)
+    collector: CollectorSettings = Field(default_factory=CollectorSettings)
+    stream: StreamSettings = Field(default_factory=StreamSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Highest first: arguments, TXNWATCH_* (sections), the renamed variables, then pydantic-settings' own.
+        return (
+            init_settings,
+            env_settings,
+            _RenamedEnvironment(settings_cls),
+            dotenv_settings,
+            file_secret_settings,
+        )
 
 
-# ------------------------------------------------------------------------------------ client.properties
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-class ClientPropertiesError(ValueError):
-    """A client.properties setting kafka-python cannot honour; the message says what to do instead."""
-
-
-class ParsedClientProperties(Model):
-    """kafka-python kwargs from a client.properties file, plus the keys that were left out and why."""
-
-    kwargs: dict[str, ClientValue]
-    ignored: tuple[str, ...] = ()
-
-
-# Java client property → kafka-python kwarg, for settings whose value can be passed as is.
-_DIRECT: dict[str, str] = {
-    "bootstrap.servers": "bootstrap_servers",
-    "client.id": "client_id",
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
-    "ssl.key.password": "ssl_password",
-    "ssl.cipher.suites": "ssl_ciphers",
-    "request.timeout.ms": "request_timeout_ms",
-    "retry.backoff.ms": "retry_backoff_ms",
-    "reconnect.backoff.ms": "reconnect_backoff_ms",
-    "reconnect.backoff.max.ms": "reconnect_backoff_max_ms",
-    "connections.max.idle.ms": "connections_max_idle_ms",
-    "metadata.max.age.ms": "metadata_max_age_ms",
-    "receive.buffer.bytes": "receive_buffer_bytes",
-    "send.buffer.bytes": "send_buffer_bytes",
-    "default.api.timeout.ms": "default_api_timeout_ms",
-    "client.dns.lookup": "client_dns_lookup",
-    # Not Java client properties: PEM files for kafka-python, accepted so one file serves both tools.
-    "ssl.cafile": "ssl_cafile",
-    "ssl.certfile": "ssl_certfile",
-    "ssl.keyfile": "ssl_keyfile",
-    "ssl.crlfile": "ssl_crlfile",
-}
-# Settings kafka-python has no equivalent for but that are harmless to drop.
-_HARMLESS = frozenset(
-    {
-        "ssl.protocol",
-        "ssl.enabled.protocols",
-        "ssl.keymanager.algorithm",
-        "ssl.trustmanager.algorithm",
-        "ssl.secure.random.implementation",
-        "sasl.login.class",
-        "sasl.login.callback.handler.class",
-        "sasl.client.callback.handler.class",
-        "security.providers",
-        "ssl.engine.factory.class",
-    }
-)
-_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_JAAS_ENTRY = re.compile(
-    r"^\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)\s*(?P<options>.*?)\s*;?\s*$",
-    re.S,
-)
-_JAAS_OPTION = re.compile(
-    r'\s*(?P<key>[\w.-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;"]+))', re.S
-)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java `.properties` text: `key=value`, `key: value` or `key value`; `#`/`!` comments; a trailing
-    backslash continues a line; `\\t \\n \\r \\f \\uXXXX` and escaped separators are unescaped."""
-    out: dict[str, str] = {}
-    logical: list[str] = []
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:
-            logical.append(line[:-1])  # an odd number of trailing backslashes: the line continues
-            continue
-        logical.append(line)
-        key, value = _split_property("".join(logical))
-        logical = []
-        out[key] = value
-    if logical:
-        key, value = _split_property("".join(logical))
-        out[key] = value
-    return out
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    # The key ends at the first unescaped '=', ':' or blank; one '=' or ':' between blanks may follow.
-    i, n = 0, len(line)
-    while i < n and line[i] not in "=: \t\f":
-        i += 2 if line[i] == "\\" else 1
-    key = line[: min(i, n)]
-    j = i
-    while j < n and line[j] in " \t\f":
-        j += 1
-    if j < n and line[j] in "=:":
-        j += 1
-        while j < n and line[j] in " \t\f":
-            j += 1
-    return _unescape(key), _unescape(line[j:])
-
-
-def _unescape(s: str) -> str:
-    out: list[str] = []
-    i, n = 0, len(s)
-    while i < n:
-        ch = s[i]
-        if ch != "\\" or i + 1 >= n:
-            out.append(ch)
-            i += 1
-            continue
-        nxt = s[i + 1]
-        if nxt == "u" and i + 6 <= n:
-            out.append(chr(int(s[i + 2 : i + 6], 16)))
-            i += 6
-            continue
-        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
-        i += 2
-    return "".join(out)
-
-
-def parse_jaas_config(value: str) -> tuple[str, dict[str, str]]:
-    """Split a `sasl.jaas.config` value into (login module class, options).
-
-    Raises:
-        ClientPropertiesError: if the value is not one `<module> <flag> key=value ...;` entry.
-    """
-    m = _JAAS_ENTRY.match(value)
-    if not m:
-        raise ClientPropertiesError(f"sasl.jaas.config: cannot parse {value!r}")
-    options: dict[str, str] = {}
-    rest = m.group("options")
-    pos = 0
-    while pos < len(rest) and rest[pos:].strip():
-        om = _JAAS_OPTION.match(rest, pos)
-        if not om:
-            raise ClientPropertiesError(f"sasl.jaas.config: cannot parse options {rest[pos:]!r}")
-        quoted = om.group("quoted")
-        value = om.group("bare") if quoted is None else re.sub(r"\\(.)", r"\1", quoted)
-        options[om.group("key")] = value
-        pos = om.end()
-    return m.group("module"), options
-
-
-def parse_client_properties(text: str) -> ParsedClientProperties:
-    """Translate a Kafka `client.properties` file (`--command-config` of Kafka tools) to kafka-python kwargs.
-
-    Handles security.protocol, sasl.mechanism, sasl.jaas.config (PLAIN and SCRAM → sasl_plain_username /
-    sasl_plain_password; Kerberos → service name), PEM trust and key stores,
-    ssl.endpoint.identification.algorithm (→ ssl_check_hostname) and common timeouts; kafka-python's own
-    `ssl.cafile` / `ssl.certfile` / `ssl.keyfile` are accepted too. Keys it cannot use are in `ignored`.
+def overlay(model: ModelT, update: Mapping[str, Any]) -> ModelT:
+    """`model` with `update` laid over it: a mapping given for a section updates that section field by field; the
+    result is validated (`model_copy` would not), without reading the environment again.
 
     Args:
-        text: the file's content.
+        model: the settings (or one section of them) to start from.
+        update: field name → new value, or → a mapping of that section's fields.
 
     Returns:
-        The kwargs and the ignored keys.
+        A new model of the same type.
 
     Raises:
-        ClientPropertiesError: for settings that would silently connect differently under kafka-python, with
-            what to use instead: JKS/PKCS12 stores (give PEM files: ssl.truststore.type=PEM or ssl.cafile),
-            inline PEM certificates, OAUTHBEARER, an unknown security.protocol.
+        pydantic.ValidationError: a value the model rejects, or a name it does not have.
     """
-    props = parse_properties(text)
-    kwargs: dict[str, ClientValue] = {}
-    ignored: list[str] = []
-    for key, value in props.items():
-        if key in _DIRECT:
-            kwargs[_DIRECT[key]] = _coerce(value) if key.endswith((".ms", ".bytes")) else value
-        elif key == "sasl.jaas.config":
-            kwargs.update(_jaas_kwargs(value, ignored))
-        elif key == "ssl.endpoint.identification.algorithm":
-            kwargs["ssl_check_hostname"] = value.strip().lower() == "https"
-        elif key in ("ssl.truststore.location", "ssl.keystore.location"):
-            kwargs.update(_store_kwargs(key, value, props))
-        elif key in ("ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password"):
-            continue  # consumed with the store location
-        elif key == "ssl.keystore.password":
-            if props.get("ssl.keystore.type", "JKS").upper() != "PEM":
-                continue  # the store itself is rejected with the location
-            ignored.append(f"{key}: a PEM key store has no store password (use ssl.key.password)")
-        elif key in ("ssl.truststore.certificates", "ssl.keystore.certificate.chain", "ssl.keystore.key"):
-            store = "truststore" if "truststore" in key else "keystore"
-            raise ClientPropertiesError(
-                f"{key}: kafka-python cannot take inline PEM; write it to a file and set "
-                f"ssl.{store}.location with ssl.{store}.type=PEM"
-            )
-        elif key in _HARMLESS:
-            ignored.append(f"{key}: no kafka-python equivalent (dropped)")
-        else:
-            ignored.append(f"{key}: unknown to txnwatch (dropped)")
-    protocol = kwargs.get("security_protocol")
-    if protocol is not None and protocol not in _PROTOCOLS:
-        raise ClientPropertiesError(f"security.protocol: {protocol!r} is not one of {', '.join(_PROTOCOLS)}")
-    if kwargs.get("sasl_mechanism") == "OAUTHBEARER":
-        raise ClientPropertiesError(
-            "sasl.mechanism=OAUTHBEARER: kafka-python needs a token provider object, which a properties file "
-            "cannot give; use PLAIN or SCRAM credentials for txnwatch"
-        )
-    return ParsedClientProperties(kwargs=kwargs, ignored=tuple(ignored))
-
-
-def _jaas_kwargs(value: str, ignored: list[str]) -> dict[str, ClientValue]:
-    module, options = parse_jaas_config(value)
-    short = module.rsplit(".", 1)[-1]
-    if short in ("PlainLoginModule", "ScramLoginModule"):
-        missing = [k for k in ("username", "password") if k not in options]
-        if missing:
-            raise ClientPropertiesError(f"sasl.jaas.config: {short} without {' and '.join(missing)}")
-        return {"sasl_plain_username": options["username"], "sasl_plain_password": options["password"]}
-    if short == "Krb5LoginModule":
-        out: dict[str, ClientValue] = {}
-        if "serviceName" in options:
-            out["sasl_kerberos_service_name"] = options["serviceName"]
-        for opt in sorted(set(options) - {"serviceName"}):
-            ignored.append(f"sasl.jaas.config {opt}: kafka-python uses the Kerberos ticket cache (run kinit)")
-        return out
-    if short == "OAuthBearerLoginModule":
-        raise ClientPropertiesError(
-            "sasl.jaas.config: OAuthBearerLoginModule needs a kafka-python token provider object, which a "
-            "properties file cannot give; use PLAIN or SCRAM credentials for txnwatch"
-        )
-    raise ClientPropertiesError(f"sasl.jaas.config: unsupported login module {module}")
-
-
-def _store_kwargs(key: str, location: str, props: dict[str, str]) -> dict[str, ClientValue]:
-    trust = key == "ssl.truststore.location"
-    type_key = "ssl.truststore.type" if trust else "ssl.keystore.type"
-    store_type = props.get(type_key)
-    if store_type is None:
-        # Java's default is JKS; accept a PEM file recognised by its extension.
-        store_type = "PEM" if location.lower().endswith((".pem", ".crt", ".cer")) else "JKS"
-    if store_type.upper() != "PEM":
-        if trust:
-            raise ClientPropertiesError(
-                f"ssl.truststore.location {location!r} is a {store_type} store, which kafka-python cannot "
-                "read: export the CA certificate as PEM (keytool -exportcert -rfc -alias <ca> -keystore "
-                "<store>) and give that file as ssl.cafile (in this file, or TXNWATCH_KAFKA__SSL_CAFILE), "
-                "or set ssl.truststore.location to it with ssl.truststore.type=PEM"
-            )
-        raise ClientPropertiesError(
-            f"ssl.keystore.location {location!r} is a {store_type} store, which kafka-python cannot read: "
-            "convert it to PEM (openssl pkcs12 -in <p12> -out client.pem) and give ssl.certfile and "
-            "ssl.keyfile (in this file, or TXNWATCH_KAFKA__SSL_CERTFILE / __SSL_KEYFILE), or set "
-            "ssl.keystore.location to it with ssl.keystore.type=PEM"
-        )
-    # A PEM key store holds the certificate chain and the private key; Python's load_cert_chain reads both.
-    return {"ssl_cafile": location} if trust else {"ssl_certfile": location}
-
-
-def _coerce(raw: str) -> ClientValue:
-    s = raw.strip()
-    if re.fullmatch(r"-?\d+", s):
-        return int(s)
-    if s.lower() in ("true", "false"):
-        return s.lower() == "true"
-    return raw
+    data: dict[str, Any] = {name: getattr(model, name) for name in type(model).model_fields}
+    for name, value in update.items():
+        current = data.get(name)
+        if isinstance(current, BaseModel) and isinstance(value, Mapping):
+            value = overlay(current, value)
+        data[name] = value
+    return type(model).model_validate(data)
 
 
 def kafka_settings_from_properties(

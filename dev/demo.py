@@ -150,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 str(args.metrics_port),
                 "--expire-after-ms",
                 "20000",
+                "--output",  # its stdout is a pipe to us: lines for people, not JSON
+                "table",
             ),
             stdout=subprocess.PIPE,
             stderr=log.open("a"),

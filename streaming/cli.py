@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from detectors.settings import (
-    ClientPropertiesError,
-    Settings,
-    kafka_settings_from_properties,
-    parse_properties,
-)
+from pydantic import ValidationError
+
+from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
+from detectors.client_properties import parse_properties
+from detectors.settings import Settings, StreamSettings
 
 log = logging.getLogger("txnwatch.stream")
 
@@ -29,6 +27,41 @@ log = logging.getLogger("txnwatch.stream")
 # a traceback after kafka-python's 30 s default (topic creation), or as JVM stack traces from Spark's Kafka source;
 # a reachable cluster answers well within this, SASL_SSL handshakes included.
 BOOTSTRAP_TIMEOUT_MS = 10_000
+
+# `txnwatch stream` flags → the fields of Settings.stream they set (each flag is named after its field).
+STREAM_FLAGS: FlagTargets = {
+    name: f"stream.{name}"
+    for name in (
+        "checkpoint_location",
+        "master",
+        "trigger",
+        "starting_offsets",
+        "max_offsets_per_trigger",
+        "coordinator_max_offsets_per_trigger",
+        "window",
+        "watermark",
+        "expire_after_ms",
+        "view_ttl_ms",
+        "state_buckets",
+        "coordinator_source",
+        "transaction_log_topic",
+        "metrics_host",
+        "metrics_port",
+    )
+}
+
+
+def _default(field: str) -> str:
+    """The help text's `(default: ...)`: the flags default to None so the environment can set them too."""
+    return f"(default: {StreamSettings.model_fields[field].default})"
+
+
+def spark_conf_pair(text: str) -> tuple[str, str]:
+    """argparse type of `--conf KEY=VALUE`: a malformed one is a usage error (one line, exit 2), not a traceback."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
 
 
 def register(subparsers: Any) -> None:
@@ -39,30 +72,31 @@ def register(subparsers: Any) -> None:
         "records (__transaction_state, or <prefix>.coordinator-state in fallback mode) in a long-running Spark "
         "Structured Streaming job. Writes abort candidates to <prefix>.abort-candidates (compacted), malformed "
         "input to <prefix>.dead-letter, serves Prometheus metrics, and prints verdict changes for people.",
-        epilog="Example: txnwatch stream --bootstrap-server broker:9092 --command-config client.properties "
+        epilog="The options from --checkpoint-location to --metrics-port also come from the environment as "
+        "TXNWATCH_STREAM__<OPTION> (TXNWATCH_STREAM__CHECKPOINT_LOCATION, TXNWATCH_STREAM__STATE_BUCKETS, ...); "
+        "flags win. Example: txnwatch stream --bootstrap-server broker:9092 --command-config client.properties "
         "--checkpoint-location /var/lib/txnwatch/checkpoints",
     )
-    p.add_argument("--bootstrap-server", help="host:port[,host:port] (TXNWATCH_KAFKA__BOOTSTRAP_SERVERS)")
-    p.add_argument(
-        "--command-config",
-        type=Path,
-        help="client.properties (security.protocol, sasl.*, ssl.*), as for Kafka's tools",
-    )
+    add_common_flags(p)
     p.add_argument(
         "--checkpoint-location",
-        default=os.environ.get("TXNWATCH_CHECKPOINT_LOCATION", "txnwatch-checkpoints"),
-        help="where Spark keeps offsets and state; keep it to resume after a restart (default: %(default)s)",
+        help="where Spark keeps offsets and state; keep it to resume after a restart "
+        f"{_default('checkpoint_location')}",
     )
-    p.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
+    p.add_argument("--master", help=f"Spark master {_default('master')}")
     p.add_argument(
-        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf (repeatable)"
+        "--conf",
+        action="append",
+        default=[],
+        type=spark_conf_pair,
+        metavar="KEY=VALUE",
+        help="extra Spark conf (repeatable)",
     )
-    p.add_argument("--trigger", default="5 seconds", help="micro-batch interval (default: %(default)s)")
+    p.add_argument("--trigger", help=f"micro-batch interval {_default('trigger')}")
     p.add_argument(
         "--starting-offsets",
-        default="latest",
         help="where a new checkpoint starts reading snapshots: latest|earliest (the transaction log is always read "
-        "from earliest, it is compacted) (default: %(default)s)",
+        f"from earliest, it is compacted) {_default('starting_offsets')}",
     )
     p.add_argument("--max-offsets-per-trigger", type=int, help="rate limit per micro-batch and source")
     p.add_argument(
@@ -72,99 +106,94 @@ def register(subparsers: Any) -> None:
         "__transaction_state: smaller batches without holding snapshots back; HANGING verdicts wait until the "
         "job has caught up) (default: --max-offsets-per-trigger)",
     )
-    p.add_argument("--window", default="1 minute", help="KIP-664 metrics window (default: %(default)s)")
-    p.add_argument(
-        "--watermark", default="2 minutes", help="lateness allowed for snapshots (default: %(default)s)"
-    )
+    p.add_argument("--window", help=f"KIP-664 metrics window {_default('window')}")
+    p.add_argument("--watermark", help=f"lateness allowed for snapshots {_default('watermark')}")
     p.add_argument(
         "--expire-after-ms",
         type=int,
-        default=30_000,
         help="forget an open transaction no snapshot confirmed for this long; set to ~3 collector intervals "
-        "(default: %(default)s)",
+        f"{_default('expire_after_ms')}",
     )
     p.add_argument(
         "--view-ttl-ms",
         type=int,
-        default=24 * 3_600_000,
         help="forget the coordinator's view of a producer id not updated for this long (bounds the state when "
-        "transactional ids churn); every coordinator record renews it (default: %(default)s, 24 h)",
+        f"transactional ids churn); every coordinator record renews it {_default('view_ttl_ms')[:-1]}, 24 h)",
     )
     p.add_argument(
         "--state-buckets",
         type=int,
-        default=32,
         help="hash buckets of ids in each stateful stage: fewer = fewer state round trips per batch, more = "
-        "smaller state values rewritten per batch; fixed for a checkpoint (default: %(default)s)",
+        f"smaller state values rewritten per batch; fixed for a checkpoint {_default('state_buckets')}",
     )
     p.add_argument(
         "--coordinator-source",
         choices=("log", "describe", "both"),
-        default="log",
         help="log: read __transaction_state (needs Read on it); describe: read the collector's "
-        "<prefix>.coordinator-state (collect --coordinator-source describe) (default: %(default)s)",
+        f"<prefix>.coordinator-state (collect --coordinator-source describe) {_default('coordinator_source')}",
     )
     p.add_argument(
         "--transaction-log-topic",
-        default="__transaction_state",
-        help="read coordinator records from this topic (a copy of __transaction_state, for replays and tests)",
+        help="read coordinator records from this topic (a copy of __transaction_state, for replays and tests) "
+        f"{_default('transaction_log_topic')}",
     )
-    p.add_argument(
-        "--metrics-host", default="127.0.0.1", help="Prometheus endpoint address (default: %(default)s)"
-    )
-    p.add_argument(
-        "--metrics-port", type=int, default=9465, help="Prometheus endpoint port (default: %(default)s)"
-    )
-    p.add_argument("--cluster", help="cluster name in records and labels (TXNWATCH_CLUSTER)")
-    p.add_argument("--topic-prefix", help="prefix of txnwatch's topics (TXNWATCH_TOPICS__PREFIX)")
-    p.add_argument(
-        "--output", choices=("table", "json"), default="table", help="console view (default: %(default)s)"
-    )
+    p.add_argument("--metrics-host", help=f"Prometheus endpoint address {_default('metrics_host')}")
+    p.add_argument("--metrics-port", type=int, help=f"Prometheus endpoint port {_default('metrics_port')}")
     p.add_argument("--seconds", type=float, help="stop after this long (default: run until Ctrl-C)")
     p.set_defaults(func=run_stream)
 
 
-def build_options(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """StreamOptions and kafka-python kwargs from flags, the properties file and TXNWATCH_* settings."""
+def load_settings(args: argparse.Namespace) -> tuple[Settings, tuple[str, ...], dict[str, str]]:
+    """Settings for `txnwatch stream` (TXNWATCH_*, then --command-config, then the flags), the client.properties
+    keys kafka-python does not use, and the file's Java properties for Spark (read once, so both agree).
+
+    Raises:
+        SettingsError, pydantic.ValidationError: see `detectors.cli_options.settings_from`.
+    """
+    texts: list[str] = []
+
+    def read_text(path: Path) -> str:
+        texts.append(path.read_text())
+        return texts[-1]
+
+    settings, ignored = settings_from(args, flags=STREAM_FLAGS, read_text=read_text)
+    return settings, ignored, parse_properties(texts[0] if texts else "")
+
+
+def stream_options(
+    settings: Settings,
+    java_props: Mapping[str, str],
+    *,
+    command_config: Path | None = None,
+    is_terminal: bool,
+) -> Any:
+    """The job's StreamOptions: Spark's Kafka connector gets the file's Java properties unchanged, with the
+    resolved bootstrap servers; the rest comes from `settings` (kafka-python uses `settings.kafka`)."""
     from streaming.job import StreamOptions
 
-    overrides: dict[str, Any] = {}
-    if args.cluster:
-        overrides["cluster"] = args.cluster
-    if args.topic_prefix:
-        overrides["topics"] = {"prefix": args.topic_prefix}
-    settings = Settings(**overrides)
-    text = args.command_config.read_text() if args.command_config else ""
-    java_props = parse_properties(text)
-    bootstrap = (
-        args.bootstrap_server or java_props.get("bootstrap.servers") or settings.kafka.bootstrap_servers
-    )
-    java_props["bootstrap.servers"] = bootstrap
-    kafka, ignored = kafka_settings_from_properties(text, bootstrap_servers=bootstrap, base=settings.kafka)
-    for key in ignored:
-        log.warning("client.properties: %s is not used by kafka-python (Spark still receives it)", key)
-    settings = settings.model_copy(update={"kafka": kafka})
-    opts = StreamOptions(
+    s = settings.stream
+    # StreamOptions repeats StreamSettings' fields (issue 10, streaming room): once job.py reads
+    # `opts.settings.stream`, only settings, kafka_options, output and command_config_path stay here.
+    return StreamOptions(
         settings=settings,
-        kafka_options=java_props,
-        checkpoint_location=str(Path(args.checkpoint_location).resolve()),
-        trigger=args.trigger,
-        starting_offsets=args.starting_offsets,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        coordinator_max_offsets_per_trigger=args.coordinator_max_offsets_per_trigger,
-        window=args.window,
-        watermark=args.watermark,
-        expire_after_ms=args.expire_after_ms,
-        state_buckets=args.state_buckets,
-        view_ttl_ms=args.view_ttl_ms,
-        transaction_log_topic=args.transaction_log_topic,
-        coordinator_source=args.coordinator_source,
-        metrics_host=args.metrics_host,
-        metrics_port=args.metrics_port,
-        command_config_path=str(args.command_config) if args.command_config else None,
-        output=args.output,
+        kafka_options={**java_props, "bootstrap.servers": settings.kafka.bootstrap_servers},
+        checkpoint_location=str(Path(s.checkpoint_location).resolve()),
+        trigger=s.trigger,
+        starting_offsets=s.starting_offsets,
+        max_offsets_per_trigger=s.max_offsets_per_trigger,
+        coordinator_max_offsets_per_trigger=s.coordinator_max_offsets_per_trigger,
+        window=s.window,
+        watermark=s.watermark,
+        expire_after_ms=s.expire_after_ms,
+        state_buckets=s.state_buckets,
+        view_ttl_ms=s.view_ttl_ms,
+        transaction_log_topic=s.transaction_log_topic,
+        coordinator_source=s.coordinator_source,
+        metrics_host=s.metrics_host,
+        metrics_port=s.metrics_port,
+        command_config_path=str(command_config) if command_config else None,
+        output=output_format(settings.output, is_terminal=is_terminal),
     )
-    return opts, kafka.client_kwargs()
 
 
 @contextmanager
@@ -211,24 +240,39 @@ def bootstrap_problem(client_kwargs: Mapping[str, Any], timeout_ms: int = BOOTST
 
 def run_stream(args: argparse.Namespace) -> int:
     from streaming import job
-    from streaming.session import build_session
+    from streaming.session import build_session, connector_jars
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        opts, client_kwargs = build_options(args)
-    except (ClientPropertiesError, OSError, ValueError) as exc:
+        settings, ignored, java_props = load_settings(args)
+    except (SettingsError, ValidationError) as exc:
         print(f"txnwatch stream: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(
+        level=settings.log_level or "INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for key in ignored:
+        log.warning("client.properties: %s is not used by kafka-python (Spark still receives it)", key)
+    opts = stream_options(
+        settings, java_props, command_config=args.command_config, is_terminal=sys.stdout.isatty()
+    )
+    client_kwargs = settings.kafka.client_kwargs()
     problem = bootstrap_problem(client_kwargs)
     if problem is not None:
         print(f"txnwatch stream: {problem}", file=sys.stderr)
+        return 1
+    try:
+        jars = connector_jars(settings.stream.jars_dir)
+    except RuntimeError as exc:
+        print(f"txnwatch stream: {exc}", file=sys.stderr)
         return 1
     job.ensure_topics(opts, client_kwargs)
     # Each shuffle partition is a RocksDB instance and a Python worker in both stateful stages: Spark's default
     # of 200 makes every micro-batch slow for a job whose state is thousands of keys. Fixed by the first
     # checkpoint; --conf spark.sql.shuffle.partitions=N for large clusters.
     conf = {"spark.sql.shuffle.partitions": "4", **job.spark_conf()}
-    conf.update(kv.split("=", 1) for kv in args.conf)
-    spark = build_session(master=args.master, app_name="txnwatch-stream", extra_conf=conf)
+    conf.update(args.conf)
+    spark = build_session(
+        master=settings.stream.master, app_name="txnwatch-stream", extra_conf=conf, jars=jars
+    )
     spark.sparkContext.setLogLevel("WARN")
     return job.run(spark, opts, seconds=args.seconds)

@@ -8,6 +8,7 @@ Producer ids and transactional ids never become labels.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -19,10 +20,9 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, disable_creat
 from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
-# `_created` series double every counter's output and nobody alerts on them.
-disable_created_metrics()
+log = logging.getLogger("txnwatch.stream.metrics")
 
 
 @dataclass
@@ -265,8 +265,13 @@ class Health:
 class HealthListener(StreamingQueryListener):
     """Turns query progress into Health metrics. Runs on the driver's listener thread: fast, never raises."""
 
+    # A failure repeats with every progress event (every batch of every query): one warning per this many seconds,
+    # the rest at debug.
+    WARN_EVERY_S = 300.0
+
     def __init__(self, health: Health) -> None:
         self.health = health
+        self._warned_at: float | None = None
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -283,8 +288,17 @@ class HealthListener(StreamingQueryListener):
                 behind = (s.metrics or {}).get("maxOffsetsBehindLatest")
                 if behind is not None:
                     self.health.offsets_behind.labels(query, source).set(float(behind))
-        except Exception:  # a metrics hiccup must never disturb the query
-            pass
+        except Exception:  # a metrics hiccup must never disturb the query: say so, and go on
+            self._report_failure()
+
+    def _report_failure(self) -> None:
+        # logging does not raise (a failing handler reports through Handler.handleError).
+        now = time.monotonic()
+        if self._warned_at is None or now - self._warned_at >= self.WARN_EVERY_S:
+            self._warned_at = now
+            log.warning("query progress not turned into metrics (repeats logged at debug)", exc_info=True)
+        else:
+            log.debug("query progress not turned into metrics", exc_info=True)
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -303,5 +317,8 @@ def _source_name(description: str) -> str:
 def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
     """Start the /metrics endpoint (a daemon thread); returns the server (`server_port` is the bound port, port
     0 picks a free one; `shutdown()` stops it)."""
+    # `_created` series double every counter's output and nobody alerts on them. (prometheus_client's switch
+    # is process-wide and read at scrape time.)
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
     server, _ = start_http_server(port, addr=host, registry=registry)
     return server

@@ -5,45 +5,38 @@
 - windows: snapshots → KIP-664 windows → the duration and late-partition gauges;
 - dead-letter: malformed input of every source → the dead-letter topic and a counter.
 Each has its own checkpoint under `--checkpoint-location`; a restart resumes state, timers and offsets.
+
+This module is the job's lifecycle: its options, which queries run on which inputs, starting them one after
+the other, and stopping. The inputs are read in streaming/sources.py, the stateful stages are
+streaming/reconcile.py (their rows shaped in streaming/rows.py), the foreachBatch ends streaming/sinks.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, TextIO
+from typing import Any, Literal, TextIO
 
 from prometheus_client import CollectorRegistry
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
+from detectors.contract import TRANSACTION_LOG_TOPIC, replication_factor, stream_output_topics
 from detectors.settings import Settings
+from detectors.tracking import ReconcileConfig
 from streaming import sources
 from streaming.exporter import Health, HealthListener, LiveState, VerdictCollector, serve
-from streaming.reconcile import (
-    EVENT_COLUMNS,
-    EVENT_SCHEMA,
-    FACT_SCHEMA,
-    STAGE1_INPUT_COLUMNS,
-    STAGE2_INPUT_COLUMNS,
-    ProducerIdFacts,
-    ReconcileConfig,
-    TransactionReconciler,
-    bucket_of,
-)
-from streaming.schemas import COORDINATOR_RECORD_SCHEMA, PARTITION_SNAPSHOT_SCHEMA
+from streaming.reconcile import reconcile_events
+from streaming.sinks import Output, Sinks
 from streaming.windows import window_metrics
 
 log = logging.getLogger("txnwatch.stream")
 
-TRANSACTION_LOG = "__transaction_state"
 CoordinatorSource = Literal["log", "describe", "both"]
 
 
@@ -71,12 +64,12 @@ class StreamOptions:
     view_ttl_ms: int = 24 * 3_600_000
     # Hash buckets of ids per stateful stage (streaming/reconcile.py says why). Fixed for a checkpoint.
     state_buckets: int = 32
-    transaction_log_topic: str = TRANSACTION_LOG
+    transaction_log_topic: str = TRANSACTION_LOG_TOPIC
     coordinator_source: CoordinatorSource = "log"
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9465  # the collector's endpoint defaults to 9464
     command_config_path: str | None = None
-    output: Literal["table", "json"] = "table"
+    output: Output = "table"
 
     @property
     def spark_kafka_options(self) -> dict[str, str]:
@@ -138,298 +131,7 @@ def _union(frames: list[DataFrame]) -> DataFrame:
     return out
 
 
-_TXN_TYPE = PARTITION_SNAPSHOT_SCHEMA["open_transactions"].dataType.elementType  # type: ignore[attr-defined]
-
-
-def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
-    """One row per open transaction: the columns stage 2 decides on, and a one-transaction PartitionSnapshot
-    JSON it parses only to explain a new verdict or plan an abort. Given `sources.good_snapshots_and_positions`,
-    each CoordinatorLogPosition also becomes one "position" row per stage-2 bucket (every bucket judges, so every
-    bucket needs to know how current the coordinator view is)."""
-    if "is_position" not in snapshots.columns:
-        snapshots = snapshots.select(
-            "*",
-            F.lit(False).alias("is_position"),
-            F.lit(None).cast("string").alias("position_json"),
-            F.lit(None).cast("long").alias("position_as_of_ms"),
-        )
-    position = F.col("is_position")
-    items = F.when(
-        position,
-        F.transform(
-            F.sequence(F.lit(0), F.lit(buckets - 1)),
-            lambda b: F.struct(F.lit(None).cast(_TXN_TYPE).alias("t"), b.cast("int").alias("b")),
-        ),
-    ).otherwise(
-        F.transform("open_transactions", lambda t: F.struct(t.alias("t"), F.lit(None).cast("int").alias("b")))
-    )
-    s = snapshots.select("*", F.explode(items).alias("x")).select("*", F.col("x.t").alias("t"))
-    one = F.struct(
-        "schema_version",
-        "cluster",
-        "sweep_id",
-        "observed_at_ms",
-        "leader",
-        "topic",
-        "partition",
-        F.array("t").alias("open_transactions"),
-        "last_stable_offset",
-        "high_watermark",
-        "max_transaction_timeout_ms",
-    )
-    return s.select(
-        F.coalesce(F.col("x.b"), bucket_of("t.producer_id", buckets)).alias("bucket"),
-        F.coalesce(F.col("t.producer_id"), F.lit(-1)).alias("producer_id"),
-        F.when(position, F.lit("position")).otherwise(F.lit("open")).alias("fact"),
-        F.lit(None).cast("string").alias("transactional_id"),
-        F.col("position_json").alias("record_json"),
-        F.col("position_as_of_ms").alias("fact_time_ms"),
-        "topic",
-        "partition",
-        F.when(~position, F.to_json(one)).alias("snapshot_json"),
-        "observed_at_ms",
-        "leader",
-        F.col("t.start_offset").alias("start_offset"),
-        F.col("t.producer_epoch").alias("producer_epoch"),
-        F.col("t.start_batch_producer_epoch").alias("start_batch_producer_epoch"),
-        F.col("t.start_timestamp_ms").alias("start_timestamp_ms"),
-        F.col("t.last_timestamp_ms").alias("last_timestamp_ms"),
-        "max_transaction_timeout_ms",
-        (F.col("high_watermark") - F.col("last_stable_offset")).alias("lso_lag"),
-    )
-
-
-def fact_rows(facts: DataFrame, buckets: int) -> DataFrame:
-    """Stage 1's facts as stage-2 rows: a fact about a producer id goes to its bucket; an "applied" fact (how far
-    the coordinator topics were read) to every bucket."""
-    none = {c: F.lit(None).cast("long") for c in STAGE2_INPUT_COLUMNS[6:]}
-    none.update(topic=F.lit(None).cast("string"), snapshot_json=F.lit(None).cast("string"))
-    targets = F.when(F.col("fact") == "applied", F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
-        F.array(bucket_of("producer_id", buckets).cast("int"))
-    )
-    return facts.select("*", F.explode(targets).alias("target")).select(
-        F.col("target").cast("long").alias("bucket"),
-        "producer_id",
-        "fact",
-        "transactional_id",
-        "record_json",
-        "fact_time_ms",
-        *[none[c].alias(c) for c in STAGE2_INPUT_COLUMNS[6:]],
-    )
-
-
-# Where a record was read from: not part of the coordinator's view (stage 2 keeps one view per producer id, so
-# every byte left out is a byte less to rewrite per batch; the model's defaults fill them back in).
-_PROVENANCE = {"schema_version", "source_partition", "source_offset", "source_timestamp_ms", "origin"}
-
-
-def coordinator_rows(records: DataFrame, buckets: int) -> DataFrame:
-    """Stage 1's input: the columns its rule reads, and the record as JSON (built here, in the JVM)."""
-    record = F.struct(*[F.col(f.name) for f in COORDINATOR_RECORD_SCHEMA.fields if f.name not in _PROVENANCE])
-    for name, kind in (("read_topic", "string"), ("read_partition", "long"), ("read_offset", "long")):
-        if name not in records.columns:  # records without where they were read: no progress to report
-            records = records.withColumn(name, F.lit(None).cast(kind))
-    return records.select(
-        bucket_of("transactional_id", buckets).alias("bucket"),
-        *STAGE1_INPUT_COLUMNS[1:8],
-        F.to_json(record, {"ignoreNullFields": "false"}).alias("record_json"),
-        *STAGE1_INPUT_COLUMNS[9:],
-    )
-
-
-def reconcile_events(
-    snapshots: DataFrame, coordinator_records: DataFrame, config: ReconcileConfig, buckets: int
-) -> DataFrame:
-    """The two stateful stages: coordinator records + good snapshots → EVENT_SCHEMA rows."""
-    facts = (
-        coordinator_rows(coordinator_records, buckets)
-        .groupBy("bucket")
-        .transformWithStateInPandas(ProducerIdFacts(), FACT_SCHEMA, "Append", "None")
-    )
-    stage2_input = fact_rows(facts, buckets).unionByName(open_transaction_rows(snapshots, buckets))
-    return (
-        stage2_input.select(*STAGE2_INPUT_COLUMNS)
-        .groupBy("bucket")
-        .transformWithStateInPandas(TransactionReconciler(config), EVENT_SCHEMA, "Append", "ProcessingTime")
-    )
-
-
-# ---------------------------------------------------------------------------------------------- sinks
-
-
-class EventRow(NamedTuple):
-    """One EVENT_SCHEMA row on the driver (what the sinks read; attribute access like a Spark Row)."""
-
-    event: str
-    producer_id: int
-    topic: str
-    partition: int
-    leader: int | None
-    start_offset: int
-    kind: str | None
-    reason: str | None
-    age_ms: int | None
-    lso_lag: int | None
-    explanation: str | None
-    candidate_id: str | None
-    payload: str | None
-    event_time_ms: int
-    withheld: str | None
-
-
-def collect_events(df: DataFrame) -> list[EventRow]:
-    """The batch's events on the driver, through Arrow: one row per open transaction touched, tens of thousands
-    at high rates, where `collect()` (a Row object per row through pickle) took seconds."""
-    table = df.toArrow()
-    columns = [table.column(name).to_pylist() for name in EVENT_COLUMNS]
-    return [EventRow(*values) for values in zip(*columns, strict=True)]
-
-
-def format_event(r: EventRow) -> str:
-    where = f"{r.topic}-{r.partition} producer {r.producer_id} start offset {r.start_offset}"
-    if r.event == "OPENED":
-        cli = json.loads(r.payload)["kafka_cli"]
-        return f"HANGING   {where}: {r.explanation}\n          abort: {cli}\n          candidate {r.candidate_id}"
-    if r.event == "RESOLVED":
-        return f"RESOLVED  {where}: no longer open (candidate {r.candidate_id})"
-    # Only news is explained, and not plain OPEN: a verdict unchanged since before a restart comes without one.
-    return f"{r.kind:<9} {where}" + (f": {r.explanation}" if r.explanation else "")
-
-
-class Sinks:
-    """The driver-side ends of the queries (foreachBatch bodies)."""
-
-    def __init__(
-        self, spark: SparkSession, opts: StreamOptions, live: LiveState, health: Health, out: TextIO | None
-    ) -> None:
-        self.spark = spark
-        self.opts = opts
-        self.live = live
-        self.health = health
-        self.out = out
-        self._last_kind: dict[tuple[str, int, int], str] = {}
-
-        self._view_behind_since: int | None = None  # batches in a row the view was behind
-        self._view_announced: str | None = None  # "behind" | "current", once said
-        self._view_last_said = 0.0
-
-    def _write_kafka(self, df: DataFrame, topic: str) -> None:
-        df.write.format("kafka").options(**self.opts.spark_kafka_options).option("topic", topic).save()
-
-    def events(self, df: DataFrame, batch_id: int) -> None:
-        # Read once: the stateful stages run once per batch, and the few candidates are written from the driver
-        # (caching the batch to read it twice cost more than the rest of the sink).
-        rows = collect_events(df)
-        self.live.apply_events(rows)
-        for r in rows:
-            if r.event == "VIEW":
-                self._announce_view(json.loads(r.payload))
-        candidates = [(r.candidate_id, r.payload) for r in rows if r.event in ("OPENED", "RESOLVED")]
-        if candidates:
-            self._write_kafka(
-                self.spark.createDataFrame(candidates, "key string, value string"),
-                self.opts.settings.topics.abort_candidates,
-            )
-        if self.out is not None:
-            for r in rows:
-                if r.event == "VIEW":
-                    continue
-                key = (r.topic, int(r.partition), int(r.producer_id))
-                changed = r.event == "VERDICT" and self._last_kind.get(key) != r.kind
-                # People see what needs them: candidates opened and resolved, and verdicts that moved to
-                # something other than OPEN (HANGING is announced by its OPENED line). Scripts (--output json)
-                # get every change.
-                quiet = r.kind in ("OPEN", "HANGING") and self.opts.output != "json"
-                if r.event in ("OPENED", "RESOLVED") or (changed and not quiet):
-                    print(self._render(r), file=self.out, flush=True)
-                if r.event == "VERDICT":
-                    self._last_kind[key] = r.kind
-                elif r.event == "GONE":
-                    self._last_kind.pop(key, None)
-
-    def _announce_view(self, lag: dict[str, Any]) -> None:
-        """Say once that the job is catching up on the coordinator log (and how far behind, every 30 s), and once
-        that it is current. One batch behind is normal (a position can arrive before the records it covers)."""
-        if self.out is None:
-            return
-        now = time.monotonic()
-        if lag["current"]:
-            self._view_behind_since = None
-            if self._view_announced != "current":
-                print("coordinator view current: HANGING verdicts can be proven", file=self.out, flush=True)
-            self._view_announced = "current"
-            return
-        if self._view_behind_since is None:
-            self._view_behind_since = 0
-        self._view_behind_since += 1
-        if self._view_behind_since < 2 and self._view_announced is not None:
-            return
-        last = self._view_last_said if self._view_announced == "behind" else None
-        if last is not None and now - last < 30:
-            return
-        self._view_last_said = now
-        self._view_announced = "behind"
-        if not lag["measured"]:
-            print(
-                "waiting for the collector's first position of the coordinator log "
-                "(is `txnwatch collect` running?); HANGING verdicts are withheld until then",
-                file=self.out,
-                flush=True,
-            )
-        else:
-            print(
-                f"catching up on the coordinator log: {lag['records_behind']} records behind "
-                f"({lag['lag_ms'] / 1000:.0f}s); HANGING verdicts are withheld (UNCONFIRMED) until current",
-                file=self.out,
-                flush=True,
-            )
-
-    def _render(self, r: EventRow) -> str:
-        if self.opts.output == "json":
-            return json.dumps({k: v for k, v in r._asdict().items() if v is not None})
-        return format_event(r)
-
-    def windows(self, df: DataFrame, batch_id: int) -> None:
-        self.live.apply_windows(df.collect())
-
-    def dead_letters(self, df: DataFrame, batch_id: int) -> None:
-        df.persist()
-        try:
-            rows = df.select("source", "source_topic", "source_partition", "source_offset", "error").collect()
-            if not rows:
-                return
-            for r in rows:
-                self.health.dead_letters.labels(r.source).inc()
-                log.warning(
-                    "dead letter from %s %s-%s@%s: %s",
-                    r.source,
-                    r.source_topic,
-                    r.source_partition,
-                    r.source_offset,
-                    r.error,
-                )
-            header = lambda name, col: F.struct(  # noqa: E731
-                F.lit(name).alias("key"), F.col(col).cast("string").cast("binary").alias("value")
-            )
-            self._write_kafka(
-                df.select(
-                    "key",
-                    "value",
-                    F.array(
-                        header("txnwatch.source", "source"),
-                        header("txnwatch.source-topic", "source_topic"),
-                        header("txnwatch.source-partition", "source_partition"),
-                        header("txnwatch.source-offset", "source_offset"),
-                        header("txnwatch.error", "error"),
-                    ).alias("headers"),
-                ),
-                self.opts.settings.topics.dead_letter,
-            )
-        finally:
-            df.unpersist()
-
-
-# ------------------------------------------------------------------------------------------------ job
+# ------------------------------------------------------------------------------------------ lifecycle
 
 
 @dataclass
@@ -467,25 +169,22 @@ class RunningJob:
 
 
 def ensure_topics(opts: StreamOptions, client_kwargs: Mapping[str, Any]) -> None:
-    """Create the job's output topics if missing: candidates compacted (key = candidate id), dead letters kept."""
+    """Create the job's output topics that are missing, as `detectors.contract.stream_output_topics` specifies
+    (kafka-python here: streaming/ does not import admin/)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
     admin = KafkaAdminClient(**client_kwargs)
     try:
-        brokers = len(admin.describe_cluster()["brokers"])
-        rf = min(3, brokers)
         existing = set(admin.list_topics())
-        topics = opts.settings.topics
-        wanted = [
-            NewTopic(topics.abort_candidates, 1, rf, topic_configs={"cleanup.policy": "compact"}),
-            NewTopic(topics.dead_letter, 1, rf, topic_configs={"retention.ms": str(14 * 24 * 3_600_000)}),
-        ]
-        missing = [t for t in wanted if t.name not in existing]
+        missing = [t for t in stream_output_topics(opts.settings.topics) if t.name not in existing]
         if missing:
+            rf = replication_factor(len(admin.describe_cluster()["brokers"]))
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(missing)
+                admin.create_topics(
+                    [NewTopic(t.name, t.partitions, rf, topic_configs=dict(t.configs)) for t in missing]
+                )
     finally:
         admin.close()
 
@@ -553,7 +252,15 @@ def start(
     listener = HealthListener(health)
     spark.streams.addListener(listener)
     server = serve(registry, opts.metrics_host, opts.metrics_port)
-    sinks = Sinks(spark, opts, live, health, out)
+    sinks = Sinks(
+        spark,
+        live,
+        health,
+        out,
+        kafka_options=opts.spark_kafka_options,
+        topics=opts.settings.topics,
+        output=opts.output,
+    )
     config = ReconcileConfig(
         limits=opts.settings.detection,
         expire_after_ms=opts.expire_after_ms,

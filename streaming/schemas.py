@@ -1,5 +1,6 @@
 """Spark schemas derived from the pydantic models, so the JSON the collector writes and the columns the job reads
-cannot drift apart (tests/spark/test_schemas.py round-trips real model JSON through them).
+cannot drift apart (tests/spark/test_streaming_stages.py::test_spark_schemas_carry_the_models_json_unchanged
+round-trips real model JSON through them).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ def _spark_type(annotation: Any) -> tuple[T.DataType, bool]:
     """(Spark type, nullable) for one field annotation."""
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        if len(args) != 1:
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        if len(members) != 1:
             raise TypeError(f"unsupported union {annotation}")
-        return _spark_type(args[0])[0], True
+        return _spark_type(members[0])[0], True
     if origin is typing.Literal:
         return T.StringType(), False
     if origin is tuple:

@@ -14,7 +14,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
-CONNECTOR_JARS_DIR = Path(os.environ.get("TXNWATCH_JARS_DIR", ROOT / ".cache" / "jars")) / "spark"
+# What `make jars` fills; `txnwatch stream` takes another from Settings.stream.jars_dir (TXNWATCH_STREAM__JARS_DIR,
+# or TXNWATCH_JARS_DIR as before).
+DEFAULT_JARS_DIR = ROOT / ".cache" / "jars"
 
 BASE_CONF: dict[str, str] = {
     # transformWithState needs RocksDB; the OSS default (HDFS-backed) is rejected (notes/spark-4.3.md).
@@ -28,8 +30,14 @@ BASE_CONF: dict[str, str] = {
 }
 
 
-def connector_jars(directory: Path = CONNECTOR_JARS_DIR) -> list[str]:
-    """Spark's Kafka connector and the runtime jars pyspark does not ship (kafka-clients, commons-pool2, ...)."""
+def connector_jars(jars_dir: Path | None = None) -> list[str]:
+    """Spark's Kafka connector and the runtime jars pyspark does not ship (kafka-clients, commons-pool2, ...), from
+    the `spark/` folder of `jars_dir` (default: DEFAULT_JARS_DIR).
+
+    Raises:
+        RuntimeError: no jar there, with what to do.
+    """
+    directory = (DEFAULT_JARS_DIR if jars_dir is None else jars_dir) / "spark"
     jars = sorted(str(p) for p in directory.glob("*.jar"))
     if not jars:
         raise RuntimeError(

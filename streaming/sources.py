@@ -20,12 +20,15 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from detectors.codec import DecodeError, decode_key, decode_value
-from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
+from detectors.contract import (
+    COORDINATOR_LOG_POSITION_TYPE,
+    SNAPSHOT_TYPE,
+    TRANSACTION_LOG_TOPIC,
+    TYPE_HEADER,
+)
 from detectors.models import SCHEMA_VERSION, CoordinatorState
+from detectors.tracking import run_ends
 from streaming.schemas import COORDINATOR_RECORD_SCHEMA, PARTITION_SNAPSHOT_SCHEMA
-
-SNAPSHOT_TYPE = "partition-snapshot"
-TYPE_HEADER = "txnwatch.type"
 
 # CoordinatorLogPosition, as far as Spark checks it (JSON object keys are strings; stage 2 reads the raw JSON).
 POSITION_SCHEMA = T.StructType(
@@ -149,7 +152,7 @@ def parse_snapshots(raw: DataFrame) -> DataFrame:
     """Kafka rows → one row per message: `snapshot` struct (PartitionSnapshot), `position` struct
     (CoordinatorLogPosition) and `problem` (null if good).
 
-    Sweep summaries (header txnwatch.type=broker-sweep-summary) are dropped here. Positions stay: the reconcile
+    Sweep summaries (`detectors.contract.SUMMARY_TYPE`) are dropped here. Positions stay: the reconcile
     query reads them from the same scan (a second read of the topic would fetch every snapshot twice).
     """
     typed = raw.withColumn("record_type", _header(TYPE_HEADER)).where(
@@ -271,7 +274,10 @@ _DECODED_FIELDS = (
 
 
 def _decode_fields(key: bytes | None, value: bytes | None, ts_ms: int) -> tuple[Any, ...]:
-    """One `__transaction_state` record → the values of _DECODED_FIELDS (raises DecodeError or ValueError)."""
+    """One `__transaction_state` record → the values of _DECODED_FIELDS (raises DecodeError or ValueError).
+
+    `CoordinatorRecord.from_log_value` without pydantic, for the hot path (tests/unit/test_reconcile.py holds
+    the two equal)."""
     if key is None:
         raise DecodeError("record has no key")
     transactional_id = decode_key(key).transactional_id
@@ -287,37 +293,12 @@ def _decode_fields(key: bytes | None, value: bytes | None, ts_ms: int) -> tuple[
         v.client_transaction_version,
         v.transaction_timeout_ms,
         CoordinatorState.from_status(int(v.status)).value,
+        # sorted by topic, then partition, as CoordinatorRecord.from_log_value does (Kafka lists each topic once)
         [{"topic": t, "partition": p} for t, ids in sorted(v.partitions or ()) for p in sorted(ids)],
         v.last_update_timestamp_ms,
         v.start_timestamp_ms,
         False,
     )
-
-
-def run_ends(transactional_ids: list[Any], producer_ids: list[Any], tombstones: list[Any]) -> list[bool]:
-    """Which records (in log order) stage 1 needs: the first and the last of each run of records of one
-    transactional id with one producer id, every tombstone, and every row that did not decode (id None).
-
-    Stage 1 (`streaming.reconcile.advance_owners`) reads a run's first record (does it name the previous
-    owner?) and its last (the new owner's view); the ones between are overwritten. A lifecycle (Ongoing,
-    PrepareCommit, CompleteCommit, ... ) of one producer keeps 2 rows however many transactions it made.
-    """
-    keep = [True] * len(transactional_ids)
-    run: dict[str, tuple[int, int, int]] = {}  # transactional id -> (producer id, first index, last index)
-    for i, (tid, pid, tombstone) in enumerate(zip(transactional_ids, producer_ids, tombstones, strict=True)):
-        if tid is None:
-            continue
-        if tombstone:
-            run.pop(tid, None)
-            continue
-        current = run.get(tid)
-        if current is not None and current[0] == pid:
-            if current[2] != current[1]:
-                keep[current[2]] = False  # a middle record of the run
-            run[tid] = (pid, current[1], i)
-        else:
-            run[tid] = (pid, i, i)
-    return keep
 
 
 def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> Iterator[pa.RecordBatch]:
@@ -343,7 +324,7 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
                 errors.append(None)
             except (DecodeError, ValueError) as exc:
                 fields = (None,) * len(_DECODED_FIELDS)
-                errors.append(f"undecodable __transaction_state record: {exc}")
+                errors.append(f"undecodable {TRANSACTION_LOG_TOPIC} record: {exc}")
             for column, item in zip(decoded, fields, strict=True):
                 column.append(item)
         bad = pa.array([e is not None for e in errors], pa.bool_())

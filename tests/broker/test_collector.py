@@ -31,11 +31,11 @@ from prometheus_client import generate_latest
 from workloads import run_workload, start_workload
 
 from admin.client import connect_admin, producer_for
-from admin.collector import ClusterView, Collector, SweepResult
+from admin.collector import Collector
 from admin.coordinator import CoordinatorPoller
 from admin.metrics import CollectorMetrics, RequestLog
 from admin.publish import KafkaSink, Publisher, ensure_topics
-from admin.settings import CollectorSettings, OutputTopicSettings
+from admin.seams import ClusterView, SweepResult
 from admin.wire import KafkaWire
 from detectors.codec import DecodeError, TxnStatus, decode_key, decode_value
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
@@ -45,7 +45,7 @@ from detectors.models import (
     CoordinatorState,
     PartitionSnapshot,
 )
-from detectors.settings import KafkaSettings
+from detectors.settings import CollectorSettings, KafkaSettings, OutputTopicSettings
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster
 from dev.workload import ensure_topics as ensure_workload_topics
 from dev.workload import raw_transactional_produce

@@ -1,5 +1,5 @@
-"""`txnwatch inspect` against the real broker: a hanging orphan and a healthy open transaction side by side,
-and the live decoded `__transaction_state` of a real transaction."""
+"""`txnwatch inspect` against the real broker: a hanging orphan and a healthy open transaction side by side, each
+with the rules' verdict, and the live decoded `__transaction_state` of a real transaction."""
 
 from __future__ import annotations
 
@@ -58,12 +58,17 @@ def test_inspect_partition_of_a_hanging_orphan(bootstrap: str, unique: str) -> N
     c = t["coordinator"]
     assert c["transactional_id"] == h["transactional_id"]
     assert c["state"] == "CompleteCommit" and c["partition_listed"] is False
-    assert "CompleteCommit" in t["note"]
+    # The verdict is rules.classify's on the DescribeTransactions view: not shown current, and without the time
+    # the coordinator completed, so "completed before the report" is not proven here: never HANGING.
+    verdict = t["verdict"]
+    assert verdict["kind"] in ("OPEN", "LATE") and verdict["evidence"]["view_current_as_of_ms"] is None
+    assert t["note"] == verdict["explanation"] and "CompleteCommit" in t["note"]
 
-    table = inspect(bootstrap, "partition", *where)
+    table = inspect(bootstrap, "partition", *where, "--output", "table")  # not a terminal: JSON by default
     assert table.returncode == 0, table.stderr
     assert f"{h['topic']}-{h['partition']}  leader 1  LSO {h['start_offset']}" in table.stdout
     assert h["transactional_id"] in table.stdout and "CompleteCommit" in table.stdout
+    assert "Verdict" in table.stdout and "shows as UNCONFIRMED" in table.stdout
 
     # Leave the shared broker clean: abort the orphan (WriteTxnMarkers, coordinator epoch 0).
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -98,7 +103,7 @@ def test_inspect_partition_of_a_healthy_open_transaction(bootstrap: str, unique:
         ]
         assert t["start_offset"] == md.offset and t["start_timestamp_ms"] == md.timestamp
         assert t["coordinator"]["state"] == "Ongoing" and t["coordinator"]["partition_listed"] is True
-        assert "its marker will come" in t["note"]
+        assert t["verdict"]["kind"] == "OPEN" and "lists the partition" in t["note"]
     finally:
         producer.commit_transaction()
         producer.close()
@@ -143,7 +148,15 @@ def test_coordinator_log_decodes_a_real_transaction(bootstrap: str, unique: str)
     assert all(r["origin"] == "transaction-log" and r["source_offset"] >= 0 for r in records)
 
     table = inspect(
-        bootstrap, "coordinator-log", "--from-beginning", "--max-records", "3", "--timeout-ms", "3000"
+        bootstrap,
+        "coordinator-log",
+        "--from-beginning",
+        "--max-records",
+        "3",
+        "--timeout-ms",
+        "3000",
+        "--output",
+        "table",  # not a terminal: JSON by default
     )
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()

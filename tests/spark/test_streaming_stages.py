@@ -24,9 +24,9 @@ from detectors.models import (
     PartitionSnapshot,
     TopicPartition,
 )
+from detectors.tracking import ReconcileConfig
 from streaming import sources
-from streaming.job import reconcile_events
-from streaming.reconcile import ReconcileConfig
+from streaming.reconcile import reconcile_events
 from streaming.schemas import COORDINATOR_RECORD_SCHEMA, PARTITION_SNAPSHOT_SCHEMA
 from streaming.windows import window_metrics
 

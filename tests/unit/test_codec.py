@@ -646,14 +646,19 @@ ORACLE_TAGS = unknown_tags(st.binary(max_size=6)).map(
     unknown_tags(),
 )
 ORACLE_SETTINGS = NO_DEADLINE
+# The oracle reads Kafka's own schemas from the broker jar: `make test` runs it, `make test-unit` (no jars) leaves
+# it out by this mark.
+JARS = pytest.mark.jars
 
 
+@JARS
 @ORACLE_SETTINGS
 @given(txn_values(tags=ORACLE_TAGS))
 def test_oracle_decodes_our_encoding_the_same(value: TxnLogValue) -> None:
     assert from_oracle(oracle()[1].decode(encode_value(value))) == value
 
 
+@JARS
 @ORACLE_SETTINGS
 @given(txn_values(tags=ORACLE_TAGS.map(lambda tags: tuple(t for t in tags if t[0] == 3))))
 def test_oracle_encodes_the_same_bytes(value: TxnLogValue) -> None:
@@ -665,6 +670,7 @@ def test_oracle_encodes_the_same_bytes(value: TxnLogValue) -> None:
     assert decode_value(encoded) == value
 
 
+@JARS
 @ORACLE_SETTINGS
 @given(txn_values(tags=ORACLE_TAGS), st.data())
 def test_oracle_agrees_whenever_we_accept_mutated_bytes(value: TxnLogValue, data: st.DataObject) -> None:
@@ -683,6 +689,7 @@ def test_oracle_agrees_whenever_we_accept_mutated_bytes(value: TxnLogValue, data
         assert from_oracle(theirs) == ours
 
 
+@JARS
 @ORACLE_SETTINGS
 @given(st.text(UTF8_CHARS, max_size=50))
 def test_oracle_key(transactional_id: str) -> None:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
 
 import pytest
-from test_collector_fakes import T0, FakeCluster, FakeCoordinators, description, producer, start_batch
+from collector_fakes import T0, FakeCluster, FakeCoordinators, description, producer, start_batch
 
 import txnwatch_cli
-from admin.cli import _stop_on_signals, collector_settings, render_sweep
-from admin.collector import Collector, FetchFailure, Offsets
+from admin.cli import COLLECT_FLAGS, _stop_on_signals, render_sweep
+from admin.collector import Collector
+from admin.coordinator import record_from_description
 from admin.inspect import (
+    VIEW_NOTE,
     decode_entry,
     duration,
     entry_json,
@@ -24,9 +28,12 @@ from admin.inspect import (
     render_partition,
     transaction_log_partition,
 )
-from admin.settings import CollectorEnvironment, CollectorSettings
+from admin.seams import FetchFailure, Offsets
+from detectors.cli_options import settings_from
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
-from detectors.models import CoordinatorState
+from detectors.models import CoordinatorState, DetectionLimits, HangingReason, VerdictKind, WithheldReason
+from detectors.rules import classify
+from detectors.settings import CollectorSettings, Settings
 
 pytestmark = pytest.mark.unit
 
@@ -36,6 +43,11 @@ def parse(*argv: str) -> object:
 
 
 # ------------------------------------------------------------------------------------------- parsing
+
+
+def collector_section(*argv: str, environment: Settings | None = None) -> CollectorSettings:
+    settings, _ = settings_from(parse(*argv), flags=COLLECT_FLAGS, environment=environment or Settings())  # type: ignore[arg-type]
+    return settings.collector
 
 
 def test_collect_arguments() -> None:
@@ -56,7 +68,17 @@ def test_collect_arguments() -> None:
         "--once",
     )
     assert args.func.__name__ == "cmd_collect"  # type: ignore[attr-defined]
-    cs = collector_settings(args, CollectorSettings())  # type: ignore[arg-type]
+    cs = collector_section(
+        "collect",
+        "--interval",
+        "2.5",
+        "--coordinator-source",
+        "describe",
+        "--topic-partitions",
+        "12",
+        "--topic-cleanup-policy",
+        "compact",
+    )
     assert (cs.interval_s, cs.coordinator_source) == (2.5, "describe")
     assert cs.producer_state_topic.partitions == cs.coordinator_state_topic.partitions == 12
     assert cs.producer_state_topic.cleanup_policy == "compact"
@@ -64,18 +86,19 @@ def test_collect_arguments() -> None:
 
 
 def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The names admin/settings.CollectorEnvironment read, now the `collector` section of the one Settings.
     monkeypatch.setenv("TXNWATCH_COLLECTOR__INTERVAL_S", "30")
     monkeypatch.setenv("TXNWATCH_COLLECTOR__METRICS_PORT", "9999")
     monkeypatch.setenv("TXNWATCH_COLLECTOR__PRODUCER_STATE_TOPIC__PARTITIONS", "3")
-    env = CollectorEnvironment().collector
+    env = Settings().collector
     assert (env.interval_s, env.metrics_port, env.producer_state_topic.partitions) == (30, 9999, 3)
-    cs = collector_settings(parse("collect", "--interval", "5"), env)  # type: ignore[arg-type]
-    assert (cs.interval_s, cs.metrics_port) == (5, 9999)
+    cs = collector_section("collect", "--interval", "5", environment=Settings())
+    assert (cs.interval_s, cs.metrics_port, cs.producer_state_topic.partitions) == (5, 9999, 3)
 
 
 def test_invalid_flag_values_are_rejected() -> None:
     with pytest.raises(ValueError, match="describe_batch_size"):
-        collector_settings(parse("collect", "--describe-batch-size", "501"), CollectorSettings())  # type: ignore[arg-type]
+        collector_section("collect", "--describe-batch-size", "501")
 
 
 def test_inspect_arguments() -> None:
@@ -149,16 +172,95 @@ def test_inspect_partition_joins_leader_and_coordinator_views() -> None:
     t1, t2, t3 = report.transactions
     assert t1.txn.start_timestamp_ms == T0 and t1.age_ms == 120_000
     assert t1.coordinator.transactional_id == "tx-1" and t1.coordinator.partition_listed is False
-    assert "does not include orders-0" in t1.note and "find-hanging: hanging" in t1.note
-    assert t2.coordinator.transactional_id is None and "no transactional id owns" in t2.note
-    assert t3.coordinator.partition_listed and "its marker will come" in t3.note
+    assert t2.coordinator.transactional_id is None and t2.coordinator.error is None
+    assert t3.coordinator.partition_listed
     assert t3.start_batch_error == "X" and t3.age_ms == 120_000 - 1_000  # LastTimestamp stands in
     assert fake.list_calls[-1]["producer_ids"] == [1000, 2, 3]
+    # The verdicts are rules.classify's. DescribeTransactions is not a view shown current, so a HANGING rule
+    # that holds (find-hanging's, and no owner at all) is withheld: UNCONFIRMED, never HANGING.
+    assert t1.verdict is not None and t2.verdict is not None and t3.verdict is not None
+    assert (t1.verdict.kind, t1.verdict.reason, t1.verdict.withheld) == (
+        VerdictKind.UNCONFIRMED,
+        HangingReason.PARTITION_NOT_IN_TRANSACTION,
+        WithheldReason.COORDINATOR_VIEW_BEHIND,
+    )
+    assert (t2.verdict.kind, t2.verdict.reason) == (
+        VerdictKind.UNCONFIRMED,
+        HangingReason.NO_COORDINATOR_STATE,
+    )
+    # tx-3 lists the partition but began 2 minutes ago with a 1-minute timeout: the coordinator would be overdue,
+    # but inspect does not show its view current (docs/detection.md section 4), so it is only LATE.
+    assert t3.verdict.kind is VerdictKind.LATE and t3.verdict.reason is None
+    assert all(t.note == t.verdict.explanation for t in (t1, t2, t3) if t.verdict is not None)
+    assert "does not list the partition" in t1.note and "no transactional id owns producer 2" in t2.note
+    assert all(t.verdict.evidence.view_current_as_of_ms is None for t in (t1, t2, t3) if t.verdict)
     out = report.as_json()
     assert out["lso_lag"] == 50 and out["open_transactions"][0]["coordinator"]["state"] == "Ongoing"
+    assert [t["verdict"]["kind"] for t in out["open_transactions"]] == [
+        "UNCONFIRMED",
+        "UNCONFIRMED",
+        "LATE",
+    ]
+    json.dumps(out)
     text = render_partition(report)
     assert "orders-0  leader 1  LSO 100  HW 150  LSO lag 50" in text
     assert "tx-1" in text and "tx-3" in text
+    assert "UNCONFIRMED (partition-not-in-transaction)" in text and "LATE" in text
+    assert text.splitlines()[1].split()[-2:] == ["Verdict", "Note"]
+    assert text.endswith(VIEW_NOTE) and "HANGING rule that holds shows as UNCONFIRMED" in VIEW_NOTE
+
+
+def test_inspect_partition_verdict_is_classify_on_the_described_record() -> None:
+    fake = FakeBoth(
+        leaders={("orders", 0): 1},
+        producers={("orders", 0): [producer()]},
+        starts={(("orders", 0), 100): start_batch()},
+        descriptions={"tx-1": description(state="CompleteCommit", partitions=())},
+    )
+    now = T0 + 600_000
+    limits = DetectionLimits(grace_ms=1_000)
+    report = inspect_partition(fake, "orders", 0, limits=limits, clock_ms=lambda: now)
+    (t,) = report.transactions
+    record = record_from_description(fake.descriptions["tx-1"], seen_at_ms=now)
+    assert t.verdict == classify(t.txn, report, record, now_ms=now, limits=limits, view_current_ms=None)
+    # When the coordinator last changed is not in DescribeTransactions: it counts as seen now, so "completed
+    # before the report" cannot be proven here; the transaction is judged on its age only (10 min > 1 min).
+    assert t.verdict is not None and t.verdict.kind is VerdictKind.LATE
+    assert t.verdict.evidence.coordinator is not None
+    assert t.verdict.evidence.coordinator.last_update_timestamp_ms == now
+
+
+def test_inspect_partition_without_a_coordinator_view_gives_no_verdict() -> None:
+    fake = FakeBoth(
+        leaders={("orders", 0): 1},
+        producers={("orders", 0): [producer(), producer(producer_id=2, current_txn_start_offset=120)]},
+        descriptions={"tx-1": description()},
+        describe_errors={"tx-1": "COORDINATOR_LOAD_IN_PROGRESS"},
+        failed={2: "BROKER_UNREACHABLE"},
+    )
+    t1, t2 = inspect_partition(fake, "orders", 0).transactions
+    assert t1.verdict is None and t2.verdict is None
+    assert t1.note.startswith("coordinator view unavailable: DescribeTransactions for tx-1 failed")
+    assert t2.note == "coordinator view unavailable: ListTransactions failed on broker 2: BROKER_UNREACHABLE"
+    row = render_partition(inspect_partition(fake, "orders", 0)).splitlines()[2]
+    assert re.search(r"  -\s+coordinator view unavailable: DescribeTransactions for tx-1", row)
+
+
+def test_inspect_partition_asks_the_new_leader_after_not_leader() -> None:
+    pauses: list[float] = []
+    fake = FakeBoth(leaders={("orders", 0): 1}, not_leader_once={("orders", 0)})
+    report = inspect_partition(fake, "orders", 0, sleep=pauses.append)
+    assert report.transactions == [] and pauses == [0.3] and sum(fake.describe_requests.values()) == 2
+
+
+def test_inspect_partition_gives_up_on_a_leader_that_keeps_moving() -> None:
+    from admin.client import AdminError
+
+    pauses: list[float] = []
+    fake = FakeBoth(leaders={("orders", 0): 1}, partition_errors={("orders", 0): "NOT_LEADER_OR_FOLLOWER"})
+    with pytest.raises(AdminError, match="NOT_LEADER_OR_FOLLOWER"):
+        inspect_partition(fake, "orders", 0, sleep=pauses.append)
+    assert pauses == [0.3, 0.3] and sum(fake.describe_requests.values()) == 3
 
 
 def test_inspect_partition_without_open_transactions() -> None:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import kafka.errors as Errors
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from admin.client import (
     KIP_664_MESSAGE,
-    AdminError,
     client_kwargs,
     code_name,
     error_name,
     explain,
     missing_acl,
-    resolve_kafka_settings,
 )
 from detectors.settings import KafkaSettings
 
@@ -106,41 +102,6 @@ def test_code_name() -> None:
     assert code_name(0) is None
     assert code_name(6) == "NOT_LEADER_OR_FOLLOWER"
     assert code_name(29) == "TOPIC_AUTHORIZATION_FAILED"
-
-
-def test_bootstrap_server_wins_over_the_environment() -> None:
-    base = KafkaSettings(bootstrap_servers="env:9092", client_id="me")
-    got = resolve_kafka_settings(base, bootstrap_server="cli:9092")
-    assert got.bootstrap_servers == "cli:9092" and got.client_id == "me"
-    assert resolve_kafka_settings(base) is base
-
-
-def test_command_config_sasl_ssl(tmp_path: Path) -> None:
-    props = tmp_path / "client.properties"
-    props.write_text(
-        "bootstrap.servers=file:9093\n"
-        "security.protocol=SASL_SSL\n"
-        "sasl.mechanism=SCRAM-SHA-512\n"
-        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="u" '
-        'password="p";\n'
-        "ssl.truststore.location=/etc/ca.pem\n"
-        "ssl.truststore.type=PEM\n"
-    )
-    got = resolve_kafka_settings(KafkaSettings(), bootstrap_server="cli:9093", command_config=props)
-    kwargs = got.client_kwargs()
-    assert kwargs["bootstrap_servers"] == "cli:9093"  # --bootstrap-server wins over the file
-    assert (kwargs["security_protocol"], kwargs["sasl_mechanism"]) == ("SASL_SSL", "SCRAM-SHA-512")
-    assert (kwargs["sasl_plain_username"], kwargs["sasl_plain_password"]) == ("u", "p")
-    assert kwargs["ssl_cafile"] == "/etc/ca.pem"
-
-
-def test_command_config_problems_are_admin_errors(tmp_path: Path) -> None:
-    with pytest.raises(AdminError, match="No such file"):
-        resolve_kafka_settings(KafkaSettings(), command_config=tmp_path / "missing.properties")
-    jks = tmp_path / "jks.properties"
-    jks.write_text("ssl.truststore.location=/etc/truststore.jks\n")
-    with pytest.raises(AdminError, match="kafka-python cannot read"):
-        resolve_kafka_settings(KafkaSettings(), command_config=jks)
 
 
 @pytest.mark.parametrize("client", [KafkaAdminClient, KafkaProducer, KafkaConsumer])

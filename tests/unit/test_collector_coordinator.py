@@ -7,19 +7,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from test_collector_fakes import T0, FakeCluster, FakeCoordinators, description
+from collector_fakes import T0, FakeCluster, FakeCoordinators, description
 
 from admin.cli import publish_coordinator_poll
 from admin.client import AdminError
-from admin.collector import TP, EndOffset
 from admin.coordinator import (
     ACTIVE_STATES,
     CoordinatorPoller,
-    ListingResult,
     record_from_description,
     tombstone,
 )
 from admin.publish import OutRecord, Publisher
+from admin.seams import TP, EndOffset, ListingResult
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
     CoordinatorLogPosition,

@@ -8,12 +8,12 @@ from typing import Any, NamedTuple
 
 import kafka.errors as Errors
 import pytest
+from collector_fakes import FakeCluster, producer, start_batch
 from kafka.structs import TopicPartition as KafkaTP
 from prometheus_client import generate_latest
-from test_collector_fakes import FakeCluster, producer, start_batch
 
 from admin.client import AdminError
-from admin.collector import Collector, SweepResult
+from admin.collector import Collector
 from admin.coordinator import tombstone
 from admin.metrics import CollectorMetrics
 from admin.publish import (
@@ -24,13 +24,14 @@ from admin.publish import (
     restore_open_partitions,
     sweep_records,
 )
-from admin.settings import CollectorSettings, OutputTopicSettings
+from admin.seams import SweepResult
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
     BrokerSweepSummary,
     CoordinatorLogPosition,
     PartitionSnapshot,
 )
+from detectors.settings import CollectorSettings, OutputTopicSettings
 
 pytestmark = pytest.mark.unit
 

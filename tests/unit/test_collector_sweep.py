@@ -8,12 +8,13 @@ import threading
 from typing import Any
 
 import pytest
+from collector_fakes import T0, FakeCluster, producer, start_batch
 from prometheus_client import generate_latest
-from test_collector_fakes import T0, FakeCluster, producer, start_batch
 
-from admin.collector import BrokerTimeout, Collector, FetchFailure, Offsets, SweepResult, chunks, run
+from admin.collector import Collector, chunks, run
 from admin.metrics import CollectorMetrics
-from admin.settings import CollectorSettings
+from admin.seams import BrokerTimeout, FetchFailure, Offsets, SweepResult
+from detectors.settings import CollectorSettings
 
 pytestmark = pytest.mark.unit
 

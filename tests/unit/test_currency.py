@@ -206,11 +206,19 @@ def test_judge_proves_as_of_an_earlier_report_when_the_view_lags_the_newest() ->
     assert (d.kind, d.reason) == (K.UNCONFIRMED, R.NO_COORDINATOR_STATE)
 
 
-def test_judge_leaves_non_hanging_verdicts_alone() -> None:
-    owning = coord_facts(coord(partitions=(), state=CoordinatorState.PREPARE_COMMIT))
-    t = TxnFacts("orders", 0, PID, 5, T0 - 200, T0 + MINUTE, 900_000, None)
-    listed = owning._replace(partitions=frozenset({("orders", 0)}))
-    assert judge(t, listed, T0 + MINUTE, LIMITS, view_current_ms=None).kind is K.STUCK_PREPARE
+def test_alerts_on_the_view_wait_for_it_too() -> None:
+    """A Prepare record listing the partition, a minute old: STUCK_PREPARE on a current view; on a stale one it
+    may be an earlier transaction's record (the open one is newer), so LATE/OPEN until current."""
+    prepare = coord_facts(coord(state=CoordinatorState.PREPARE_COMMIT, last_update_timestamp_ms=T0))
+    t = TxnFacts("orders", 0, PID, 5, T0 + 2 * SECOND, T0 + MINUTE, 900_000, T0 + 3 * SECOND)
+    assert judge(t, prepare, T0 + MINUTE, LIMITS, view_current_ms=T0 + MINUTE).kind is K.STUCK_PREPARE
+    assert judge(t, prepare, T0 + MINUTE, LIMITS, view_current_ms=None).kind is K.OPEN
+    assert judge(t, prepare, T0 + MINUTE, LIMITS, view_current_ms=T0 + 20 * SECOND).kind is K.STUCK_PREPARE
+    overdue = coord_facts(coord(start_timestamp_ms=T0 - 5 * MINUTE, transaction_timeout_ms=60_000))
+    assert judge(t, overdue, T0 + MINUTE, LIMITS, view_current_ms=T0 + MINUTE).kind is K.COORDINATOR_OVERDUE
+    assert judge(t, overdue, T0 + MINUTE, LIMITS, view_current_ms=T0 + SECOND).kind is K.OPEN
+    late_t = t._replace(open_since_ms=T0 - 20 * MINUTE)
+    assert judge(late_t, overdue, T0 + MINUTE, LIMITS, view_current_ms=None).kind is K.LATE
 
 
 def test_classify_explains_a_withheld_verdict() -> None:
@@ -229,7 +237,7 @@ def test_classify_explains_a_withheld_verdict() -> None:
     assert "current only as of" in v.explanation and "40s before the report" in v.explanation
     assert v.evidence.view_current_as_of_ms == T0 + 20 * SECOND
     unmeasured = classify(txn, snap, view, now_ms=T0 + MINUTE, limits=LIMITS, view_current_ms=None)
-    assert "not yet shown current" in unmeasured.explanation
+    assert "not shown current" in unmeasured.explanation
     proven = classify(txn, snap, view, now_ms=T0 + MINUTE, limits=LIMITS, view_current_ms=T0 + MINUTE)
     assert proven.kind is K.HANGING and proven.evidence.judged_as_of_ms == T0 + MINUTE
 
@@ -336,7 +344,9 @@ def test_a_transaction_the_coordinator_owns_is_never_hanging_whatever_the_lag(
     t = TxnFacts(topic, partition, PID, txn.epoch, first_batch, observed, 900_000, first_seen)
     now = observed + pick.draw(st.integers(0, 10_000))
     d = judge(t, c, now, LIMITS, view_current_ms=current)
-    assert d.kind is not K.HANGING, (d, c, t, current)
+    # Never HANGING; and never STUCK_PREPARE, which this history cannot have (every marker lands within 2 s of
+    # its Prepare, inside the grace): on a stale view it would be an earlier transaction's Prepare record.
+    assert d.kind not in (K.HANGING, K.STUCK_PREPARE), (d, c, t, current)
 
 
 @settings(max_examples=200, deadline=None)

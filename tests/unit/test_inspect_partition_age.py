@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass
 
 import pytest
-from test_collector_fakes import T0, FakeCluster, FakeCoordinators, producer, start_batch
+from collector_fakes import T0, FakeCluster, FakeCoordinators, producer, start_batch
 
-from admin.collector import FetchFailure, Offsets
 from admin.inspect import inspect_partition, render_partition
+from admin.seams import FetchFailure, Offsets
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,5 @@
-"""detectors/ stays pure: no I/O or framework imports and no clock (STYLE.md section 1)."""
+"""The house's walls (STYLE.md section 1): detectors/ stays pure (no I/O or framework imports, no clock), admin/
+and streaming/ never import each other, and detectors/ imports neither."""
 
 from __future__ import annotations
 
@@ -100,3 +101,118 @@ def test_detectors_module_is_pure(path: Path) -> None:
 )
 def test_the_guard_catches_what_it_should(source: str, expected: list[str]) -> None:
     assert [v.split(":", 1)[1] for v in _violations(source, "x.py")] == expected
+
+
+# ----------------------------------------------------------------------------------------------- rooms
+
+ROOT = DETECTORS.parent
+# Each room and the rooms it must never import: admin/ and streaming/ stand side by side on detectors/, which
+# imports neither (STYLE.md section 1; txnwatch_cli.py alone knows both).
+ROOMS: dict[str, frozenset[str]] = {
+    "admin": frozenset({"streaming"}),
+    "streaming": frozenset({"admin"}),
+    "detectors": frozenset({"admin", "streaming"}),
+}
+IMPORT_FUNCTIONS = frozenset({"import_module", "__import__"})
+
+
+def _imported_modules(source: str, filename: str, package: str) -> list[str]:
+    """Every module a file imports: `import x`, `from x import y`, relative imports resolved against `package`,
+    and `importlib.import_module("x")` / `__import__("x")` with a literal name, wherever they stand."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = parts[: len(parts) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            # `from . import streaming` at the top level names a module too.
+            found += [module] + [f"{module}.{a.name}" for a in node.names if not node.module]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in IMPORT_FUNCTIONS and isinstance(node.args[0].value, str):
+                found.append(node.args[0].value)
+    return found
+
+
+def _room_violations(source: str, filename: str, package: str) -> list[str]:
+    forbidden = ROOMS[package.split(".")[0]]
+    return [
+        f"{filename}: imports {m}"
+        for m in _imported_modules(source, filename, package)
+        if m.split(".")[0] in forbidden
+    ]
+
+
+def room_files() -> list[tuple[str, Path]]:
+    files = [(room, path) for room in ROOMS for path in sorted((ROOT / room).rglob("*.py"))]
+    for room in ROOMS:
+        assert any(r == room for r, _ in files), f"no modules under {ROOT / room}"
+    return files
+
+
+@pytest.mark.parametrize(("room", "path"), room_files(), ids=lambda x: x if isinstance(x, str) else x.name)
+def test_rooms_never_import_each_other(room: str, path: Path) -> None:
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    assert _room_violations(path.read_text(encoding="utf-8"), path.name, package) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "package", "expected"),
+    [
+        pytest.param("import streaming.job", "admin", ["x.py: imports streaming.job"], id="import"),
+        pytest.param("from streaming import job", "admin", ["x.py: imports streaming"], id="from-import"),
+        pytest.param(
+            "def f():\n    from admin.client import connect_admin",
+            "streaming",
+            ["x.py: imports admin.client"],
+            id="lazy-import-inside-a-function",
+        ),
+        pytest.param("from ..admin import cli", "streaming", ["x.py: imports admin"], id="relative-import"),
+        pytest.param(
+            "import importlib\nimportlib.import_module('streaming.cli')",
+            "admin",
+            ["x.py: imports streaming.cli"],
+            id="import-module-by-name",
+        ),
+        pytest.param(
+            "from admin.x import y", "detectors", ["x.py: imports admin.x"], id="detectors-imports-no-room"
+        ),
+        pytest.param("from detectors.settings import Settings", "admin", [], id="detectors-is-for-everyone"),
+        pytest.param("from . import seams", "admin", [], id="own-room-relative"),
+        pytest.param("import streamingish", "admin", [], id="a-name-that-only-starts-alike"),
+    ],
+)
+def test_the_room_guard_catches_what_it_should(source: str, package: str, expected: list[str]) -> None:
+    assert _room_violations(source, "x.py", package) == expected
+
+
+# ----------------------------------------------------------------------------------------- no asserts
+
+
+def _asserts(source: str, filename: str) -> list[str]:
+    return [
+        f"{filename}:{n.lineno}"
+        for n in ast.walk(ast.parse(source, filename=filename))
+        if isinstance(n, ast.Assert)
+    ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for _, p in room_files()] + [ROOT / "txnwatch_cli.py"],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_no_assert_in_the_rooms(path: Path) -> None:
+    # `python -O` strips assert statements: a check the program relies on must be an explicit `if` (issue 10
+    # found `assert publisher is not None` in admin/cli.py). Tests assert; the rooms do not.
+    assert _asserts(path.read_text(encoding="utf-8"), path.name) == []
+
+
+def test_the_assert_guard_sees_asserts_anywhere() -> None:
+    assert _asserts("def f(x):\n    if x:\n        assert x is not None, 'y'\n", "x.py") == ["x.py:3"]

@@ -1,21 +1,23 @@
-"""Settings from the environment, and the client.properties (--command-config) parser."""
+"""The one Settings object: its sections, the environment (`TXNWATCH_*`, nested with `__`, and the names older than
+the `stream` section), and `overlay` (how flags are laid over it)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr, ValidationError
+from test_client_properties import SCRAM_SSL
 
 from detectors.settings import (
-    ClientPropertiesError,
+    CollectorSettings,
     KafkaSettings,
     Settings,
+    StreamSettings,
+    TopicSettings,
     kafka_settings_from_properties,
-    parse_client_properties,
-    parse_jaas_config,
-    parse_properties,
+    overlay,
 )
 
 pytestmark = pytest.mark.unit
@@ -45,6 +47,19 @@ def test_defaults() -> None:
         "txnwatch.abort-candidates",
         "txnwatch.audit",
         "txnwatch.dead-letter",
+    )
+    assert (s.output, s.log_level) == ("auto", None)
+    assert s.collector == CollectorSettings() and s.collector.interval_s == 10.0
+    assert s.stream == StreamSettings()
+    assert (s.stream.checkpoint_location, s.stream.master, s.stream.trigger) == (
+        "txnwatch-checkpoints",
+        "local[*]",
+        "5 seconds",
+    )
+    assert (s.stream.transaction_log_topic, s.stream.metrics_port, s.stream.jars_dir) == (
+        "__transaction_state",
+        9465,
+        None,
     )
 
 
@@ -110,210 +125,114 @@ def test_extra_client_settings_are_coerced() -> None:
     assert (kw["request_timeout_ms"], kw["api_version_auto_timeout_ms"], kw["x"]) == (5000, 100, True)
 
 
-# ------------------------------------------------------------------------------------- .properties syntax
-
-
-def test_java_properties_syntax() -> None:
-    text = "\n".join(
-        [
-            "# comment",
-            "! also a comment",
-            "   ",
-            "a=1",
-            "b : 2",
-            "c 3",
-            "d = value with # not a comment",
-            "e=first \\",
-            "   second",
-            "f\\=g=h",
-            "u=\\u0041\\tB",
-            "empty=",
-            "odd=ends with backslash \\\\",
-        ]
-    )
-    assert parse_properties(text) == {
-        "a": "1",
-        "b": "2",
-        "c": "3",
-        "d": "value with # not a comment",
-        "e": "first second",
-        "f=g": "h",
-        "u": "A\tB",
-        "empty": "",
-        "odd": "ends with backslash \\",
+def test_collector_and_stream_sections_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The collector's names are the ones admin/settings.CollectorEnvironment read before it folded into Settings.
+    env = {
+        "TXNWATCH_OUTPUT": "json",
+        "TXNWATCH_LOG_LEVEL": "DEBUG",
+        "TXNWATCH_COLLECTOR__INTERVAL_S": "30",
+        "TXNWATCH_COLLECTOR__METRICS_PORT": "0",
+        "TXNWATCH_COLLECTOR__PRODUCER_STATE_TOPIC__PARTITIONS": "3",
+        "TXNWATCH_STREAM__CHECKPOINT_LOCATION": "/var/lib/txnwatch/ck",
+        "TXNWATCH_STREAM__STATE_BUCKETS": "8",
+        "TXNWATCH_STREAM__COORDINATOR_SOURCE": "both",
+        "TXNWATCH_STREAM__MAX_OFFSETS_PER_TRIGGER": "1000",
+        "TXNWATCH_STREAM__JARS_DIR": "/opt/jars",
     }
-
-
-@pytest.mark.parametrize(
-    ("value", "module", "options"),
-    [
-        pytest.param(
-            'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";',
-            "org.apache.kafka.common.security.plain.PlainLoginModule",
-            {"username": "u", "password": "p"},
-            id="plain-quoted",
-        ),
-        pytest.param(
-            "org.apache.kafka.common.security.scram.ScramLoginModule required username=u password=p",
-            "org.apache.kafka.common.security.scram.ScramLoginModule",
-            {"username": "u", "password": "p"},
-            id="scram-bare-without-semicolon",
-        ),
-        pytest.param(
-            'x.Y required password="a \\"quoted\\" pass; word";',
-            "x.Y",
-            {"password": 'a "quoted" pass; word'},
-            id="escaped-quotes-and-semicolon-inside-quotes",
-        ),
-    ],
-)
-def test_jaas_config(value: str, module: str, options: dict[str, str]) -> None:
-    assert parse_jaas_config(value) == (module, options)
-
-
-# ----------------------------------------------------------------------------------- client.properties
-
-
-SCRAM_SSL = """
-bootstrap.servers=b1:9093,b2:9093
-security.protocol=SASL_SSL
-sasl.mechanism=SCRAM-SHA-512
-sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\
-    username="alice" \\
-    password="alice-secret";
-ssl.truststore.location=/etc/kafka/ca.pem
-ssl.truststore.type=PEM
-ssl.endpoint.identification.algorithm=
-request.timeout.ms=30000
-group.id=not-for-admin
-"""
-
-CASES: list[Any] = [
-    pytest.param(
-        SCRAM_SSL,
-        {
-            "bootstrap_servers": "b1:9093,b2:9093",
-            "security_protocol": "SASL_SSL",
-            "sasl_mechanism": "SCRAM-SHA-512",
-            "sasl_plain_username": "alice",
-            "sasl_plain_password": "alice-secret",
-            "ssl_cafile": "/etc/kafka/ca.pem",
-            "ssl_check_hostname": False,
-            "request_timeout_ms": 30000,
-        },
-        id="scram-over-ssl-with-pem-truststore-and-hostname-check-off",
-    ),
-    pytest.param(
-        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=bob password=pw;",
-        {
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
-            "sasl_plain_username": "bob",
-            "sasl_plain_password": "pw",
-        },
-        id="plain-credentials-map-to-sasl-plain-kwargs",
-    ),
-    pytest.param(
-        "security.protocol=SSL\nssl.truststore.location=/certs/ca.crt\n"
-        "ssl.keystore.location=/certs/client.pem\nssl.keystore.type=PEM\nssl.key.password=kp\n"
-        "ssl.endpoint.identification.algorithm=https",
-        {
-            "security_protocol": "SSL",
-            "ssl_cafile": "/certs/ca.crt",
-            "ssl_certfile": "/certs/client.pem",
-            "ssl_password": "kp",
-            "ssl_check_hostname": True,
-        },
-        id="mutual-tls-with-pem-stores",
-    ),
-    pytest.param(
-        "security.protocol=SSL\nssl.cafile=/certs/ca.pem\nssl.certfile=/certs/c.pem\nssl.keyfile=/certs/k.pem",
-        {
-            "security_protocol": "SSL",
-            "ssl_cafile": "/certs/ca.pem",
-            "ssl_certfile": "/certs/c.pem",
-            "ssl_keyfile": "/certs/k.pem",
-        },
-        id="kafka-python-pem-file-keys-are-accepted-too",
-    ),
-    pytest.param(
-        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=GSSAPI\nsasl.kerberos.service.name=kafka\n",
-        {
-            "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "GSSAPI",
-            "sasl_kerberos_service_name": "kafka",
-        },
-        id="kerberos-service-name",
-    ),
-]
-
-
-@pytest.mark.parametrize(("text", "kwargs"), CASES)
-def test_client_properties_to_kafka_python_kwargs(text: str, kwargs: dict[str, Any]) -> None:
-    assert parse_client_properties(text).kwargs == kwargs
-
-
-def test_unusable_keys_are_listed_not_silently_dropped() -> None:
-    ignored = parse_client_properties(SCRAM_SSL).ignored
-    assert ignored == ("group.id: unknown to txnwatch (dropped)",)
-
-
-def test_kerberos_keytab_options_are_reported() -> None:
-    text = (
-        "sasl.mechanism=GSSAPI\nsasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required "
-        'useKeyTab=true keyTab="/k.keytab" principal="tw@EX.COM" serviceName="kafka";'
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    s = Settings()
+    assert (s.output, s.log_level) == ("json", "DEBUG")
+    c = s.collector
+    assert (c.interval_s, c.metrics_port, c.producer_state_topic.partitions) == (30.0, 0, 3)
+    assert c.producer_state_topic.retention_ms == 86_400_000  # the rest of the section keeps its defaults
+    st = s.stream
+    assert (st.checkpoint_location, st.state_buckets, st.coordinator_source) == (
+        "/var/lib/txnwatch/ck",
+        8,
+        "both",
     )
-    parsed = parse_client_properties(text)
-    assert parsed.kwargs == {"sasl_mechanism": "GSSAPI", "sasl_kerberos_service_name": "kafka"}
-    assert [i.split(":")[0] for i in parsed.ignored] == [
-        "sasl.jaas.config keyTab",
-        "sasl.jaas.config principal",
-        "sasl.jaas.config useKeyTab",
-    ]
+    assert (st.max_offsets_per_trigger, st.jars_dir) == (1000, Path("/opt/jars"))
+
+
+def test_variables_older_than_the_stream_section_still_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Read by streaming/cli.py and streaming/session.py straight from os.environ before issue 10.
+    monkeypatch.setenv("TXNWATCH_CHECKPOINT_LOCATION", "/old/ck")
+    monkeypatch.setenv("TXNWATCH_JARS_DIR", "/old/jars")
+    monkeypatch.setenv("TXNWATCH_STREAM__TRIGGER", "1 second")  # merges with them, section by field
+    s = Settings()
+    assert (s.stream.checkpoint_location, s.stream.jars_dir, s.stream.trigger) == (
+        "/old/ck",
+        Path("/old/jars"),
+        "1 second",
+    )
+
+
+def test_the_sectioned_name_wins_over_the_old_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TXNWATCH_CHECKPOINT_LOCATION", "/old/ck")
+    monkeypatch.setenv("TXNWATCH_STREAM__CHECKPOINT_LOCATION", "/new/ck")
+    assert Settings().stream.checkpoint_location == "/new/ck"
+
+
+def test_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TXNWATCH_CHECKPOINT_LOCATION", "/old/ck")
+    monkeypatch.setenv("TXNWATCH_STREAM__TRIGGER", "1 second")
+    s = Settings(stream={"checkpoint_location": "/arg/ck"})  # type: ignore[arg-type]
+    assert (s.stream.checkpoint_location, s.stream.trigger) == ("/arg/ck", "1 second")
+
+
+def test_unrelated_txnwatch_variables_are_not_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The test suite's and the test bed's own variables share the prefix.
+    monkeypatch.setenv("TXNWATCH_TEST_BOOTSTRAP", "127.0.0.1:1")
+    monkeypatch.setenv("TXNWATCH_TESTBED_DIR", "/tmp/tb")
+    assert Settings() == Settings.model_validate({})
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("key", "value"),
     [
-        pytest.param(
-            "ssl.truststore.location=/etc/kafka/truststore.jks\nssl.truststore.password=changeit",
-            "give that file as ssl.cafile",
-            id="jks-truststore-tells-the-user-to-give-a-pem-cafile",
-        ),
-        pytest.param(
-            "ssl.truststore.location=/etc/kafka/ts.p12\nssl.truststore.type=PKCS12",
-            "PKCS12 store",
-            id="pkcs12-truststore",
-        ),
-        pytest.param(
-            "ssl.keystore.location=/etc/kafka/ks.jks\nssl.keystore.password=x",
-            "ssl.certfile and ssl.keyfile",
-            id="jks-keystore-tells-the-user-to-give-pem-files",
-        ),
-        pytest.param(
-            "ssl.truststore.certificates=-----BEGIN CERTIFICATE-----",
-            "cannot take inline PEM",
-            id="inline-pem",
-        ),
-        pytest.param("sasl.mechanism=OAUTHBEARER", "token provider", id="oauthbearer"),
-        pytest.param(
-            "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
-            "token provider",
-            id="oauthbearer-login-module",
-        ),
-        pytest.param(
-            "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=u;",
-            "without password",
-            id="plain-without-password",
-        ),
-        pytest.param("security.protocol=TLS", "is not one of", id="unknown-security-protocol"),
-        pytest.param("sasl.jaas.config=garbage", "cannot parse", id="unparseable-jaas"),
+        pytest.param("TXNWATCH_COLLECTOR__INTERVAL", "5", id="typo-in-the-collector-section"),
+        pytest.param("TXNWATCH_COLLECTOR__DESCRIBE_BATCH_SIZE", "501", id="above-kafkas-batch-limit"),
+        pytest.param("TXNWATCH_STREAM__STATE_BUCKETS", "0", id="no-buckets"),
+        pytest.param("TXNWATCH_STREAM__COORDINATOR_SOURCE", "kafka", id="unknown-coordinator-source"),
+        pytest.param("TXNWATCH_OUTPUT", "yaml", id="unknown-output"),
+        pytest.param("TXNWATCH_LOG_LEVEL", "LOUD", id="unknown-log-level"),
     ],
 )
-def test_settings_kafka_python_cannot_honour_fail_clearly(text: str, message: str) -> None:
-    with pytest.raises(ClientPropertiesError, match=message):
-        parse_client_properties(text)
+def test_invalid_sections_are_rejected(monkeypatch: pytest.MonkeyPatch, key: str, value: str) -> None:
+    monkeypatch.setenv(key, value)
+    with pytest.raises(ValidationError):
+        Settings()
+
+
+# ---------------------------------------------------------------------------------------------- overlay
+
+
+def test_overlay_merges_sections_field_by_field_and_validates() -> None:
+    base = Settings(cluster="c", collector=CollectorSettings(interval_s=30, metrics_port=0))
+    s = overlay(base, {"collector": {"interval_s": 5, "producer_state_topic": {"partitions": 12}}})
+    assert (s.cluster, s.collector.interval_s, s.collector.metrics_port) == ("c", 5, 0)
+    assert (s.collector.producer_state_topic.partitions, s.collector.producer_state_topic.retention_ms) == (
+        12,
+        86_400_000,
+    )
+    assert base.collector.interval_s == 30  # a new object; the base is untouched
+    with pytest.raises(ValidationError, match="describe_batch_size"):
+        overlay(base, {"collector": {"describe_batch_size": 501}})
+    with pytest.raises(ValidationError):
+        overlay(base, {"colector": {}})
+
+
+def test_overlay_does_not_read_the_environment_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = Settings()
+    monkeypatch.setenv("TXNWATCH_CLUSTER", "changed-since")
+    assert overlay(base, {"topics": TopicSettings(prefix="p")}).cluster == "default"
+
+
+def test_overlay_keeps_secrets_secret() -> None:
+    base = Settings(kafka=KafkaSettings(sasl_plain_password="s3cret"))  # type: ignore[arg-type]
+    s = overlay(base, {"kafka": {"bootstrap_servers": "b:9092"}})
+    assert s.kafka.client_kwargs()["sasl_plain_password"] == "s3cret" and "s3cret" not in repr(s)
 
 
 def test_kafka_settings_from_properties_with_bootstrap_override() -> None:

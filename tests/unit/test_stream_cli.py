@@ -1,5 +1,5 @@
-"""`txnwatch stream` before Spark starts: an unreachable cluster is one clear line, and the sessions it builds
-draw no console progress bars."""
+"""`txnwatch stream` before Spark starts: an unreachable cluster is one clear line, a malformed --conf is a usage
+error, its settings come from TXNWATCH_* then the flags, and the sessions it builds draw no console progress bars."""
 
 from __future__ import annotations
 
@@ -86,3 +86,107 @@ def test_sessions_draw_no_console_progress_bars(monkeypatch: pytest.MonkeyPatch)
     # --conf still wins, for someone who wants them back
     on = _built_conf(monkeypatch, {"spark.ui.showConsoleProgress": "true"})
     assert on["spark.ui.showConsoleProgress"] == "true"
+
+
+# ------------------------------------------------------------------------------------ flags and settings
+
+
+def _parse(*argv: str) -> Any:
+    import txnwatch_cli
+
+    return txnwatch_cli.build_parser().parse_args(["stream", *argv])
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("TXNWATCH_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.mark.parametrize("value", ["spark.sql.shuffle.partitions", "=2", ""])
+def test_conf_without_key_and_value_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # It used to pass the parser and crash with a ValueError traceback after the bootstrap check.
+    with pytest.raises(SystemExit) as exc:
+        _parse("--conf", value)
+    assert exc.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("usage:", " "))]
+    assert errors == [f"txnwatch stream: error: argument --conf: expected KEY=VALUE, got {value!r}"]
+
+
+def test_conf_keeps_everything_after_the_first_equals_sign() -> None:
+    args = _parse("--conf", "a=1", "--conf", "spark.driver.extraJavaOptions=-Dx=y")
+    assert args.conf == [("a", "1"), ("spark.driver.extraJavaOptions", "-Dx=y")]
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_stream_settings_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streaming.cli import load_settings
+
+    monkeypatch.setenv("TXNWATCH_STREAM__TRIGGER", "1 second")
+    monkeypatch.setenv("TXNWATCH_STREAM__STATE_BUCKETS", "8")
+    monkeypatch.setenv("TXNWATCH_STREAM__METRICS_PORT", "9999")
+    monkeypatch.setenv("TXNWATCH_CHECKPOINT_LOCATION", "/old/ck")  # its name before the stream section
+    s, _, _ = load_settings(_parse("--state-buckets", "16", "--master", "local[2]"))
+    st = s.stream
+    assert (st.trigger, st.state_buckets, st.metrics_port) == ("1 second", 16, 9999)
+    assert (st.checkpoint_location, st.master) == ("/old/ck", "local[2]")
+    s, _, _ = load_settings(_parse("--checkpoint-location", "/flag/ck"))
+    assert s.stream.checkpoint_location == "/flag/ck"
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_flag_defaults_are_the_settings_defaults() -> None:
+    from detectors.settings import StreamSettings
+    from streaming.cli import load_settings
+
+    s, _, _ = load_settings(_parse())
+    assert s.stream == StreamSettings()
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_stream_options_from_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streaming.cli import load_settings, stream_options
+
+    props = tmp_path / "client.properties"
+    props.write_text(
+        "bootstrap.servers=file:9092\nsecurity.protocol=SASL_SSL\nsasl.mechanism=PLAIN\ngroup.id=g\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    args = _parse(
+        "--command-config",
+        str(props),
+        "--bootstrap-server",
+        "flag:9092",
+        "--checkpoint-location",
+        "ck",
+        "--coordinator-max-offsets-per-trigger",
+        "500",
+        "--cluster",
+        "c1",
+    )
+    settings, ignored, java = load_settings(args)
+    assert ignored == ("group.id: unknown to txnwatch (dropped)",)
+    opts = stream_options(settings, java, command_config=args.command_config, is_terminal=False)
+    # Spark gets the file as it is (Java properties), with the bootstrap servers the flag chose.
+    assert opts.kafka_options == {
+        "bootstrap.servers": "flag:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "group.id": "g",
+    }
+    assert opts.checkpoint_location == str(tmp_path / "ck")
+    assert (opts.coordinator_max_offsets_per_trigger, opts.state_buckets) == (500, 32)
+    assert (opts.settings.cluster, opts.command_config_path, opts.output) == ("c1", str(props), "json")
+    assert settings.kafka.client_kwargs()["bootstrap_servers"] == "flag:9092"
+
+
+def test_connector_jars_come_from_the_settings_folder(tmp_path: Path) -> None:
+    from streaming.session import connector_jars
+
+    (tmp_path / "spark").mkdir()
+    (tmp_path / "spark" / "b.jar").write_text("")
+    (tmp_path / "spark" / "a.jar").write_text("")
+    assert connector_jars(tmp_path) == [str(tmp_path / "spark" / "a.jar"), str(tmp_path / "spark" / "b.jar")]
+    with pytest.raises(RuntimeError, match="run `make jars`"):
+        connector_jars(tmp_path / "empty")

@@ -1,9 +1,9 @@
-"""Fakes for the collector's seams (`ClusterWire`, `CoordinatorWire`) and builders with defaults plus overrides.
+"""Fakes for the admin room's seams (`admin.seams.ClusterWire`, `CoordinatorWire`) and builders with defaults plus overrides.
 
 A scripted in-memory cluster: partitions with leaders, producer states, start batches, offsets, high watermarks
 (what the coordinator log position reads), broker configs, and knobs to make a broker fail, answer
 NOT_LEADER_OR_FOLLOWER, or move a partition between two metadata calls.
-Used by the other tests/unit/test_collector_*.py files; it holds no tests itself.
+Imported by tests/unit/test_collector_*.py and test_inspect_partition_age.py; it holds no tests itself.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
-from admin.collector import (
+from admin.seams import (
     TP,
     ActiveProducer,
     BrokerTimeout,
@@ -23,13 +21,13 @@ from admin.collector import (
     DescribeBatch,
     EndOffset,
     FetchFailure,
+    ListingResult,
     Offsets,
     PartitionProducers,
+    StartBatch,
+    TransactionDescription,
+    TransactionListing,
 )
-from admin.coordinator import ListingResult, TransactionDescription, TransactionListing
-from admin.fetch import StartBatch
-
-pytestmark = pytest.mark.unit
 
 T0 = 1_750_000_000_000
 

@@ -1,0 +1,261 @@
+"""The admin room's seams and the plain types that cross them: what `admin.wire.KafkaWire` answers
+(`ClusterWire` for partition leaders, `CoordinatorWire` for transaction coordinators) and what a sweep hands
+to publishing and metrics (`SweepResult`).
+
+Types only, plus the conversion of a DescribeProducers row into our `OpenTransaction` model at the boundary.
+The collector, inspection, the wire, publishing and metrics all import these from here, never from each other;
+unit tests implement the Protocols with scripted fakes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from detectors.models import BrokerSweepSummary, CoordinatorLogPosition, OpenTransaction, PartitionSnapshot
+
+TP = tuple[str, int]
+
+
+def wall_clock_ms() -> int:
+    """The wall clock in milliseconds: the default clock of the wire, the collector and inspection."""
+    return time.time_ns() // 1_000_000
+
+
+# ------------------------------------------------------------------------------- partition leaders
+
+
+class ActiveProducer(NamedTuple):
+    """One ActiveProducers row of DescribeProducers."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+class PartitionProducers(NamedTuple):
+    """One partition of a DescribeProducers response: its error name (None if fine) or its producers."""
+
+    error: str | None
+    producers: tuple[ActiveProducer, ...] = ()
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class DescribeBatch:
+    """One DescribeProducers request and its outcome.
+
+    `received_at_ms` is the wall clock when the response (or the failure) arrived: the snapshots'
+    `observed_at_ms`. `error` is a request-level failure (unreachable broker, timeout), in which case
+    `results` is empty.
+    """
+
+    broker: int
+    partitions: tuple[TP, ...]
+    received_at_ms: int
+    results: Mapping[TP, PartitionProducers] = field(default_factory=dict)
+    error: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Cluster metadata: brokers (id → host:port) and every partition's leader (-1 if none)."""
+
+    brokers: Mapping[int, str]
+    leaders: Mapping[TP, int]
+    internal_topics: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class StartBatch:
+    """The record batch holding a transaction's first record (read by `admin.fetch.parse_start_batch`).
+
+    `start_timestamp_ms` is the timestamp of the record at the start offset (under LogAppendTime, the batch's
+    append time, as Kafka reports it); `max_timestamp_ms` is the batch's max timestamp.
+    """
+
+    base_offset: int
+    producer_id: int
+    producer_epoch: int
+    start_timestamp_ms: int
+    max_timestamp_ms: int
+    transactional: bool
+
+
+class FetchFailure(NamedTuple):
+    """Why a start batch could not be read; `permanent` failures are not retried for the same transaction."""
+
+    error: str
+    permanent: bool
+
+
+class Offsets(NamedTuple):
+    """A partition's last stable offset (read_committed ListOffsets) and high watermark (read_uncommitted)."""
+
+    last_stable_offset: int | None
+    high_watermark: int | None
+
+
+class EndOffset(NamedTuple):
+    """A partition's high watermark (ListOffsets latest, read_uncommitted), or the error that kept it unknown."""
+
+    offset: int | None
+    error: str | None = None
+
+
+class BrokerTimeout(NamedTuple):
+    """A broker's `transaction.max.timeout.ms`, or why it is unknown."""
+
+    value_ms: int | None
+    error: str | None = None
+
+
+class ClusterWire(Protocol):
+    """The slice of Kafka the sweep needs; `admin.wire.KafkaWire` implements it with kafka-python."""
+
+    def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
+        """All topics (or only `topics`; missing ones are left out), internal ones included.
+
+        Raises kafka.errors.KafkaError if no broker answers."""
+        ...
+
+    def describe_producers(self, batches: Mapping[int, Sequence[Sequence[TP]]]) -> list[DescribeBatch]:
+        """One DescribeProducers request per batch, brokers concurrently; never raises for a broker's failure."""
+        ...
+
+    def fetch_start_batches(
+        self, wanted: Mapping[int, Sequence[tuple[TP, int]]]
+    ) -> dict[tuple[TP, int], StartBatch | FetchFailure]:
+        """The batch at each (partition, start offset), read_uncommitted from the given leader."""
+        ...
+
+    def list_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, Offsets]:
+        """LSO (read_committed ListOffsets) and high watermark (read_uncommitted) per partition."""
+        ...
+
+    def end_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, EndOffset]:
+        """The high watermark of each partition, asked of the given leader (one read_uncommitted ListOffsets
+        per broker, brokers concurrently), or its error name; never raises for a broker's failure."""
+        ...
+
+    def max_transaction_timeouts(self, brokers: Sequence[int]) -> dict[int, BrokerTimeout]:
+        """`transaction.max.timeout.ms` of each broker (DescribeConfigs)."""
+        ...
+
+
+def open_transaction(p: ActiveProducer, start: StartBatch | None) -> OpenTransaction:
+    """Our model of an open transaction from a DescribeProducers row and, if read, its start batch.
+
+    Raises:
+        pydantic.ValidationError: for values out of range (e.g. a negative producer id).
+    """
+    return OpenTransaction(
+        producer_id=p.producer_id,
+        producer_epoch=p.producer_epoch,
+        coordinator_epoch=max(p.coordinator_epoch, -1),
+        start_offset=p.current_txn_start_offset,
+        start_timestamp_ms=start.start_timestamp_ms if start is not None else None,
+        start_batch_producer_epoch=start.producer_epoch if start is not None else None,
+        last_sequence=max(p.last_sequence, -1),
+        last_timestamp_ms=max(p.last_timestamp_ms, -1),
+    )
+
+
+# --------------------------------------------------------------------------- transaction coordinators
+
+
+class TransactionListing(NamedTuple):
+    """One ListTransactions row, with the broker that listed it (its coordinator)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator: int
+
+
+class ListingResult(NamedTuple):
+    listings: list[TransactionListing]
+    failed: dict[int, str]  # broker → error name, for brokers whose listing failed
+
+
+class TransactionDescription(NamedTuple):
+    """One DescribeTransactions row; `error` is Kafka's error name (None if fine)."""
+
+    transactional_id: str
+    error: str | None
+    state: str
+    timeout_ms: int
+    start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TP, ...]
+    coordinator: int
+
+
+class CoordinatorWire(Protocol):
+    """The coordinator APIs the fallback and inspection need; `admin.wire.KafkaWire` implements them."""
+
+    def supports_duration_filter(self) -> bool: ...
+
+    def list_transactions(
+        self,
+        *,
+        producer_ids: Sequence[int] = (),
+        states: Sequence[str] = (),
+        duration_filter_ms: int | None = None,
+    ) -> ListingResult: ...
+
+    def describe_transactions(
+        self, by_coordinator: Mapping[int, Sequence[str]]
+    ) -> list[TransactionDescription]: ...
+
+
+# --------------------------------------------------------------------------------- a sweep's output
+
+
+@dataclass
+class SweepResult:
+    """What one sweep saw and will publish (read by `admin.publish` and `admin.metrics`)."""
+
+    sweep_id: str
+    started_at_ms: int
+    duration_s: float
+    snapshots: list[PartitionSnapshot]
+    empties: list[PartitionSnapshot]
+    summaries: list[BrokerSweepSummary]
+    partitions_total: int
+    partitions_covered: int
+    new_transactions: int
+    start_batch_fetches: int
+    problems: list[str]
+    # How far `__transaction_state` had reached when the sweep's DescribeProducers answers were in (published
+    # after the sweep's other records); empty if the topic does not exist or no partition answered.
+    positions: list[CoordinatorLogPosition] = field(default_factory=list)
+
+    @property
+    def open_transactions(self) -> int:
+        return sum(len(s.open_transactions) for s in self.snapshots)
+
+    def as_json(self) -> dict[str, Any]:
+        """The `--once` output: the sweep's records as they would be published."""
+        return {
+            "sweep_id": self.sweep_id,
+            "started_at_ms": self.started_at_ms,
+            "duration_s": round(self.duration_s, 3),
+            "partitions_total": self.partitions_total,
+            "partitions_covered": self.partitions_covered,
+            "open_transactions": self.open_transactions,
+            "new_transactions": self.new_transactions,
+            "start_batch_fetches": self.start_batch_fetches,
+            "snapshots": [s.model_dump(mode="json") for s in self.snapshots],
+            "empty_snapshots": [s.model_dump(mode="json") for s in self.empties],
+            "summaries": [s.model_dump(mode="json") for s in self.summaries],
+            "coordinator_log_positions": [p.model_dump(mode="json") for p in self.positions],
+            "problems": self.problems,
+        }

@@ -1,0 +1,142 @@
+"""The flags every txnwatch command shares, defined once for admin/ and streaming/, and how the environment,
+`--command-config` and the command line make one `Settings` (in that order: flags win).
+
+argparse is stdlib and this module does no I/O: the apps pass in how to read the properties file and whether
+stdout is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from detectors.client_properties import ClientPropertiesError
+from detectors.settings import (
+    LogLevel,
+    OutputChoice,
+    Settings,
+    kafka_settings_from_properties,
+    overlay,
+)
+
+# argparse dest → the Settings field it overrides ("section.field"), for the flags of add_common_flags.
+COMMON_FLAGS: dict[str, str] = {
+    "bootstrap_server": "kafka.bootstrap_servers",
+    "cluster": "cluster",
+    "topic_prefix": "topics.prefix",
+    "output": "output",
+    "log_level": "log_level",
+}
+
+# A flag's Settings field, or several (one flag setting the same field of two sections).
+FlagTargets = Mapping[str, str | tuple[str, ...]]
+
+
+class SettingsError(ValueError):
+    """Settings an operator must fix, in one line that names the flag or file concerned."""
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """Add `--bootstrap-server`, `--command-config`, `--output`, `--cluster`, `--topic-prefix` and `--log-level`.
+
+    Every flag defaults to None (unset): `settings_from` then keeps what the environment says.
+    """
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,...]",
+        help="the Kafka cluster's bootstrap servers (env TXNWATCH_KAFKA__BOOTSTRAP_SERVERS; default: localhost:9092)",
+    )
+    parser.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="client.properties",
+        help="Kafka client properties (security.protocol, sasl.*, ssl.*), as for Kafka's own tools",
+    )
+    parser.add_argument(
+        "--output",
+        choices=get_args(OutputChoice),
+        help="console output (env TXNWATCH_OUTPUT; default: auto, a table on a terminal and JSON otherwise)",
+    )
+    parser.add_argument(
+        "--cluster",
+        help="cluster name in records and metric labels (env TXNWATCH_CLUSTER; default: 'default')",
+    )
+    parser.add_argument(
+        "--topic-prefix",
+        help="prefix of txnwatch's own topics (env TXNWATCH_TOPICS__PREFIX; default: txnwatch)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=get_args(LogLevel),
+        help="log level on stderr (env TXNWATCH_LOG_LEVEL; default: INFO, WARNING for inspect)",
+    )
+
+
+def flag_overrides(args: argparse.Namespace, flags: FlagTargets) -> dict[str, Any]:
+    """The flags given on the command line (not None) as a nested update for `settings.overlay`.
+
+    Args:
+        args: parsed command line.
+        flags: argparse dest → "section.field" (or several) it sets.
+    """
+    out: dict[str, Any] = {}
+    for dest, targets in flags.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        for target in (targets,) if isinstance(targets, str) else targets:
+            *sections, name = target.split(".")
+            node = out
+            for section in sections:
+                node = node.setdefault(section, {})
+            node[name] = value
+    return out
+
+
+def settings_from(
+    args: argparse.Namespace,
+    *,
+    flags: FlagTargets | None = None,
+    read_text: Callable[[Path], str] | None = None,
+    environment: Settings | None = None,
+) -> tuple[Settings, tuple[str, ...]]:
+    """Settings for one command: the environment, then `--command-config`, then the flags.
+
+    Args:
+        args: parsed command line with the flags of `add_common_flags`.
+        flags: the command's own flags → the Settings fields they set (see `flag_overrides`).
+        read_text: reads the `--command-config` file (the apps pass `Path.read_text`); needed only when it is given.
+        environment: the settings to start from; None builds `Settings()` from `TXNWATCH_*`.
+
+    Returns:
+        The settings and the client.properties keys kafka-python does not use (for a warning).
+
+    Raises:
+        SettingsError: the properties file cannot be read or holds settings kafka-python cannot honour.
+        pydantic.ValidationError: the environment or a flag gives a value the settings reject.
+    """
+    base = Settings() if environment is None else environment
+    ignored: tuple[str, ...] = ()
+    path: Path | None = getattr(args, "command_config", None)
+    if path is not None:
+        if read_text is None:
+            raise ValueError("settings_from: --command-config given without read_text")
+        try:
+            text = read_text(path)
+        except OSError as exc:
+            raise SettingsError(f"--command-config {path}: {exc.strerror or exc}") from exc
+        try:
+            kafka, ignored = kafka_settings_from_properties(text, base=base.kafka)
+        except ClientPropertiesError as exc:
+            raise SettingsError(f"--command-config {path}: {exc}") from exc
+        base = base.model_copy(update={"kafka": kafka})
+    return overlay(base, flag_overrides(args, {**COMMON_FLAGS, **(flags or {})})), ignored
+
+
+def output_format(choice: OutputChoice, *, is_terminal: bool) -> Literal["table", "json"]:
+    """What `--output` / TXNWATCH_OUTPUT means here: "auto" is a table for people, JSON for pipes and scripts."""
+    if choice == "auto":
+        return "table" if is_terminal else "json"
+    return choice

@@ -1,0 +1,645 @@
+"""Tracking: how the reconcile stages move their state, pure (no Spark, no clock: time comes in as arguments).
+
+Stage 1 (`advance_owners`) turns coordinator records into producer-id facts: per transactional id, the record is
+the view of its current producer id, and a producer id the transactional id left (new producer id, or tombstone)
+is retired. Stage 2 (`BucketState`, fed by `reconcile_bucket`) keeps the coordinator view of every producer id
+and the open transactions partition leaders report, judges each with `detectors.rules.judge_view` (explained by
+`build_verdict` only when the verdict changes), and emits verdicts and abort candidates (OPENED once, RESOLVED
+when the transaction is gone).
+
+State is kept per hash bucket of ids, one plain dict per bucket (streaming/reconcile.py says why); rows come and
+go as plain tuples in the column orders below, which the job's Spark schemas follow (a test holds them equal).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from detectors.abort import plan_abort
+from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.currency import CurrencyState, ViewCurrency
+from detectors.lateness import age_ms
+from detectors.models import (
+    AbortCandidate,
+    CoordinatorRecord,
+    CoordinatorState,
+    DetectionLimits,
+    PartitionSnapshot,
+    VerdictKind,
+    first_batch_epoch,
+    open_since_ms,
+)
+from detectors.rules import CoordFacts, TxnFacts, build_verdict, judge_view
+
+# ------------------------------------------------------------------------------------------- stage 1
+
+# Stage 1's input columns (the job's `coordinator_rows`); the stage reads `bucket` as its key.
+STAGE1_INPUT_COLUMNS = (
+    "bucket",
+    "transactional_id",
+    "producer_id",
+    "previous_producer_id",
+    "next_producer_id",
+    "tombstone",
+    "last_update_timestamp_ms",
+    "source_offset",
+    "record_json",  # the whole CoordinatorRecord as JSON, built by Spark
+    # where the row was read: every row, also one that did not decode (its record fields are null), so the
+    # view's progress through the coordinator topic is known (detectors/currency.py)
+    "read_topic",
+    "read_partition",
+    "read_offset",
+)
+
+# Stage 1's output: a fact about a producer id (streaming.reconcile.FACT_SCHEMA has these names).
+FACT_COLUMNS = (
+    "producer_id",
+    # "view" | "retired" | "applied" (progress through a coordinator topic: producer_id -1,
+    # transactional_id = the topic, record_json = {partition: next offset}, sent to every stage-2 bucket)
+    "fact",
+    "transactional_id",
+    "record_json",  # CoordinatorRecord JSON (view)
+    "fact_time_ms",  # record update time, or when retired
+)
+Fact = tuple[int, str, str, str | None, int]  # FACT_COLUMNS
+
+
+class Owner(NamedTuple):
+    """Stage 1's state per transactional id: the producer id it owns and the newest log offset applied."""
+
+    producer_id: int
+    source_offset: int
+
+
+class CoordinatorRow(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    previous_producer_id: int
+    next_producer_id: int
+    tombstone: bool
+    last_update_timestamp_ms: int
+    source_offset: int
+    record_json: str
+
+
+def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) -> list[Fact]:
+    """Apply coordinator records to `owners` (in place); the producer-id facts they imply, newest per id.
+
+    Records of one transactional id apply in log order; a record at or below the offset already applied is a
+    replay and changes nothing (the log is ordered per transactional id). `source_offset` < 0 (the
+    DescribeTransactions fallback has no offsets) always applies. Plain tuples in CoordinatorRow's order are
+    fine (the processor passes them: a NamedTuple per row costs as much as the rule).
+    """
+    facts: list[Fact] = []
+    by_id: dict[str, list[CoordinatorRow]] = {}
+    for r in records:
+        rows_of_id = by_id.get(r[0])
+        if rows_of_id is None:
+            by_id[r[0]] = [r]
+        else:
+            rows_of_id.append(r)
+    for transactional_id, rows in by_id.items():
+        if len(rows) > 1:
+            rows.sort(key=_by_offset)
+        current = owners.get(transactional_id)
+        owned = current[0] if current else None
+        last_offset = current[1] if current else -1
+        per_producer: dict[int, Fact] = {}
+        for _, producer_id, previous_id, next_id, tombstone, updated_ms, offset, record_json in rows:
+            if 0 <= offset <= last_offset:
+                continue
+            last_offset = max(last_offset, offset)
+            if tombstone:
+                if owned is not None:
+                    per_producer[owned] = (owned, "retired", transactional_id, None, updated_ms)
+                owned = None
+                continue
+            if owned is not None and owned != producer_id:
+                # The id moved to a new producer id (epoch overflow, or a new producer after expiry). A record
+                # that still names the old one (previous/next producer id) remains its view.
+                if owned in (previous_id, next_id):
+                    per_producer[owned] = (owned, "view", transactional_id, record_json, updated_ms)
+                else:
+                    per_producer[owned] = (owned, "retired", transactional_id, None, updated_ms)
+            owned = producer_id
+            per_producer[owned] = (owned, "view", transactional_id, record_json, updated_ms)
+        if owned is None:
+            owners.pop(transactional_id, None)
+        else:
+            owners[transactional_id] = Owner(owned, last_offset)
+        facts.extend(per_producer.values())
+    return facts
+
+
+def _by_offset(r: CoordinatorRow) -> int:
+    return r[6]
+
+
+def applied_facts(topics: Sequence[str], partitions: Sequence[int], offsets: Sequence[int]) -> list[Fact]:
+    """How far this batch's rows reached in each coordinator topic partition: one "applied" fact per topic,
+    {partition: offset after the last row} as JSON. Every stage-2 bucket gets it (with the collector's positions
+    it tells when the view is current)."""
+    reached: dict[str, dict[int, int]] = {}
+    for topic, partition, offset in zip(topics, partitions, offsets, strict=True):
+        if topic is None:
+            continue
+        per_topic = reached.setdefault(topic, {})
+        if offset + 1 > per_topic.get(partition, 0):
+            per_topic[partition] = offset + 1
+    return [(-1, "applied", topic, json.dumps(ends), 0) for topic, ends in reached.items()]
+
+
+def run_ends(transactional_ids: list[Any], producer_ids: list[Any], tombstones: list[Any]) -> list[bool]:
+    """Which records (in log order) stage 1 needs: the first and the last of each run of records of one
+    transactional id with one producer id, every tombstone, and every row that did not decode (id None).
+
+    Stage 1 (`advance_owners`) reads a run's first record (does it name the previous owner?) and its last (the
+    new owner's view); the ones between are overwritten. A lifecycle (Ongoing, PrepareCommit, CompleteCommit,
+    ... ) of one producer keeps 2 rows however many transactions it made. The job's decoder applies it to each
+    Arrow batch of `__transaction_state` (`streaming.sources.decode_batches`); a test holds stage 1's output
+    equal with and without it.
+    """
+    keep = [True] * len(transactional_ids)
+    run: dict[str, tuple[int, int, int]] = {}  # transactional id -> (producer id, first index, last index)
+    for i, (tid, pid, tombstone) in enumerate(zip(transactional_ids, producer_ids, tombstones, strict=True)):
+        if tid is None:
+            continue
+        if tombstone:
+            run.pop(tid, None)
+            continue
+        current = run.get(tid)
+        if current is not None and current[0] == pid:
+            if current[2] != current[1]:
+                keep[current[2]] = False  # a middle record of the run
+            run[tid] = (pid, current[1], i)
+        else:
+            run[tid] = (pid, i, i)
+    return keep
+
+
+# ------------------------------------------------------------------------------------------- stage 2
+
+# Both inputs of stage 2 in one schema: coordinator facts (fact != "open") and open transactions.
+STAGE2_INPUT_COLUMNS = (
+    "bucket",
+    "producer_id",
+    "fact",
+    "transactional_id",
+    "record_json",
+    "fact_time_ms",
+    # open transactions: the partition, its one-transaction PartitionSnapshot JSON, and the columns the
+    # decision needs, so the hot path never parses the JSON
+    "topic",
+    "partition",
+    "snapshot_json",
+    "observed_at_ms",
+    "leader",
+    "start_offset",
+    "producer_epoch",
+    "start_batch_producer_epoch",
+    "start_timestamp_ms",
+    "last_timestamp_ms",
+    "max_transaction_timeout_ms",
+    "lso_lag",
+)
+
+# Stage 2's output (streaming.reconcile.EVENT_SCHEMA has these names and the driver's EventRow these fields).
+EVENT_COLUMNS = (
+    "event",  # VERDICT | OPENED | RESOLVED | GONE | VIEW
+    "producer_id",
+    "topic",
+    "partition",
+    "leader",
+    "start_offset",
+    "kind",
+    "reason",
+    "age_ms",
+    "lso_lag",
+    # set when the verdict is new or changed (VERDICT; not for plain OPEN), and on OPENED / RESOLVED
+    "explanation",
+    "candidate_id",
+    "payload",  # AbortCandidate JSON for OPENED / RESOLVED; VIEW's lag
+    "event_time_ms",
+    "withheld",  # UNCONFIRMED: why the HANGING proof was withheld
+)
+Event = tuple[Any, ...]  # EVENT_COLUMNS
+
+
+@dataclass(frozen=True)
+class ReconcileConfig:
+    """What stage 2 needs besides the detection limits; shipped to executors with the processor."""
+
+    limits: DetectionLimits
+    expire_after_ms: int  # forget an open transaction not confirmed by a snapshot for this long
+    view_ttl_ms: (
+        int  # forget a coordinator view not updated for this long (bounds state of dead producer ids)
+    )
+    bootstrap: str | None = None  # for the kafka-transactions.sh line in candidates
+    command_config: str | None = None
+    # The coordinator topics the views are built from, whose currency the collector's positions measure.
+    transaction_log_topic: str | None = TRANSACTION_LOG_TOPIC
+    coordinator_state_topic: str | None = None  # the describe fallback's topic
+
+    def view_currency(self, state: CurrencyState | None = None) -> ViewCurrency:
+        """The bookkeeping of how current the view is, restored from `state` (a bucket's stored one)."""
+        others = [self.coordinator_state_topic] if self.coordinator_state_topic else []
+        return ViewCurrency(self.transaction_log_topic, others, state)
+
+
+class View(NamedTuple):
+    """The coordinator's latest word on a producer id: its record, or when it was retired."""
+
+    record_json: str | None
+    retired_at_ms: int | None
+    fact_time_ms: int
+    updated_ms: int  # processing time of the last update (the TTL counts from it)
+
+
+class OpenEntry(NamedTuple):
+    """An open transaction as the latest snapshot reported it, and what we concluded about it."""
+
+    facts: TxnFacts  # first_seen_ms filled in
+    snapshot_json: str  # one-transaction PartitionSnapshot (parsed only to explain or plan an abort)
+    confirmed_ms: int  # observed_at of the newest snapshot that showed it open
+    leader: int | None
+    start_offset: int
+    lso_lag: int | None
+    candidate_json: str | None  # the AbortCandidate, once OPENED
+    decided: tuple[str, str | None] | None  # (kind, reason) last emitted with an explanation
+
+
+OpenKey = tuple[int, str, int]  # producer id, topic, partition
+
+
+def stored_open_entry(facts: tuple[Any, ...], *rest: Any) -> OpenEntry:
+    """An OpenEntry from the plain tuples a state store keeps (its facts come back as TxnFacts)."""
+    return OpenEntry(TxnFacts(*facts), *rest)
+
+
+def coord_facts_from_json(record_json: str) -> CoordFacts:
+    """`rules.coord_facts(CoordinatorRecord.model_validate_json(s))` without pydantic (a test holds them equal)."""
+    return _coord_facts(json.loads(record_json))
+
+
+def _coord_facts(d: dict[str, Any]) -> CoordFacts:
+    state = d.get("state")
+    return CoordFacts(
+        d["producer_id"],
+        d["producer_epoch"],
+        d.get("previous_producer_id", -1),
+        d.get("next_producer_id", -1),
+        d.get("client_transaction_version", 0),
+        d["transaction_timeout_ms"],
+        None if d.get("tombstone") or state is None else CoordinatorState(state),
+        frozenset((p["topic"], p["partition"]) for p in d.get("partitions") or ()),
+        d["last_update_timestamp_ms"],
+        d["start_timestamp_ms"],
+    )
+
+
+class OpenRow(NamedTuple):
+    """An open-transaction input row of stage 2 (STAGE2_INPUT_COLUMNS from `topic` on, with the producer id)."""
+
+    producer_id: int
+    topic: str
+    partition: int
+    snapshot_json: str
+    observed_at_ms: int
+    leader: int | None
+    start_offset: int
+    producer_epoch: int
+    start_batch_producer_epoch: int | None
+    start_timestamp_ms: int | None
+    last_timestamp_ms: int
+    max_transaction_timeout_ms: int | None
+    lso_lag: int | None
+
+
+def open_entry(
+    r: OpenRow,
+    first_seen_ms: int | None,
+    candidate_json: str | None,
+    decided: tuple[str, str | None] | None,
+) -> OpenEntry:
+    """The state of an open transaction as of row `r` (first seen on the collector's clock, like the rest).
+
+    Its facts are `rules.txn_facts` on plain values (tests/unit/test_tracking.py holds them equal).
+    """
+    facts = TxnFacts(
+        r.topic,
+        r.partition,
+        r.producer_id,
+        first_batch_epoch(r.start_batch_producer_epoch, r.producer_epoch),
+        open_since_ms(r.start_timestamp_ms, r.last_timestamp_ms),
+        r.observed_at_ms,
+        r.max_transaction_timeout_ms,
+        first_seen_ms,
+    )
+    return OpenEntry(
+        facts, r.snapshot_json, r.observed_at_ms, r.leader, r.start_offset, r.lso_lag, candidate_json, decided
+    )
+
+
+class BucketState:
+    """Stage 2's state of one bucket and the rules that move it (pure: time comes in as arguments)."""
+
+    def __init__(
+        self,
+        config: ReconcileConfig,
+        views: dict[int, View],
+        opens: dict[OpenKey, OpenEntry],
+        currency: ViewCurrency | None = None,
+    ) -> None:
+        self.config = config
+        self.views = views
+        self.opens = opens
+        self.currency = currency if currency is not None else config.view_currency()
+        self.views_changed = False
+        self.opens_changed = False
+        self.currency_changed = False
+
+    # -- input
+
+    def apply_progress(self, topic: str, ends_json: str) -> None:
+        """An "applied" fact: the view holds every record of `topic` below these offsets."""
+        for partition, end in json.loads(ends_json).items():
+            self.currency_changed |= self.currency.applied(topic, int(partition), end)
+
+    def apply_position(self, position_json: str) -> None:
+        """A CoordinatorLogPosition the collector published (validated by Spark; see streaming/sources.py)."""
+        p = json.loads(position_json)
+        ends = {int(k): v for k, v in (p.get("end_offsets") or {}).items()}
+        self.currency_changed |= self.currency.add_position(p["topic"], p["partitions"], p["as_of_ms"], ends)
+
+    def view_event(self, now_ms: int) -> Event:
+        """The view's lag, for the driver's metrics and console (one stage-2 bucket emits it)."""
+        lag = self.currency.lag()
+        return ("VIEW", -1, "", -1, None, -1) + (None,) * 6 + (json.dumps(lag._asdict()), now_ms, None)
+
+    def apply_fact(
+        self, producer_id: int, fact: str, record_json: str | None, fact_time_ms: int, now_ms: int
+    ) -> None:
+        current = self.views.get(producer_id)
+        if current is not None and current.fact_time_ms > fact_time_ms:
+            return  # an older fact arriving late changes nothing
+        if fact == "retired":
+            self.views[producer_id] = View(None, fact_time_ms, fact_time_ms, now_ms)
+        else:
+            self.views[producer_id] = View(record_json, None, fact_time_ms, now_ms)
+        self.views_changed = True
+
+    def confirm_open(self, key: OpenKey, row: OpenRow, now_ms: int) -> list[Event]:
+        """A snapshot showed a transaction open: remember it (keeping when we first saw it)."""
+        existing = self.opens.get(key)
+        events: list[Event] = []
+        first_seen: int | None = row.observed_at_ms
+        candidate_json: str | None = None
+        decided: tuple[str, str | None] | None = None
+        if existing is not None:
+            if existing.confirmed_ms > row.observed_at_ms:
+                return []  # an older snapshot arriving late
+            if existing.start_offset == row.start_offset:
+                first_seen = existing.facts.first_seen_ms
+                candidate_json, decided = existing.candidate_json, existing.decided
+            else:  # the transaction we knew ended and a new one began on the same partition
+                events.extend(self._gone(key, existing, now_ms))
+        # Confirmed as of the snapshot, not as of this batch: a backlog of old snapshots (after a restart or a
+        # slow first batch) must not keep long-finished transactions alive.
+        self.opens[key] = open_entry(row, first_seen, candidate_json, decided)
+        self.opens_changed = True
+        return events
+
+    # -- judging
+
+    def evaluate(self, producer_ids: set[int], confirmed_now: set[OpenKey], now_ms: int) -> list[Event]:
+        """Expire what no snapshot confirms any more; judge the open transactions of `producer_ids`."""
+        events: list[Event] = []
+        coordinator: dict[int, tuple[CoordFacts | None, int | None, str | None]] = {}
+        recheck_withheld = self.currency_changed
+        for key, entry in list(self.opens.items()):
+            if key not in confirmed_now and entry.confirmed_ms + self.config.expire_after_ms <= now_ms:
+                # No snapshot has confirmed it for too long: the collector stopped seeing it open. (A snapshot in
+                # this very batch is the newest news we have, however late it arrived.)
+                events.extend(self._forget(key, entry, now_ms))
+                continue
+            producer_id = key[0]
+            # A withheld verdict is judged again whenever the view moved on, even with no news of its own.
+            withheld = recheck_withheld and entry.decided is not None and entry.decided[0] == "UNCONFIRMED"
+            if producer_id not in producer_ids and not withheld:
+                continue
+            if producer_id not in coordinator:
+                coordinator[producer_id] = self._coordinator(producer_id)
+            events.extend(self._judge(key, entry, *coordinator[producer_id], now_ms))
+        return events
+
+    def _coordinator(self, producer_id: int) -> tuple[CoordFacts | None, int | None, str | None]:
+        """The view of a producer id: its record (None if none or retired), when it was retired, and the
+        transactional id the record is about (which coordinator partition must be current)."""
+        view = self.views.get(producer_id)
+        if view is None:
+            return None, None, None
+        if view.record_json is None:
+            return None, view.retired_at_ms, None
+        d = json.loads(view.record_json)
+        return _coord_facts(d), None, d.get("transactional_id")
+
+    def _judge(
+        self,
+        key: OpenKey,
+        entry: OpenEntry,
+        c: CoordFacts | None,
+        retired_at_ms: int | None,
+        transactional_id: str | None,
+        now_ms: int,
+    ) -> list[Event]:
+        t = entry.facts
+        # Judged as of the leader's report: ages and deadlines at observed_at, so input that arrives late (a
+        # backlog) is not made to look older than it was. A HANGING proof needs the view of every coordinator
+        # partition that could own the transaction to be current as of a report (judge, detectors/currency.py).
+        view_current_ms = self.currency.current_as_of(transactional_id)
+        decision = judge_view(
+            t,
+            c,
+            t.observed_at_ms,
+            self.config.limits,
+            view_current_ms=view_current_ms,
+            retired_at_ms=retired_at_ms,
+        )
+        decided = (decision.kind.value, decision.reason.value if decision.reason else None)
+        explanation = None
+        events: list[Event] = []
+        opens_candidate = decision.kind is VerdictKind.HANGING and entry.candidate_json is None
+        if decided != entry.decided and decision.kind is VerdictKind.OPEN:
+            # Most transactions are short and plain OPEN: nobody reads their explanation, and building one
+            # (the models, tens of microseconds) was the largest cost of a snapshot row.
+            self.opens[key] = entry._replace(decided=decided)
+            self.opens_changed = True
+        elif decided != entry.decided or opens_candidate:
+            # Explaining needs the models: only for news.
+            snapshot = PartitionSnapshot.model_validate_json(entry.snapshot_json)
+            view = self.views.get(key[0])
+            record = (
+                CoordinatorRecord.model_validate_json(view.record_json)
+                if c is not None and view is not None and view.record_json is not None
+                else None
+            )
+            verdict = build_verdict(
+                decision,
+                snapshot.open_transactions[0],
+                snapshot,
+                record,
+                now_ms=t.observed_at_ms,
+                limits=self.config.limits,
+                retired_at_ms=retired_at_ms,
+                view_current_ms=view_current_ms,
+                first_seen_ms=t.first_seen_ms,
+            )
+            explanation = verdict.explanation
+            candidate_json = entry.candidate_json
+            if opens_candidate:
+                planned = plan_abort(
+                    snapshot,
+                    snapshot.open_transactions[0],
+                    verdict,
+                    bootstrap=self.config.bootstrap,
+                    command_config=self.config.command_config,
+                    first_detected_ms=now_ms,
+                )
+                candidate_json = planned.model_dump_json()
+                events.append(self._candidate_event("OPENED", planned, entry.leader, now_ms))
+            entry = entry._replace(decided=decided, candidate_json=candidate_json)
+            self.opens[key] = entry
+            self.opens_changed = True
+        candidate_id = (
+            AbortCandidate.model_validate_json(entry.candidate_json).candidate_id
+            if entry.candidate_json is not None
+            else None
+        )
+        events.append(
+            (
+                "VERDICT",
+                key[0],
+                key[1],
+                key[2],
+                entry.leader,
+                entry.start_offset,
+                decided[0],
+                decided[1],
+                age_ms(t.observed_at_ms, t.open_since_ms),
+                entry.lso_lag,
+                explanation,
+                candidate_id,
+                None,
+                now_ms,
+                decision.withheld.value if decision.withheld else None,
+            )
+        )
+        return events
+
+    @staticmethod
+    def _candidate_event(event: str, c: AbortCandidate, leader: int | None, now_ms: int) -> Event:
+        return (
+            event,
+            c.spec.producer_id,
+            c.topic,
+            c.partition,
+            leader,
+            c.start_offset,
+            VerdictKind.HANGING.value,
+            c.reason.value,
+            c.evidence.age_ms,
+            None,
+            c.explanation,
+            c.candidate_id,
+            c.model_dump_json(),
+            now_ms,
+            None,
+        )
+
+    # -- forgetting
+
+    def _gone(self, key: OpenKey, entry: OpenEntry, now_ms: int) -> list[Event]:
+        producer_id, topic, partition = key
+        events: list[Event] = [
+            ("GONE", producer_id, topic, partition, entry.leader, entry.start_offset)
+            + (None,) * 7
+            + (now_ms, None)
+        ]
+        if entry.candidate_json is not None:
+            resolved = AbortCandidate.model_validate_json(entry.candidate_json).resolved(
+                resolved_at_ms=now_ms
+            )
+            events.append(self._candidate_event("RESOLVED", resolved, entry.leader, now_ms))
+        return events
+
+    def _forget(self, key: OpenKey, entry: OpenEntry, now_ms: int) -> list[Event]:
+        del self.opens[key]
+        self.opens_changed = True
+        return self._gone(key, entry, now_ms)
+
+    def expire(self, now_ms: int) -> list[Event]:
+        """The timer's work: forget unconfirmed transactions and views past their TTL."""
+        events = self.evaluate(set(), set(), now_ms)
+        self.prune_views(now_ms)
+        return events
+
+    def prune_views(self, now_ms: int) -> None:
+        ttl = self.config.view_ttl_ms
+        # Never the view of a producer id with an open transaction: a forgotten view reads as "no transactional
+        # id owns it", which a long legitimate transaction (a KIP-939 prepared one has no timeout) is not.
+        in_use = {key[0] for key in self.opens}
+        stale = [pid for pid, v in self.views.items() if v.updated_ms + ttl <= now_ms and pid not in in_use]
+        for pid in stale:
+            del self.views[pid]
+        self.views_changed = self.views_changed or bool(stale)
+
+    def next_deadline(self) -> int | None:
+        """When the timer must fire next: the earliest expiry of an open transaction or a view."""
+        deadlines = [e.confirmed_ms + self.config.expire_after_ms for e in self.opens.values()]
+        in_use = {key[0] for key in self.opens}
+        prunable = [v.updated_ms for pid, v in self.views.items() if pid not in in_use]
+        if prunable:
+            deadlines.append(min(prunable) + self.config.view_ttl_ms)
+        return min(deadlines) if deadlines else None
+
+
+def reconcile_bucket(
+    bucket: BucketState, columns: Sequence[list[Any]], now_ms: int, *, report_view: bool = False
+) -> list[Event]:
+    """One batch of stage-2 input rows (STAGE2_INPUT_COLUMNS[1:] as column lists) applied to a bucket.
+
+    Order: the view's progress and the collector's positions first (how current the view is), then the
+    coordinator facts, then the open transactions are judged. `report_view` adds a VIEW event (one bucket does).
+    """
+    (pid, fact, _tid, record_json, fact_time, topic, partition, snapshot_json, observed, leader, offset,
+     epoch, start_epoch, start_ts, last_ts, max_timeout, lso_lag) = columns  # fmt: skip
+    events: list[Event] = []
+    producer_ids: set[int] = set()
+    confirmed_now: set[OpenKey] = set()
+    opens = [i for i, f in enumerate(fact) if f == "open"]
+    facts = sorted((i for i, f in enumerate(fact) if f != "open"), key=lambda i: fact_time[i])
+    for i in opens:
+        key = (pid[i], topic[i], partition[i])
+        row = OpenRow(
+            pid[i], topic[i], partition[i], snapshot_json[i], observed[i], leader[i], offset[i],
+            epoch[i], start_epoch[i], start_ts[i], last_ts[i], max_timeout[i], lso_lag[i],
+        )  # fmt: skip
+        events.extend(bucket.confirm_open(key, row, now_ms))
+        confirmed_now.add(key)
+        producer_ids.add(pid[i])
+    for i in facts:
+        kind = fact[i]
+        if kind == "applied":
+            bucket.apply_progress(_tid[i], record_json[i])
+        elif kind == "position":
+            bucket.apply_position(record_json[i])
+        else:
+            bucket.apply_fact(pid[i], kind, record_json[i], fact_time[i], now_ms)
+            producer_ids.add(pid[i])
+    events.extend(bucket.evaluate(producer_ids, confirmed_now, now_ms))
+    if report_view:
+        events.append(bucket.view_event(now_ms))
+    return events

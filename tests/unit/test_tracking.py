@@ -1,0 +1,496 @@
+"""Tracking (detectors/tracking.py) without Spark: stage 1's `advance_owners`, stage 2's `BucketState` fed through
+`reconcile_bucket` exactly as the processor feeds it (one list per input column), and the lean fact builders
+held equal to the rules' model path."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot, tps
+
+from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.models import (
+    AbortCandidate,
+    CoordinatorLogPosition,
+    CoordinatorRecord,
+    CoordinatorState,
+    OpenTransaction,
+    PartitionSnapshot,
+)
+from detectors.rules import coord_facts, txn_facts
+from detectors.tracking import (
+    EVENT_COLUMNS,
+    STAGE2_INPUT_COLUMNS,
+    BucketState,
+    CoordinatorRow,
+    OpenRow,
+    Owner,
+    ReconcileConfig,
+    View,
+    advance_owners,
+    applied_facts,
+    coord_facts_from_json,
+    open_entry,
+    reconcile_bucket,
+    run_ends,
+)
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+LOG = TRANSACTION_LOG_TOPIC
+CONFIG = ReconcileConfig(
+    limits=LIMITS, expire_after_ms=30 * SECOND, view_ttl_ms=60 * MINUTE, bootstrap="b:9092"
+)
+
+
+def test_tracking_runs_without_spark_pandas_or_arrow() -> None:
+    """The stages' rules are domain: importing them pulls in none of the job's frameworks, even indirectly."""
+    code = (
+        "import sys, detectors.tracking; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'pandas', 'pyarrow', 'py4j'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------- stage 1
+
+
+def row(record: CoordinatorRecord) -> CoordinatorRow:
+    return CoordinatorRow(
+        record.transactional_id,
+        record.producer_id,
+        record.previous_producer_id,
+        record.next_producer_id,
+        record.tombstone,
+        record.last_update_timestamp_ms,
+        record.source_offset,
+        record.model_dump_json(),
+    )
+
+
+def test_a_lifecycle_gives_one_view_fact_with_the_newest_record() -> None:
+    owners: dict[str, Owner] = {}
+    records = [
+        coord(state=s, source_offset=o, last_update_timestamp_ms=T0 + o)
+        for o, s in enumerate(
+            (CoordinatorState.ONGOING, CoordinatorState.PREPARE_COMMIT, CoordinatorState.COMPLETE_COMMIT), 1
+        )
+    ]
+    facts = advance_owners(owners, [row(r) for r in reversed(records)])  # applied in log order anyway
+    assert facts == [(PID, "view", "tx-1", records[-1].model_dump_json(), T0 + 3)]
+    assert owners == {"tx-1": Owner(PID, 3)}
+    # A replay (a restart re-reading the log) changes nothing.
+    assert advance_owners(owners, [row(records[1])]) == []
+    assert owners == {"tx-1": Owner(PID, 3)}
+
+
+def test_a_new_producer_id_retires_the_old_one_unless_the_record_names_it() -> None:
+    owners = {"tx-1": Owner(PID, 3), "tx-2": Owner(2000, 3)}
+    moved = coord(producer_id=PID + 1, source_offset=4, last_update_timestamp_ms=T0 + 4)
+    bumped = coord(
+        transactional_id="tx-2",
+        producer_id=2001,
+        previous_producer_id=2000,
+        source_offset=4,
+        last_update_timestamp_ms=T0 + 4,
+    )
+    facts = advance_owners(owners, [row(moved), row(bumped)])
+    assert (PID, "retired", "tx-1", None, T0 + 4) in facts
+    assert (PID + 1, "view", "tx-1", moved.model_dump_json(), T0 + 4) in facts
+    # Epoch overflow (KIP-360): the new record still names the old producer id, so it stays its view.
+    assert (2000, "view", "tx-2", bumped.model_dump_json(), T0 + 4) in facts
+    assert owners == {"tx-1": Owner(PID + 1, 4), "tx-2": Owner(2001, 4)}
+
+
+def test_a_tombstone_retires_the_producer_id_and_forgets_the_transactional_id() -> None:
+    owners = {"tx-1": Owner(PID, 3)}
+    gone = CoordinatorRecord.tombstone_of("tx-1", source_partition=7, source_offset=9, source_timestamp_ms=T0)
+    assert advance_owners(owners, [row(gone)]) == [
+        (PID, "retired", "tx-1", None, gone.last_update_timestamp_ms)
+    ]
+    assert owners == {}
+
+
+def test_records_without_offsets_always_apply() -> None:
+    # The DescribeTransactions fallback has no log offsets (-1): each record is news.
+    owners = {"tx-1": Owner(PID, -1)}
+    record = coord(origin="describe-transactions", source_offset=-1, source_partition=-1)
+    assert len(advance_owners(owners, [row(record)])) == 1
+    assert len(advance_owners(owners, [row(record)])) == 1
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        coord(),
+        coord(state=CoordinatorState.COMPLETE_ABORT, partitions=(), next_producer_id=PID + 1),
+        coord(state=CoordinatorState.PREPARE_COMMIT, partitions=tps("a-0", "a-1", "b-3")),
+        coord(state=CoordinatorState.EMPTY, partitions=(), transaction_timeout_ms=-1),
+        CoordinatorRecord.tombstone_of("tx-9", source_partition=1, source_offset=2, source_timestamp_ms=T0),
+    ],
+)
+def test_the_lean_json_reading_agrees_with_the_model(record: CoordinatorRecord) -> None:
+    assert coord_facts_from_json(record.model_dump_json()) == coord_facts(record)
+
+
+def test_stage_1_says_the_same_of_the_compacted_log_as_of_the_whole_log() -> None:
+    """run_ends (the decoder applies it) drops the records between the first and last of a run; stage 1 must
+    not notice."""
+    rng = random.Random(11)
+    dropped = 0
+    for _ in range(300):
+        records: list[CoordinatorRow] = []
+        pids = {f"tx-{i}": 1000 + i for i in range(3)}
+        for offset in range(rng.randint(1, 40)):
+            tid = rng.choice(sorted(pids))
+            roll = rng.random()
+            if roll < 0.08:
+                records.append(CoordinatorRow(tid, -1, -1, -1, True, T0 + offset, offset, "{}"))
+                continue
+            previous = pids[tid]
+            if roll < 0.25:  # a new producer id, sometimes naming the old one
+                pids[tid] = previous + 100
+            names_old = previous if pids[tid] != previous and rng.random() < 0.5 else -1
+            records.append(
+                CoordinatorRow(tid, pids[tid], names_old, -1, False, T0 + offset, offset, f'{{"o":{offset}}}')
+            )
+        start = {f"tx-{i}": Owner(1000 + i, -1) for i in range(3) if rng.random() < 0.5}
+        keep = run_ends(
+            [r.transactional_id for r in records],
+            [r.producer_id for r in records],
+            [r.tombstone for r in records],
+        )
+        whole, compacted = dict(start), dict(start)
+        expected = advance_owners(whole, records)
+        got = advance_owners(compacted, [r for r, k in zip(records, keep, strict=True) if k])
+        assert sorted(got, key=repr) == sorted(expected, key=repr)
+        assert compacted == whole
+        dropped += keep.count(False)
+    assert dropped > 1000  # the scenarios do have runs to compact
+
+
+def test_stage_1_reports_how_far_each_coordinator_partition_was_read() -> None:
+    facts = applied_facts([LOG, LOG, LOG, None], [0, 1, 0, None], [7, 3, 9, None])  # type: ignore[list-item]
+    assert facts == [(-1, "applied", LOG, json.dumps({0: 10, 1: 4}), 0)]
+
+
+# ------------------------------------------------------------------------------------------- stage 2
+
+
+def open_row(s: PartitionSnapshot) -> list[Any]:
+    """A stage-2 input row for the first open transaction of `s`, as streaming.rows.open_transaction_rows builds it."""
+    t = s.open_transactions[0]
+    one = s.model_copy(update={"open_transactions": (t,)})
+    values = {
+        "producer_id": t.producer_id,
+        "fact": "open",
+        "topic": s.topic,
+        "partition": s.partition,
+        "snapshot_json": one.model_dump_json(),
+        "observed_at_ms": s.observed_at_ms,
+        "leader": s.leader,
+        "start_offset": t.start_offset,
+        "producer_epoch": t.producer_epoch,
+        "start_batch_producer_epoch": t.start_batch_producer_epoch,
+        "start_timestamp_ms": t.start_timestamp_ms,
+        "last_timestamp_ms": t.last_timestamp_ms,
+        "max_transaction_timeout_ms": s.max_transaction_timeout_ms,
+        "lso_lag": s.high_watermark - s.last_stable_offset,  # type: ignore[operator]
+    }
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def fact_row(record: CoordinatorRecord | None, *, producer_id: int = PID, retired_at: int = 0) -> list[Any]:
+    values: dict[str, Any] = {"producer_id": producer_id, "fact": "retired", "fact_time_ms": retired_at}
+    if record is not None:
+        values.update(
+            fact="view",
+            transactional_id=record.transactional_id,
+            record_json=record.model_dump_json(),
+            fact_time_ms=record.last_update_timestamp_ms,
+        )
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def position_row(as_of_ms: int, ends: dict[int, int] | None = None, *, partitions: int = 3) -> list[Any]:
+    """A CoordinatorLogPosition row, as streaming.rows.open_transaction_rows passes it (the raw JSON)."""
+    position = CoordinatorLogPosition(
+        cluster="c",
+        sweep_id="s",
+        topic=LOG,
+        partitions=partitions,
+        as_of_ms=as_of_ms,
+        end_offsets=ends if ends is not None else dict.fromkeys(range(partitions), 0),
+    )
+    values = {"producer_id": -1, "fact": "position", "record_json": position.model_dump_json()}
+    values["fact_time_ms"] = as_of_ms
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def applied_row(ends: dict[int, int]) -> list[Any]:
+    """Stage 1's "applied" fact: the view holds every record of the log below these offsets."""
+    values = {"producer_id": -1, "fact": "applied", "transactional_id": LOG, "record_json": json.dumps(ends)}
+    values["fact_time_ms"] = 0
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def batch(bucket: BucketState, now_ms: int, *rows: list[Any], current: bool = True) -> list[dict[str, Any]]:
+    """One batch; unless `current` is False, the collector measured an empty log at `now_ms` (the view is
+    current as of then), as the rules need for any HANGING proof."""
+    rows = (*rows, position_row(now_ms)) if current else rows
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in STAGE2_INPUT_COLUMNS[1:]]
+    return [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in reconcile_bucket(bucket, columns, now_ms)]
+
+
+def open_row_of(s: PartitionSnapshot) -> OpenRow:
+    """The OpenRow reconcile_bucket makes of `open_row(s)`."""
+    values = open_row(s)
+    return OpenRow(values[0], *values[5:])
+
+
+@pytest.mark.parametrize(
+    "txn",
+    [
+        pytest.param(open_txn(), id="start-batch-known"),
+        pytest.param(
+            open_txn(start_timestamp_ms=None, start_batch_producer_epoch=None), id="start-batch-unknown"
+        ),
+        pytest.param(
+            open_txn(start_timestamp_ms=-1, last_timestamp_ms=T0 + 3), id="non-positive-start-is-unknown"
+        ),
+        pytest.param(open_txn(start_batch_producer_epoch=4, producer_epoch=5), id="epoch-bumped-since-start"),
+        pytest.param(open_txn(start_timestamp_ms=None, last_timestamp_ms=-1), id="no-timestamp-at-all"),
+    ],
+)
+@pytest.mark.parametrize("max_timeout", [900_000, None])
+@pytest.mark.parametrize("first_seen", [T0 - MINUTE, None])
+def test_open_entry_facts_are_the_rules_txn_facts(
+    txn: OpenTransaction, max_timeout: int | None, first_seen: int | None
+) -> None:
+    """One way to build an open transaction's facts: the stage's lean row gives what `rules.txn_facts` gives
+    the models (the spark tier holds the row itself equal to what Spark builds)."""
+    s = snapshot(txn, max_transaction_timeout_ms=max_timeout)
+    entry = open_entry(open_row_of(s), first_seen, None, None)
+    assert entry.facts == txn_facts(txn, s, first_seen_ms=first_seen)
+
+
+def new_bucket() -> BucketState:
+    return BucketState(CONFIG, {}, {})
+
+
+def seen_at(at_ms: int, **txn: Any) -> PartitionSnapshot:
+    return snapshot(open_txn(**txn), observed_at_ms=at_ms)
+
+
+def test_a_transaction_left_open_after_its_commit_opens_one_candidate_then_resolves() -> None:
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 + SECOND)
+    b = new_bucket()
+    t1 = T0 + MINUTE
+    first = batch(b, t1, fact_row(done), open_row(seen_at(t1)))
+    # First seen just now: the grace period runs from our own first sighting too.
+    assert [e["event"] for e in first] == ["VERDICT"]
+    assert (first[0]["kind"], first[0]["explanation"]) == ("OPEN", None)  # plain OPEN is not explained
+
+    t2 = t1 + 15 * SECOND
+    second = batch(b, t2, open_row(seen_at(t2)))
+    assert [e["event"] for e in second] == ["OPENED", "VERDICT"]
+    opened, verdict = second
+    assert (verdict["kind"], verdict["reason"]) == ("HANGING", "coordinator-completed")
+    candidate = AbortCandidate.model_validate_json(opened["payload"])
+    assert verdict["candidate_id"] == opened["candidate_id"] == candidate.candidate_id
+    assert "--start-offset 100" in candidate.kafka_cli and candidate.spec.producer_id == PID
+    assert verdict["age_ms"] == t2 - T0 and verdict["lso_lag"] == 150
+
+    # Confirmed again: the same verdict, no second OPENED, no explanation repeated.
+    third = batch(b, t2 + 5 * SECOND, open_row(seen_at(t2 + 5 * SECOND)))
+    assert [(e["event"], e["explanation"], e["candidate_id"]) for e in third] == [
+        ("VERDICT", None, candidate.candidate_id)
+    ]
+
+    # No snapshot confirms it any more (aborted): forgotten at the deadline, the candidate resolved.
+    deadline = b.next_deadline()
+    assert deadline == t2 + 5 * SECOND + CONFIG.expire_after_ms
+    assert b.expire(deadline - 1) == []
+    gone = [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in b.expire(deadline)]
+    assert [e["event"] for e in gone] == ["GONE", "RESOLVED"]
+    assert AbortCandidate.model_validate_json(gone[1]["payload"]).candidate_id == candidate.candidate_id
+    assert b.opens == {}
+
+
+def test_a_verdict_is_explained_when_it_is_new_not_every_batch() -> None:
+    b = new_bucket()
+    at = T0 + 20 * MINUTE  # open for 20 min, past the broker's 15 min max timeout
+    (late,) = batch(b, at, open_row(seen_at(at)))
+    assert late["kind"] == "LATE" and "open on orders-0 from offset 100 for 20m00s" in late["explanation"]
+    (again,) = batch(b, at + 5 * SECOND, open_row(seen_at(at + 5 * SECOND)))
+    assert (again["kind"], again["explanation"]) == ("LATE", None)
+
+
+def test_a_coordinator_that_still_lists_the_partition_keeps_the_transaction_open() -> None:
+    live = coord(transaction_timeout_ms=900_000, last_update_timestamp_ms=T0 + SECOND)
+    b = new_bucket()
+    for at in (T0 + 20 * SECOND, T0 + 40 * SECOND):
+        (verdict,) = batch(b, at, fact_row(live), open_row(seen_at(at)))
+        assert verdict["kind"] == "OPEN" and verdict["candidate_id"] is None
+
+
+def test_a_retired_producer_id_with_an_open_transaction_hangs() -> None:
+    b = new_bucket()
+    batch(b, T0 + MINUTE, fact_row(None, retired_at=T0 + SECOND), open_row(seen_at(T0 + MINUTE)))
+    events = batch(b, T0 + 2 * MINUTE, open_row(seen_at(T0 + 2 * MINUTE)))
+    assert [(e["event"], e["reason"]) for e in events] == [
+        ("OPENED", "no-coordinator-state"),
+        ("VERDICT", "no-coordinator-state"),
+    ]
+
+
+def test_a_new_transaction_on_the_partition_ends_the_old_one_and_late_snapshots_change_nothing() -> None:
+    b = new_bucket()
+    batch(b, T0 + MINUTE, open_row(seen_at(T0 + MINUTE)))
+    later = seen_at(T0 + 2 * MINUTE, start_offset=300, start_timestamp_ms=T0 + 90 * SECOND)
+    events = batch(b, T0 + 2 * MINUTE, open_row(later))
+    assert [(e["event"], e["start_offset"]) for e in events] == [("GONE", 100), ("VERDICT", 300)]
+    # A snapshot older than what we know, arriving late: ignored (no GONE of the newer transaction).
+    events = batch(b, T0 + 2 * MINUTE, open_row(seen_at(T0 + MINUTE)))
+    assert [(e["event"], e["start_offset"]) for e in events] == [("VERDICT", 300)]
+    (entry,) = b.opens.values()
+    assert entry.start_offset == 300 and entry.facts.first_seen_ms == T0 + 2 * MINUTE
+
+
+def test_only_the_producer_ids_in_a_batch_are_judged_but_expiry_covers_the_bucket() -> None:
+    b = new_bucket()
+    batch(b, T0 + MINUTE, open_row(seen_at(T0 + MINUTE)))
+    other = snapshot(open_txn(producer_id=PID + 2), observed_at_ms=T0 + 80 * SECOND, partition=4)
+    events = batch(b, T0 + 80 * SECOND, open_row(other))
+    assert [(e["event"], e["producer_id"]) for e in events] == [("VERDICT", PID + 2)]
+    events = batch(b, T0 + 95 * SECOND, open_row(other))  # PID was last confirmed 35 s ago
+    assert [(e["event"], e["producer_id"]) for e in events] == [("GONE", PID), ("VERDICT", PID + 2)]
+
+
+def test_views_are_forgotten_after_their_ttl_and_older_facts_never_win() -> None:
+    b = new_bucket()
+    newer = coord(last_update_timestamp_ms=T0 + 2 * SECOND)
+    batch(b, T0, fact_row(newer))
+    batch(b, T0 + SECOND, fact_row(coord(last_update_timestamp_ms=T0)))
+    assert json.loads(b.views[PID].record_json or "")["last_update_timestamp_ms"] == T0 + 2 * SECOND
+    assert b.next_deadline() == T0 + CONFIG.view_ttl_ms  # the view was last updated at T0
+    b.expire(T0 + CONFIG.view_ttl_ms)
+    assert b.views == {} and b.views_changed and b.next_deadline() is None
+
+
+# ------------------------------------------------------------------------- the view's currency (issue 9)
+
+
+def test_a_live_transaction_is_not_hanging_while_the_view_is_behind() -> None:
+    """The issue's case: the view still shows the producer's previous transaction completed (its new Ongoing
+    record, listing the partition, is not read yet). Today's rules alone say HANGING coordinator-completed."""
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 - MINUTE)
+    b = new_bucket()
+    t1 = T0 + 5 * SECOND
+    # The collector measured the log at 10 records; the view has applied 4 of them.
+    batch(b, t1, fact_row(done), position_row(t1, {0: 10, 1: 0, 2: 0}), applied_row({0: 4}), current=False)
+    batch(b, t1, open_row(seen_at(t1)), current=False)
+    for at in (T0 + 20 * SECOND, T0 + 29 * SECOND):
+        events = batch(b, at, open_row(seen_at(at)), position_row(at, {0: 12}), current=False)
+        assert [(e["event"], e["kind"], e["reason"], e["withheld"]) for e in events] == [
+            ("VERDICT", "UNCONFIRMED", "coordinator-completed", "coordinator-view-behind")
+        ]
+    # The view catches up: the Ongoing record listing the partition arrives with the rest of the log.
+    ongoing = coord(start_timestamp_ms=T0 - 10, last_update_timestamp_ms=T0 - 5)
+    events = batch(b, T0 + 31 * SECOND, fact_row(ongoing), applied_row({0: 12}), current=False)
+    assert [(e["event"], e["kind"]) for e in events if e["event"] != "VIEW"] == [("VERDICT", "OPEN")]
+    assert all(e["event"] != "OPENED" for e in events)
+
+
+def test_an_unseen_producer_id_is_not_hanging_until_every_partition_is_current() -> None:
+    b = new_bucket()
+    batch(b, T0, open_row(seen_at(T0)), position_row(T0, {0: 5, 1: 5, 2: 5}), applied_row({0: 5, 1: 5}))
+    at = T0 + MINUTE
+    events = batch(b, at, open_row(seen_at(at)), current=False)
+    assert [(e["kind"], e["reason"]) for e in events] == [("UNCONFIRMED", "no-coordinator-state")]
+    # Partition 2 is read up to the position taken at T0: current as of T0, when it was first seen, but the
+    # grace had not passed since then; not yet proof.
+    events = batch(b, at + SECOND, applied_row({2: 5}), current=False)
+    assert [(e["event"], e["kind"]) for e in events] == [("VERDICT", "UNCONFIRMED")]
+    # A newer position, covered: proof now (re-judged without news of its own, because the view moved).
+    events = batch(b, at + 2 * SECOND, position_row(at, {0: 5, 1: 5, 2: 5}), current=False)
+    assert [(e["event"], e["reason"]) for e in events] == [
+        ("OPENED", "no-coordinator-state"),
+        ("VERDICT", "no-coordinator-state"),
+    ]
+    candidate = AbortCandidate.model_validate_json(events[0]["payload"])
+    assert candidate.evidence.first_seen_ms == T0  # the original first sighting, kept while withheld
+    assert candidate.evidence.view_current_as_of_ms == at and candidate.evidence.judged_as_of_ms == at
+
+
+def test_a_view_behind_the_newest_report_proves_as_of_an_earlier_one() -> None:
+    """Under sustained lag the view never reaches the newest snapshot; an orphan open since before the moment
+    it is current as of is still proven, as of that moment."""
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 - MINUTE)
+    b = new_bucket()
+    batch(b, T0, fact_row(done), open_row(seen_at(T0)), current=False)
+    mid = T0 + 20 * SECOND
+    batch(b, mid, open_row(seen_at(mid)), position_row(mid, {0: 3, 1: 3, 2: 3}), current=False)
+    newest = T0 + 45 * SECOND  # the log keeps growing faster than the job reads it
+    events = batch(
+        b,
+        newest,
+        open_row(seen_at(newest)),
+        position_row(newest, {0: 9}),
+        applied_row({0: 3, 1: 3, 2: 3}),  # read up to mid's position only
+        current=False,
+    )
+    opened = next(e for e in events if e["event"] == "OPENED")
+    candidate = AbortCandidate.model_validate_json(opened["payload"])
+    assert candidate.evidence.judged_as_of_ms == mid
+    assert "judged as of" in candidate.explanation
+
+
+def test_a_view_naming_another_producer_id_is_withheld_not_hanging() -> None:
+    """A stored view that names neither the producer id nor its previous/next one used to read as "no
+    coordinator", which after the grace became HANGING no-coordinator-state; the rules refuse that input."""
+    b = new_bucket()
+    b.views[PID] = View(coord(producer_id=PID + 7).model_dump_json(), None, T0, T0)
+    batch(b, T0, open_row(seen_at(T0)))
+    events = batch(b, T0 + MINUTE, open_row(seen_at(T0 + MINUTE)))
+    assert [(e["event"], e["kind"], e["withheld"]) for e in events] == [
+        ("VERDICT", "UNCONFIRMED", "coordinator-view-inconsistent")
+    ]
+
+
+def test_the_view_of_a_producer_id_with_an_open_transaction_outlives_its_ttl() -> None:
+    """A long legitimate transaction (KIP-939 two-phase commit has no timeout) must not lose its owner."""
+    prepared = coord(transaction_timeout_ms=-1, last_update_timestamp_ms=T0 - 1)
+    b = new_bucket()
+    batch(b, T0, fact_row(prepared), open_row(seen_at(T0)))
+    later = T0 + CONFIG.view_ttl_ms + MINUTE
+    batch(b, later - SECOND, open_row(seen_at(later - SECOND)))  # still confirmed open by the collector
+    b.prune_views(later)
+    assert PID in b.views
+    events = batch(b, later, open_row(seen_at(later)))
+    assert [e["kind"] for e in events] == ["LATE"]  # old, but owned: never HANGING no-coordinator-state
+
+
+def test_bucket_zero_reports_the_views_lag() -> None:
+    b = new_bucket()
+    columns = [list(c) for c in zip(position_row(T0, {0: 10}), applied_row({0: 4}), strict=True)]
+    events = [
+        dict(zip(EVENT_COLUMNS, e, strict=True)) for e in reconcile_bucket(b, columns, T0, report_view=True)
+    ]
+    (view,) = events
+    assert view["event"] == "VIEW"
+    assert json.loads(view["payload"]) == {
+        "measured": True,
+        "current": False,
+        "lag_ms": 0,
+        "records_behind": 6,
+        "current_as_of_ms": None,
+    }
