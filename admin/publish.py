@@ -30,6 +30,7 @@ from detectors.contract import (
     SUMMARY_TYPE,
     TYPE_HEADER,
     position_key,
+    replication_factor,
     snapshot_key,
     summary_key,
 )
@@ -208,7 +209,7 @@ def ensure_topics(
         NewTopic(
             name,
             wanted[name].partitions,
-            wanted[name].replication_factor or min(3, max(brokers, 1)),
+            wanted[name].replication_factor or replication_factor(brokers),
             topic_configs=wanted[name].topic_configs(),
         )
         for name in missing

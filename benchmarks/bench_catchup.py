@@ -35,7 +35,7 @@ from kafka.structs import TopicPartition
 from benchmarks.bench_stream import coordinator_records, log, produce
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import CoordinatorLogPosition
-from detectors.settings import KafkaSettings, Settings, TopicSettings
+from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 
 
@@ -133,17 +133,16 @@ def main(argv: list[str] | None = None) -> int:
             cluster="bench",
             kafka=KafkaSettings(bootstrap_servers=bootstrap),
             topics=TopicSettings(prefix=prefix),
+            stream=StreamSettings(
+                checkpoint_location=str(workdir / "checkpoint"),
+                trigger=args.trigger,
+                starting_offsets="earliest",
+                coordinator_max_offsets_per_trigger=args.batch,
+                transaction_log_topic=log_topic,
+                metrics_port=0,
+            ),
         )
-        opts = job.StreamOptions(
-            settings=settings,
-            kafka_options={"bootstrap.servers": bootstrap},
-            checkpoint_location=str(workdir / "checkpoint"),
-            trigger=args.trigger,
-            starting_offsets="earliest",
-            coordinator_max_offsets_per_trigger=args.batch,
-            transaction_log_topic=log_topic,
-            metrics_port=0,
-        )
+        opts = job.StreamOptions(settings=settings, kafka_options={"bootstrap.servers": bootstrap})
         job.ensure_topics(opts, settings.kafka.client_kwargs())
         log(f"reconcile query from an empty checkpoint over {result['position_records']:,} records")
         began = time.monotonic()

@@ -58,7 +58,7 @@ from kafka.admin import NewTopic
 
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.models import OpenTransaction, PartitionSnapshot
-from detectors.settings import KafkaSettings, Settings, TopicSettings
+from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 
 Json = dict[str, Any]
@@ -397,21 +397,22 @@ def run_phase(
     """One reconcile query over a backlog of `total` rows in `input_topic`; stops by itself."""
     from streaming import job
 
-    settings = Settings(
-        cluster="bench", kafka=KafkaSettings(bootstrap_servers=bootstrap), topics=TopicSettings(prefix=prefix)
-    )
     checkpoint = workdir / f"checkpoint-{name}"
-    opts = job.StreamOptions(
-        settings=settings,
-        kafka_options={"bootstrap.servers": bootstrap},
-        checkpoint_location=str(checkpoint),
-        trigger=trigger,
-        starting_offsets="earliest",
-        max_offsets_per_trigger=batch,
-        state_buckets=state_buckets,
-        transaction_log_topic=log_topic,
-        metrics_port=0,
+    settings = Settings(
+        cluster="bench",
+        kafka=KafkaSettings(bootstrap_servers=bootstrap),
+        topics=TopicSettings(prefix=prefix),
+        stream=StreamSettings(
+            checkpoint_location=str(checkpoint),
+            trigger=trigger,
+            starting_offsets="earliest",
+            max_offsets_per_trigger=batch,
+            state_buckets=state_buckets,
+            transaction_log_topic=log_topic,
+            metrics_port=0,
+        ),
     )
+    opts = job.StreamOptions(settings=settings, kafka_options={"bootstrap.servers": bootstrap})
     job.ensure_topics(opts, settings.kafka.client_kwargs())
     load_before = Path("/proc/loadavg").read_text().strip()
     log(

@@ -13,13 +13,16 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
 from detectors.client_properties import parse_properties
-from detectors.settings import Settings, StreamSettings
+from detectors.settings import Settings, StreamSettings, overlay
+
+if TYPE_CHECKING:
+    from streaming.job import StreamOptions
 
 log = logging.getLogger("txnwatch.stream")
 
@@ -166,31 +169,16 @@ def stream_options(
     *,
     command_config: Path | None = None,
     is_terminal: bool,
-) -> Any:
+) -> StreamOptions:
     """The job's StreamOptions: Spark's Kafka connector gets the file's Java properties unchanged, with the
-    resolved bootstrap servers; the rest comes from `settings` (kafka-python uses `settings.kafka`)."""
+    resolved bootstrap servers; the job reads its own settings from `settings.stream` (the checkpoint location
+    made absolute) and kafka-python uses `settings.kafka`."""
     from streaming.job import StreamOptions
 
-    s = settings.stream
-    # StreamOptions repeats StreamSettings' fields (issue 10, streaming room): once job.py reads
-    # `opts.settings.stream`, only settings, kafka_options, output and command_config_path stay here.
+    checkpoint = str(Path(settings.stream.checkpoint_location).resolve())
     return StreamOptions(
-        settings=settings,
+        settings=overlay(settings, {"stream": {"checkpoint_location": checkpoint}}),
         kafka_options={**java_props, "bootstrap.servers": settings.kafka.bootstrap_servers},
-        checkpoint_location=str(Path(s.checkpoint_location).resolve()),
-        trigger=s.trigger,
-        starting_offsets=s.starting_offsets,
-        max_offsets_per_trigger=s.max_offsets_per_trigger,
-        coordinator_max_offsets_per_trigger=s.coordinator_max_offsets_per_trigger,
-        window=s.window,
-        watermark=s.watermark,
-        expire_after_ms=s.expire_after_ms,
-        state_buckets=s.state_buckets,
-        view_ttl_ms=s.view_ttl_ms,
-        transaction_log_topic=s.transaction_log_topic,
-        coordinator_source=s.coordinator_source,
-        metrics_host=s.metrics_host,
-        metrics_port=s.metrics_port,
         command_config_path=str(command_config) if command_config else None,
         output=output_format(settings.output, is_terminal=is_terminal),
     )

@@ -19,14 +19,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from detectors.contract import TRANSACTION_LOG_TOPIC, replication_factor, stream_output_topics
+from detectors.contract import replication_factor, stream_output_topics
 from detectors.settings import Settings
 from detectors.tracking import ReconcileConfig
 from streaming import sources
@@ -37,39 +37,19 @@ from streaming.windows import window_metrics
 
 log = logging.getLogger("txnwatch.stream")
 
-CoordinatorSource = Literal["log", "describe", "both"]
-
 
 @dataclass(frozen=True)
 class StreamOptions:
-    """Everything `txnwatch stream` is told (flags over Settings)."""
+    """What `txnwatch stream` is told beyond its settings: the settings themselves (the job's own in
+    `settings.stream`), the Java client properties for Spark's connector, and what is not a setting."""
 
     settings: Settings
     kafka_options: Mapping[str, str]  # Java client properties, without the "kafka." prefix
-    checkpoint_location: str
-    trigger: str = "5 seconds"
+    command_config_path: str | None = None
+    output: Output = "table"
     # The windows and dead-letter queries: their outputs need no seconds-fresh answer, and on 2 cores every
     # batch they skip is CPU the reconcile query (detection latency) gets.
     secondary_trigger: str = "15 seconds"
-    starting_offsets: str = (
-        "latest"  # of the snapshot topic; the transaction log is always read from earliest
-    )
-    max_offsets_per_trigger: int | None = None
-    # The coordinator topic's own bound (a first start on a large retained transaction log: smaller batches,
-    # snapshots not held back); None: max_offsets_per_trigger.
-    coordinator_max_offsets_per_trigger: int | None = None
-    window: str = "1 minute"
-    watermark: str = "2 minutes"
-    expire_after_ms: int = 30_000
-    view_ttl_ms: int = 24 * 3_600_000
-    # Hash buckets of ids per stateful stage (streaming/reconcile.py says why). Fixed for a checkpoint.
-    state_buckets: int = 32
-    transaction_log_topic: str = TRANSACTION_LOG_TOPIC
-    coordinator_source: CoordinatorSource = "log"
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 9465  # the collector's endpoint defaults to 9464
-    command_config_path: str | None = None
-    output: Output = "table"
 
     @property
     def spark_kafka_options(self) -> dict[str, str]:
@@ -93,9 +73,10 @@ def spark_conf() -> dict[str, str]:
 def _source(
     opts: StreamOptions, topic: str, starting: str, *, coordinator: bool = False
 ) -> sources.KafkaSource:
-    limit = opts.max_offsets_per_trigger
-    if coordinator and opts.coordinator_max_offsets_per_trigger is not None:
-        limit = opts.coordinator_max_offsets_per_trigger
+    stream = opts.settings.stream
+    limit = stream.max_offsets_per_trigger
+    if coordinator and stream.coordinator_max_offsets_per_trigger is not None:
+        limit = stream.coordinator_max_offsets_per_trigger
     return sources.KafkaSource(
         topic=topic,
         options=opts.spark_kafka_options,
@@ -105,18 +86,20 @@ def _source(
 
 
 def _snapshots(spark: SparkSession, opts: StreamOptions) -> DataFrame:
-    raw = sources.read_kafka(spark, _source(opts, opts.settings.topics.producer_state, opts.starting_offsets))
+    starting = opts.settings.stream.starting_offsets
+    raw = sources.read_kafka(spark, _source(opts, opts.settings.topics.producer_state, starting))
     return sources.parse_snapshots(raw)
 
 
 def _coordinator_inputs(spark: SparkSession, opts: StreamOptions) -> list[tuple[str, DataFrame]]:
+    stream = opts.settings.stream
     inputs = []
-    if opts.coordinator_source in ("log", "both"):
+    if stream.coordinator_source in ("log", "both"):
         raw = sources.read_kafka(
-            spark, _source(opts, opts.transaction_log_topic, "earliest", coordinator=True)
+            spark, _source(opts, stream.transaction_log_topic, "earliest", coordinator=True)
         )
         inputs.append(("transaction-log", sources.decode_transaction_log(raw, compact=True)))
-    if opts.coordinator_source in ("describe", "both"):
+    if stream.coordinator_source in ("describe", "both"):
         raw = sources.read_kafka(
             spark, _source(opts, opts.settings.topics.coordinator_state, "earliest", coordinator=True)
         )
@@ -245,13 +228,14 @@ def start(
     queries: tuple[str, ...] = QUERIES,
 ) -> RunningJob:
     """Start the three queries and the /metrics endpoint; returns at once."""
+    stream = opts.settings.stream
     registry = registry or CollectorRegistry()
     live = LiveState()
     health = Health(registry)
     registry.register(VerdictCollector(live, opts.settings.cluster))
     listener = HealthListener(health)
     spark.streams.addListener(listener)
-    server = serve(registry, opts.metrics_host, opts.metrics_port)
+    server = serve(registry, stream.metrics_host, stream.metrics_port)
     sinks = Sinks(
         spark,
         live,
@@ -263,20 +247,20 @@ def start(
     )
     config = ReconcileConfig(
         limits=opts.settings.detection,
-        expire_after_ms=opts.expire_after_ms,
-        view_ttl_ms=opts.view_ttl_ms,
+        expire_after_ms=stream.expire_after_ms,
+        view_ttl_ms=stream.view_ttl_ms,
         bootstrap=opts.kafka_options.get("bootstrap.servers"),
         command_config=opts.command_config_path,
         transaction_log_topic=(
-            opts.transaction_log_topic if opts.coordinator_source in ("log", "both") else None
+            stream.transaction_log_topic if stream.coordinator_source in ("log", "both") else None
         ),
         coordinator_state_topic=(
             opts.settings.topics.coordinator_state
-            if opts.coordinator_source in ("describe", "both")
+            if stream.coordinator_source in ("describe", "both")
             else None
         ),
     )
-    ck = opts.checkpoint_location.rstrip("/")
+    ck = stream.checkpoint_location.rstrip("/")
 
     def start_query(
         name: str, df: DataFrame, sink: Callable[[DataFrame, int], None], mode: str, trigger: str
@@ -295,18 +279,18 @@ def start(
         snapshots = _snapshots(spark, opts)
         coordinator = _coordinator_inputs(spark, opts)
         records = _union([sources.coordinator_rows_read(df) for _, df in coordinator])
-        pin_state_buckets(spark, f"{ck}/txnwatch-reconcile", opts.state_buckets)
+        pin_state_buckets(spark, f"{ck}/txnwatch-reconcile", stream.state_buckets)
         events = reconcile_events(
-            sources.good_snapshots_and_positions(snapshots), records, config, opts.state_buckets
+            sources.good_snapshots_and_positions(snapshots), records, config, stream.state_buckets
         )
-        started.append(start_query("txnwatch-reconcile", events, sinks.events, "append", opts.trigger))
+        started.append(start_query("txnwatch-reconcile", events, sinks.events, "append", stream.trigger))
         _await_first_batch(started[-1], FIRST_BATCH_WAIT_S)
     if "windows" in queries:
         win = window_metrics(
             sources.good_snapshots(_snapshots(spark, opts)),
             opts.settings.detection,
-            window=opts.window,
-            watermark=opts.watermark,
+            window=stream.window,
+            watermark=stream.watermark,
         )
         started.append(start_query("txnwatch-windows", win, sinks.windows, "update", opts.secondary_trigger))
         _await_first_batch(started[-1], FIRST_BATCH_WAIT_S)
@@ -325,11 +309,12 @@ def run(
     spark: SparkSession, opts: StreamOptions, *, seconds: float | None = None, out: TextIO | None = sys.stdout
 ) -> int:
     """Run until Ctrl-C, a failed query, or `seconds`; returns the exit code."""
+    stream = opts.settings.stream
     job = start(spark, opts, out=out)
     if out is not None:
         print(
-            f"txnwatch stream: metrics on http://{opts.metrics_host}:{job.metrics_port}/metrics, "
-            f"checkpoints in {opts.checkpoint_location}",
+            f"txnwatch stream: metrics on http://{stream.metrics_host}:{job.metrics_port}/metrics, "
+            f"checkpoints in {stream.checkpoint_location}",
             file=out,
             flush=True,
         )

@@ -31,7 +31,7 @@ from workloads import ROOT, run_workload
 
 from detectors.currency import coordinator_partition
 from detectors.models import AbortCandidate, HangingReason
-from detectors.settings import KafkaSettings, Settings, TopicSettings
+from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings, overlay
 from streaming import job
 
 pytestmark = pytest.mark.e2e
@@ -159,9 +159,7 @@ def test_no_candidate_while_the_view_is_behind_and_the_orphan_once_current(
     console = Console()
 
     def options(max_offsets: int | None) -> job.StreamOptions:
-        return job.StreamOptions(
-            settings=settings,
-            kafka_options={"bootstrap.servers": bootstrap},
+        stream = StreamSettings(
             checkpoint_location=str(tmp_path / "checkpoints"),
             trigger="2 seconds",
             starting_offsets="earliest",
@@ -169,13 +167,18 @@ def test_no_candidate_while_the_view_is_behind_and_the_orphan_once_current(
             expire_after_ms=60_000,
             metrics_port=0,
         )
+        return job.StreamOptions(
+            settings=overlay(settings, {"stream": stream}), kafka_options={"bootstrap.servers": bootstrap}
+        )
 
     job.ensure_topics(options(None), settings.kafka.client_kwargs())
     try:
         # A backlog before the job starts: the busy workload has written a few hundred coordinator records.
         begin = log_end(bootstrap)
         wait_for(lambda: log_end(bootstrap) >= begin + 500, 60, "the busy workload's first records")
-        throttled = job.start(spark, options(60), out=console, queries=("reconcile",))
+        # 5 coordinator records per 2 s batch: the 500-record backlog alone keeps the view behind for minutes,
+        # however fast or slow the busy workload runs on a loaded machine (a rate race made this test flaky).
+        throttled = job.start(spark, options(5), out=console, queries=("reconcile",))
         try:
             wait_for(lambda: first_batch_done(throttled, "txnwatch-reconcile"), 240, "the job's first batch")
             a.start()

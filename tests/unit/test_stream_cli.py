@@ -175,8 +175,15 @@ def test_stream_options_from_settings(tmp_path: Path, monkeypatch: pytest.Monkey
         "sasl.mechanism": "PLAIN",
         "group.id": "g",
     }
-    assert opts.checkpoint_location == str(tmp_path / "ck")
-    assert (opts.coordinator_max_offsets_per_trigger, opts.state_buckets) == (500, 32)
+    # The job reads its settings from opts.settings.stream, the checkpoint location made absolute.
+    assert opts.settings.stream.checkpoint_location == str(tmp_path / "ck")
+    assert (opts.settings.stream.coordinator_max_offsets_per_trigger, opts.settings.stream.state_buckets) == (
+        500,
+        32,
+    )
+    assert opts.settings.stream.model_dump(exclude={"checkpoint_location"}) == settings.stream.model_dump(
+        exclude={"checkpoint_location"}
+    )
     assert (opts.settings.cluster, opts.command_config_path, opts.output) == ("c1", str(props), "json")
     assert settings.kafka.client_kwargs()["bootstrap_servers"] == "flag:9092"
 
