@@ -1,4 +1,5 @@
-"""`txnwatch collect` and `txnwatch inspect partition|coordinator-log`, with Kafka's tool conventions.
+"""`txnwatch collect`, `txnwatch inspect partition|coordinator-log` and `txnwatch proposals list|show|abort`, with
+Kafka's tool conventions.
 
 Every command takes the flags of `detectors.cli_options.add_common_flags` (`--bootstrap-server`,
 `--command-config client.properties`, `--output`, `--cluster`, `--topic-prefix`, `--log-level`), like `txnwatch
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -35,11 +37,31 @@ from admin.inspect import (
     render_partition,
 )
 from admin.metrics import CollectorMetrics, RequestLog, serve
+from admin.proposals import (
+    EXIT_ALREADY_RESOLVED,
+    EXIT_DONE,
+    EXIT_ERROR,
+    EXIT_REFUSED,
+    ActWith,
+    abort,
+    audit_json,
+    audit_records,
+    candidate_row,
+    done_candidates,
+    latest_candidates,
+    observe,
+    publish_audit,
+    read_topic,
+    render_list,
+    render_show,
+    show_json,
+)
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
 from admin.seams import ClusterWire, SweepResult, wall_clock_ms
 from admin.wire import KafkaWire
+from detectors.abort import pending_candidates, verify_abort
 from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
-from detectors.models import CoordinatorLogPosition, CoordinatorRecord
+from detectors.models import AbortCandidate, CoordinatorLogPosition, CoordinatorRecord
 from detectors.settings import OutputTopicSettings, Settings
 
 log = logging.getLogger("txnwatch")
@@ -119,6 +141,57 @@ def register(subparsers: Any) -> None:
     txlog.add_argument("--max-records", type=int, help="exit after this many records")
     txlog.add_argument("--timeout-ms", type=int, help="exit when no record arrived for this long")
     txlog.set_defaults(func=cmd_inspect_coordinator_log)
+    _register_proposals(subparsers)
+
+
+ABORT_EPILOG = f"""\
+exit codes:
+  {EXIT_DONE}  aborted and post-checked (the LSO moved past the start offset), or a dry run that verified the abort
+     is safe right now
+  {EXIT_ERROR}  error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the cluster),
+     the marker failed, or it was written but the post-check failed
+  {EXIT_REFUSED}  refused: the transaction changed since the plan (epoch, coordinator epoch, start offset), or its
+     coordinator owns it (Ongoing with this partition, or any Prepare state), or the coordinator cannot be
+     checked; no marker was written
+  {EXIT_ALREADY_RESOLVED}  already resolved: the transaction is no longer open (committed, aborted, or aborted by an earlier
+     run); nothing written
+
+Every run (dry or not) publishes an audit record to <prefix>.audit. Details: docs/proposals.md."""
+
+
+def _register_proposals(subparsers: Any) -> None:
+    proposals = subparsers.add_parser(
+        "proposals", help="abort candidates the job proposed: list them, show one live, abort one (verified)"
+    )
+    psub = proposals.add_subparsers(dest="proposals_command", metavar="WHAT", required=True)
+    plist = psub.add_parser(
+        "list",
+        help="pending candidates (OPENED, not RESOLVED, not already aborted), largest LSO lag first, then oldest",
+    )
+    add_common_flags(plist)
+    plist.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
+    plist.set_defaults(func=cmd_proposals_list)
+    show = psub.add_parser("show", help="one candidate's evidence refreshed live, and both ways to act on it")
+    add_common_flags(show)
+    show.add_argument("candidate_id", metavar="ID")
+    show.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
+    show.set_defaults(func=cmd_proposals_show)
+    ab = psub.add_parser(
+        "abort",
+        help="verify a candidate live and (with --execute) abort it with WriteTxnMarkers",
+        description="Plan (the candidate's WriteTxnMarkersSpec) -> verify live (the leader still reports the same "
+        "producer id, epoch, coordinator epoch and start offset open; its coordinator does not own it) -> "
+        "with --execute: write the ABORT marker to the current leader -> post-check (the transaction is gone, "
+        "the LSO moved past it) -> audit record. Dry run by default.",
+        epilog=ABORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common_flags(ab)
+    ab.add_argument("candidate_id", metavar="ID")
+    ab.add_argument("--execute", action="store_true", help="write the marker (default: dry run)")
+    ab.add_argument("--actor", help="who runs this, for the audit record (default: $USER)")
+    ab.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
+    ab.set_defaults(func=cmd_proposals_abort)
 
 
 # `txnwatch collect` flags → the fields of Settings.collector they set (the topic flags set both output topics).
@@ -448,3 +521,143 @@ def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
     finally:
         consumer.close()
     return 0
+
+
+# --------------------------------------------------------------------------------------- proposals
+
+
+def _read_candidates(settings: Settings, timeout_s: float) -> dict[str, AbortCandidate]:
+    kafka = settings.kafka
+    consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-proposals")
+    try:
+        latest, malformed = latest_candidates(
+            read_topic(consumer, settings.topics.abort_candidates, timeout_s=timeout_s)
+        )
+    finally:
+        consumer.close()
+    if malformed:
+        log.warning("%s: %d malformed records skipped", settings.topics.abort_candidates, malformed)
+    return latest
+
+
+def _done_ids(settings: Settings, timeout_s: float) -> set[str]:
+    kafka = settings.kafka
+    consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-proposals")
+    try:
+        records, _ = audit_records(read_topic(consumer, settings.topics.audit, timeout_s=timeout_s))
+    finally:
+        consumer.close()
+    return done_candidates(records)
+
+
+def _find_candidate(
+    command: str, settings: Settings, candidate_id: str, timeout_s: float
+) -> AbortCandidate | int:
+    try:
+        latest = _read_candidates(settings, timeout_s)
+    except (AdminError, KafkaError) as exc:
+        return _fail(command, str(exc))
+    candidate = latest.get(candidate_id)
+    if candidate is None:
+        return _fail(command, f"no candidate {candidate_id} on {settings.topics.abort_candidates}")
+    if candidate.cluster != settings.cluster:
+        return _fail(
+            command,
+            f"candidate {candidate_id} is for cluster {candidate.cluster!r}, not {settings.cluster!r} "
+            "(--cluster / TXNWATCH_CLUSTER): refusing to act on another cluster",
+        )
+    return candidate
+
+
+def cmd_proposals_list(args: argparse.Namespace) -> int:
+    settings = _settings("proposals list", args, log_level="WARNING")
+    if isinstance(settings, int):
+        return settings
+    output = output_format(settings.output, is_terminal=_is_terminal())
+    timeout_s = args.timeout_ms / 1000
+    try:
+        latest = _read_candidates(settings, timeout_s)
+        done = _done_ids(settings, timeout_s)
+    except (AdminError, KafkaError) as exc:
+        return _fail("proposals list", str(exc))
+    now = wall_clock_ms()
+    pending = pending_candidates(latest.values(), cluster=settings.cluster, now_ms=now, done=done)
+    if output == "json":
+        print(json.dumps([candidate_row(c, now) for c in pending]))
+    else:
+        print(render_list(pending, now))
+    return 0
+
+
+def cmd_proposals_show(args: argparse.Namespace) -> int:
+    settings = _settings("proposals show", args, log_level="WARNING")
+    if isinstance(settings, int):
+        return settings
+    output = output_format(settings.output, is_terminal=_is_terminal())
+    candidate = _find_candidate("proposals show", settings, args.candidate_id, args.timeout_ms / 1000)
+    if isinstance(candidate, int):
+        return candidate
+    try:
+        admin = connect_admin(settings.kafka)
+    except AdminError as exc:
+        return _fail("proposals show", str(exc))
+    try:
+        live = observe(KafkaWire(admin), candidate)
+    except AdminError as exc:
+        return _fail("proposals show", str(exc))
+    finally:
+        admin.close()
+    verify = verify_abort(candidate, live)
+    act = ActWith(
+        bootstrap=settings.kafka.bootstrap_servers,
+        cluster=settings.cluster,
+        topic_prefix=settings.topics.prefix,
+        command_config=str(args.command_config) if args.command_config else None,
+    )
+    now = wall_clock_ms()
+    if output == "json":
+        print(json.dumps(show_json(candidate, live, verify, act, now)))
+    else:
+        print(render_show(candidate, live, verify, act, now))
+    return 0
+
+
+def cmd_proposals_abort(args: argparse.Namespace) -> int:
+    command = "proposals abort"
+    settings = _settings(command, args, log_level="WARNING")
+    if isinstance(settings, int):
+        return settings
+    output = output_format(settings.output, is_terminal=_is_terminal())
+    candidate = _find_candidate(command, settings, args.candidate_id, args.timeout_ms / 1000)
+    if isinstance(candidate, int):
+        return candidate
+    actor = args.actor or os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
+    try:
+        admin = connect_admin(settings.kafka)
+    except AdminError as exc:
+        return _fail(command, str(exc))
+    audit_topic = settings.topics.audit
+    try:
+        attempt = abort(KafkaWire(admin), candidate, execute=args.execute, actor=actor)
+        record = attempt.audit
+        try:
+            ensure_topics(admin, {audit_topic: OutputTopicSettings(cleanup_policy="delete", partitions=1)})
+            producer = producer_for(settings.kafka, linger_ms=0)
+            try:
+                publish_audit(producer, audit_topic, record)
+            finally:
+                producer.close()
+        except (AdminError, KafkaError) as exc:
+            # The attempt happened: never lose its record. It goes to stderr, and the run counts as failed.
+            print(audit_json(record), file=sys.stderr)
+            return _fail(command, f"{record.message}; the audit record was NOT published: {exc}", EXIT_ERROR)
+    finally:
+        admin.close()
+    if output == "json":
+        print(audit_json(record))
+    else:
+        print(f"{record.outcome.value}: {record.message}")
+        print(f"audit {record.audit_id} -> {audit_topic}")
+    if attempt.exit_code != EXIT_DONE:
+        print(f"txnwatch {command}: {record.message}", file=sys.stderr)
+    return attempt.exit_code

@@ -2,7 +2,7 @@
 
 `KafkaAdminClient.describe_producers` raises for any per-partition error and sends one broker at a time, so
 the collector builds DescribeProducers, Fetch, ListOffsets, DescribeConfigs, ListTransactions and
-DescribeTransactions requests from `kafka.protocol` and sends them with `admin._manager.send`, one coroutine per
+DescribeTransactions requests (and `txnwatch proposals abort` one WriteTxnMarkers) from `kafka.protocol` and sends them with `admin._manager.send`, one coroutine per
 broker on kafka-python's loop (not asyncio), a few requests in flight per connection.
 """
 
@@ -22,6 +22,7 @@ from kafka.protocol.admin.transactions import (
 )
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
 from admin.client import code_name, error_name
 from admin.fetch import fetch_request, parse_start_batch
@@ -477,6 +478,59 @@ class KafkaWire:
                 )
             )
         return out
+
+    # ------------------------------------------------------------------------------ WriteTxnMarkers
+
+    def write_abort_marker(
+        self,
+        broker: int,
+        *,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> str | None:
+        """Send one WriteTxnMarkers ABORT for one partition to `broker` (its leader), as Kafka's
+        `Admin.abortTransaction` does; no retry here (the caller re-verifies after a leader move).
+
+        Returns:
+            None when the broker wrote the marker, else the error's name (NOT_LEADER_OR_FOLLOWER,
+            CLUSTER_AUTHORIZATION_FAILED, TRANSACTION_COORDINATOR_FENCED, INVALID_PRODUCER_EPOCH, a client-side
+            name such as REQUEST_TIMED_OUT: then the marker may or may not have been written).
+
+        Raises:
+            ValueError: a negative coordinator epoch (kafka-python's -1 default is fenced once the partition
+                holds an epoch; use the leader's, 0 when negative).
+        """
+        if coordinator_epoch < 0:
+            raise ValueError("WriteTxnMarkers: the coordinator epoch must be >= 0 (never -1)")
+        marker = WriteTxnMarkersRequest.WritableTxnMarker
+        request = WriteTxnMarkersRequest(
+            markers=[
+                marker(
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    transaction_result=False,  # ABORT
+                    topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
+                    coordinator_epoch=coordinator_epoch,
+                )
+            ]
+        )
+        return self._run(self._write_marker, broker, request, (topic, partition))  # type: ignore[no-any-return]
+
+    async def _write_marker(self, broker: int, request: Any, tp: TP) -> str | None:
+        await self._ensure_brokers_known([broker])
+        try:
+            response = await self._send("WriteTxnMarkers", broker, request)
+        except Exception as exc:
+            return error_name(exc)
+        for result in response.markers:
+            for topic in result.topics:
+                for p in topic.partitions:
+                    if (topic.name, p.partition_index) == tp:
+                        return code_name(p.error_code)
+        return "MISSING_FROM_RESPONSE"
 
 
 def _describe_producers_request(batch: Sequence[TP]) -> Any:

@@ -1,18 +1,31 @@
-"""Abort planning (pure): turn a HANGING verdict into an `AbortCandidate` with the WriteTxnMarkers spec.
+"""Abort planning and the verified abort's decisions (pure).
 
-Verification against the live cluster and execution live in admin/; this module only builds the plan.
+`plan_abort` turns a HANGING verdict into an `AbortCandidate` with the WriteTxnMarkers spec. `verify_abort`
+decides, from what the partition leader and the coordinator say *now* (`LiveEvidence`, gathered by
+admin/proposals.py), whether that marker may still be written; `post_check` whether it did its job;
+`pending_candidates` which candidates on-call should look at first. Reading the cluster and writing the marker
+live in admin/.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Collection, Iterable
 
+from detectors import lateness
+from detectors.contract import PREPARING_STATES
 from detectors.models import (
     AbortCandidate,
+    CandidateStatus,
+    CoordinatorState,
+    LiveEvidence,
     OpenTransaction,
     PartitionSnapshot,
+    PostCheck,
     Verdict,
     VerdictKind,
+    VerifyOutcome,
+    VerifyResult,
     WriteTxnMarkersSpec,
     candidate_id,
 )
@@ -125,4 +138,166 @@ def plan_abort(
             bootstrap=bootstrap,
             command_config=command_config,
         ),
+    )
+
+
+# --------------------------------------------------------------------------------- verify, post-check
+
+
+def _where(c: AbortCandidate) -> str:
+    return f"{c.topic}-{c.partition}"
+
+
+def verify_abort(candidate: AbortCandidate, live: LiveEvidence) -> VerifyResult:
+    """May the candidate's ABORT marker still be written? Decided on what the cluster says now.
+
+    SAFE needs all of: the leader still lists the candidate's producer id with a transaction open at the
+    candidate's start offset, with the same producer epoch and the same coordinator epoch (as a marker epoch:
+    0 when negative); the coordinator side was read; and the transactional id owning the producer id (if any)
+    is neither in a Prepare state (its coordinator is writing markers: never abort it) nor Ongoing with this
+    partition listed (a live transaction: an abort would break exactly-once silently).
+
+    ALREADY_RESOLVED: the transaction at the start offset is no longer open (committed, aborted, or aborted by a
+    previous execution): nothing to write. REFUSED: anything else that changed, or could not be checked; the
+    `changes` say what, one line each.
+
+    Args:
+        candidate: the planned abort (its spec carries the epochs seen when it was planned).
+        live: the partition and its coordinator as read just now.
+    """
+    spec, start, where = candidate.spec, candidate.start_offset, _where(candidate)
+    pid = spec.producer_id
+    p = live.producer
+    if p is None or p.current_txn_start_offset < 0:
+        what = (
+            f"the leader of {where} no longer lists producer {pid}"
+            if p is None
+            else f"producer {pid} has no open transaction on {where} any more"
+        )
+        return VerifyResult(
+            outcome=VerifyOutcome.ALREADY_RESOLVED,
+            changes=(f"{what}: the transaction at offset {start} was committed or aborted since the plan",),
+        )
+    if p.current_txn_start_offset > start:
+        return VerifyResult(
+            outcome=VerifyOutcome.ALREADY_RESOLVED,
+            changes=(
+                f"the transaction at offset {start} is over; producer {pid} now has another transaction open "
+                f"on {where} at offset {p.current_txn_start_offset} (not this candidate's)",
+            ),
+        )
+    changes: list[str] = []
+    if p.current_txn_start_offset != start:
+        changes.append(
+            f"producer {pid}'s open transaction on {where} starts at offset {p.current_txn_start_offset}, "
+            f"not {start} as planned"
+        )
+    if p.producer_epoch != spec.producer_epoch:
+        changes.append(f"producer epoch moved from {spec.producer_epoch} to {p.producer_epoch}")
+    live_marker_epoch = marker_coordinator_epoch(p.coordinator_epoch)
+    if live_marker_epoch != spec.coordinator_epoch:
+        changes.append(
+            f"the leader's coordinator epoch for producer {pid} moved from {spec.coordinator_epoch} to "
+            f"{p.coordinator_epoch} (a coordinator wrote a marker on {where} since the plan)"
+        )
+    changes.extend(_coordinator_objections(candidate, live))
+    if changes:
+        return VerifyResult(outcome=VerifyOutcome.REFUSED, changes=tuple(changes))
+    return VerifyResult(
+        outcome=VerifyOutcome.SAFE,
+        marker=spec.model_copy(update={"coordinator_epoch": live_marker_epoch}),
+    )
+
+
+def _coordinator_objections(candidate: AbortCandidate, live: LiveEvidence) -> list[str]:
+    where = _where(candidate)
+    if live.coordinator_error is not None:
+        return [f"the coordinator side cannot be checked: {live.coordinator_error}"]
+    c = live.coordinator
+    if c is None:
+        return []
+    try:
+        state: CoordinatorState | None = CoordinatorState(c.state)
+    except ValueError:
+        state = None
+    if state is None:
+        return [f"transactional id {c.transactional_id} is in a state txnwatch does not know ({c.state})"]
+    if state in PREPARING_STATES:
+        return [
+            f"transactional id {c.transactional_id} (producer {c.producer_id}) is {c.state}: its coordinator "
+            "is writing markers right now; a Prepare state is never aborted by hand"
+        ]
+    if state is CoordinatorState.ONGOING and c.partition_listed:
+        return [
+            f"transactional id {c.transactional_id} (producer {c.producer_id}, epoch {c.producer_epoch}) is "
+            f"Ongoing with {where} in its partitions: a live transaction its coordinator will finish; an abort "
+            "would break exactly-once"
+        ]
+    return []
+
+
+def post_check(candidate: AbortCandidate, after: LiveEvidence) -> PostCheck:
+    """Did the marker do its job? The transaction at the start offset is gone and the LSO moved past it.
+
+    An LSO still at or below the start offset is accepted only when another, older open transaction holds it
+    (that one is not this candidate's business).
+    """
+    start, pid = candidate.start_offset, candidate.spec.producer_id
+    problems: list[str] = []
+    p = after.producer
+    if p is not None and p.current_txn_start_offset == start:
+        problems.append(f"producer {pid} still has a transaction open at offset {start}")
+    lso = after.last_stable_offset
+    if lso is None:
+        problems.append("the last stable offset could not be read")
+    elif lso <= start:
+        older = [o for _, o in after.other_open if o < start]
+        if not older or lso != min(older):
+            problems.append(f"the last stable offset is {lso}, not past the start offset {start}")
+    return PostCheck(ok=not problems, problems=tuple(problems))
+
+
+# ------------------------------------------------------------------------------------------- listing
+
+
+def lso_lag(candidate: AbortCandidate) -> int | None:
+    """Records held back from read_committed readers when the candidate was planned (HW - LSO), if known."""
+    e = candidate.evidence
+    if e.high_watermark is None or e.last_stable_offset is None:
+        return None
+    return max(0, e.high_watermark - e.last_stable_offset)
+
+
+def candidate_age_ms(candidate: AbortCandidate, now_ms: int) -> int:
+    """How long the transaction has been open at `now_ms`; the verdict's age when its start is unknown."""
+    since = candidate.evidence.open_since_ms
+    if lateness.known(since):
+        return lateness.age_ms(now_ms, since)
+    return candidate.evidence.age_ms
+
+
+def pending_candidates(
+    candidates: Iterable[AbortCandidate],
+    *,
+    cluster: str,
+    now_ms: int,
+    done: Collection[str] = (),
+) -> list[AbortCandidate]:
+    """The candidates on-call should look at: this cluster's, OPENED, not in `done` (already aborted or found
+    resolved by `proposals abort`), the largest LSO lag first, then the oldest.
+
+    Args:
+        candidates: the latest record per candidate id.
+        cluster: only this cluster's.
+        now_ms: the clock ages are measured on.
+        done: candidate ids known to need nothing more.
+    """
+    pending = [
+        c
+        for c in candidates
+        if c.cluster == cluster and c.status is CandidateStatus.OPENED and c.candidate_id not in done
+    ]
+    return sorted(
+        pending,
+        key=lambda c: (-(lso_lag(c) or 0), -candidate_age_ms(c, now_ms), c.candidate_id),
     )

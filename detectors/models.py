@@ -569,3 +569,118 @@ class AbortCandidate(Model):
     def resolved(self, *, resolved_at_ms: int) -> AbortCandidate:
         """The same candidate marked RESOLVED (the transaction is no longer open)."""
         return self.model_copy(update={"status": CandidateStatus.RESOLVED, "resolved_at_ms": resolved_at_ms})
+
+
+# ------------------------------------------------------------------------------ verified abort (admin/proposals)
+
+
+class LeaderProducer(Model):
+    """One producer as the partition leader reports it right now (DescribeProducers' ActiveProducers row).
+
+    `current_txn_start_offset` is -1 when the producer has no open transaction on the partition;
+    `coordinator_epoch` is -1 when it never received a marker there.
+    """
+
+    producer_id: int = Field(ge=0)
+    producer_epoch: int = Field(ge=0, le=MAX_PRODUCER_EPOCH)
+    coordinator_epoch: int = Field(ge=-1)
+    current_txn_start_offset: int = Field(ge=-1)
+    last_timestamp_ms: int = -1
+
+
+class LiveCoordinator(Model):
+    """What the coordinator currently records for the transactional id that owns a producer id
+    (ListTransactions filtered by the producer id, then DescribeTransactions)."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    partition_listed: bool
+    coordinator: int = -1
+    transaction_start_ms: int = -1
+
+
+class LiveEvidence(Model):
+    """The partition and its coordinator as seen live, before or after an abort."""
+
+    observed_at_ms: int
+    leader: int
+    # The leader's row for the candidate's producer id, None when the leader no longer lists it.
+    producer: LeaderProducer | None = None
+    # Every other producer with an open transaction on the partition: (producer id, start offset).
+    other_open: tuple[tuple[int, int], ...] = ()
+    last_stable_offset: int | None = None
+    high_watermark: int | None = None
+    # The owner of the producer id, None when no transactional id owns it (or it was not asked).
+    coordinator: LiveCoordinator | None = None
+    # Why the coordinator side could not be read (then `coordinator` proves nothing).
+    coordinator_error: str | None = None
+
+
+class VerifyOutcome(StrEnum):
+    """What live verification concluded about an abort candidate."""
+
+    SAFE = "SAFE"  # still open exactly as planned and not owned by its coordinator: the marker may be written
+    REFUSED = "REFUSED"  # something changed or cannot be checked: write nothing
+    ALREADY_RESOLVED = "ALREADY_RESOLVED"  # the transaction is no longer open: nothing to do
+
+
+class VerifyResult(Model):
+    """Live verification of a candidate: the outcome, what changed (one line each), and the marker to send."""
+
+    outcome: VerifyOutcome
+    changes: tuple[str, ...] = ()
+    # SAFE only: the marker to write (coordinator epoch as the leader reports it now, 0 when negative).
+    marker: WriteTxnMarkersSpec | None = None
+
+    @model_validator(mode="after")
+    def _marker_only_when_safe(self) -> Self:
+        if (self.outcome is VerifyOutcome.SAFE) != (self.marker is not None):
+            raise ValueError("a marker is planned exactly when verification found the abort safe")
+        return self
+
+
+class PostCheck(Model):
+    """After the marker: the transaction must be gone and the LSO past its start offset."""
+
+    ok: bool
+    problems: tuple[str, ...] = ()
+
+
+class AuditOutcome(StrEnum):
+    """How one `txnwatch proposals abort` attempt ended (with its exit code in admin/proposals.py)."""
+
+    DRY_RUN = "DRY_RUN"  # verified; nothing written (no --execute)
+    ABORTED = "ABORTED"  # marker written and post-checked
+    REFUSED = "REFUSED"  # state changed or not provably safe (by us, or the broker fenced the marker)
+    ALREADY_RESOLVED = "ALREADY_RESOLVED"  # the transaction was no longer open: no-op
+    DENIED = "DENIED"  # the broker refused for want of an ACL (Alter/ClusterAction on the cluster)
+    FAILED = "FAILED"  # an error: the marker may or may not have been written (see marker_written)
+
+
+class AuditRecord(Model):
+    """One attempt to abort a candidate, published to `<prefix>.audit` (JSON, key = candidate id)."""
+
+    schema_version: int = SCHEMA_VERSION
+    audit_id: str
+    candidate_id: str
+    cluster: str
+    topic: str
+    partition: int
+    start_offset: int
+    actor: str
+    at_ms: int
+    execute: bool
+    plan: WriteTxnMarkersSpec
+    candidate_evidence: Evidence
+    before: LiveEvidence | None = None
+    after: LiveEvidence | None = None
+    verify: VerifyResult | None = None
+    post_check: PostCheck | None = None
+    marker: WriteTxnMarkersSpec | None = None  # the marker sent, if one was
+    # True: the leader wrote it; False: not sent, or refused; None: unknown (the request failed in flight).
+    marker_written: bool | None = False
+    leader_moves: int = 0
+    outcome: AuditOutcome
+    message: str

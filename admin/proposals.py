@@ -1,0 +1,545 @@
+"""`txnwatch proposals`: the abort candidates the streaming job proposed, and the verified abort of one.
+
+The job writes `AbortCandidate`s to the compacted `<prefix>.abort-candidates` (key = candidate id, OPENED then
+RESOLVED). `proposals abort` runs plan → verify live → execute → post-check → audit:
+
+- plan: the candidate's `WriteTxnMarkersSpec` (built purely by `detectors.abort.plan_abort`);
+- verify: `observe` reads the partition's leader (DescribeProducers, ListOffsets) and the coordinator that owns the
+  producer id (ListTransactions by producer id, DescribeTransactions); `detectors.abort.verify_abort` decides;
+- execute (`--execute` only): one WriteTxnMarkers ABORT to the current leader with the coordinator epoch it
+  reports (0 when negative, never -1). NOT_LEADER_OR_FOLLOWER (and the other leader-moved errors): metadata is
+  read again once, everything is verified again, and the marker goes to the new leader;
+- post-check: the transaction is gone and the LSO moved past its start offset (`detectors.abort.post_check`);
+- audit: one `AuditRecord` per attempt to `<prefix>.audit`, whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import kafka.errors as Errors
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.structs import TopicPartition as KafkaTopicPartition
+
+from admin.client import AdminError, error_name, explain
+from admin.inspect import InspectWire, _ask_leader, ask_coordinators, duration, format_table, iso
+from admin.seams import wall_clock_ms
+from detectors.abort import candidate_age_ms, kafka_cli_abort, lso_lag, post_check, verify_abort
+from detectors.models import (
+    AbortCandidate,
+    AuditOutcome,
+    AuditRecord,
+    LeaderProducer,
+    LiveCoordinator,
+    LiveEvidence,
+    PostCheck,
+    VerifyOutcome,
+    VerifyResult,
+    WriteTxnMarkersSpec,
+)
+
+log = logging.getLogger(__name__)
+
+# Exit codes of `txnwatch proposals abort` (documented in --help and docs/proposals.md).
+EXIT_DONE = 0  # aborted and post-checked, or a dry run that verified the abort is safe
+EXIT_ERROR = 1  # an error: unreachable, denied by an ACL, marker failed or post-check failed
+EXIT_REFUSED = 3  # refused: the state changed since the plan, or the abort is not provably safe
+EXIT_ALREADY_RESOLVED = 4  # the transaction is no longer open: nothing to do
+
+EXIT_CODES = {
+    AuditOutcome.DRY_RUN: EXIT_DONE,
+    AuditOutcome.ABORTED: EXIT_DONE,
+    AuditOutcome.REFUSED: EXIT_REFUSED,
+    AuditOutcome.ALREADY_RESOLVED: EXIT_ALREADY_RESOLVED,
+    AuditOutcome.DENIED: EXIT_ERROR,
+    AuditOutcome.FAILED: EXIT_ERROR,
+}
+
+# WriteTxnMarkers errors after which Kafka's AbortTransactionHandler looks the leader up again.
+LEADER_MOVED = frozenset(
+    {"NOT_LEADER_OR_FOLLOWER", "REPLICA_NOT_AVAILABLE", "BROKER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PARTITION"}
+)
+# The broker refused the marker because the partition's producer state moved on: the plan is stale.
+FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "TRANSACTION_COORDINATOR_FENCED", "PRODUCER_FENCED"})
+DENIED_MESSAGE = (
+    "WriteTxnMarkers was denied (CLUSTER_AUTHORIZATION_FAILED): grant the ACL Alter on the cluster (or "
+    "ClusterAction on the cluster) to txnwatch's principal"
+)
+# Done outcomes: `proposals list` no longer shows these candidates.
+DONE_OUTCOMES = frozenset({AuditOutcome.ABORTED, AuditOutcome.ALREADY_RESOLVED})
+
+
+class ProposalWire(InspectWire, Protocol):
+    """The seams `admin.wire.KafkaWire` offers, plus the marker."""
+
+    def write_abort_marker(
+        self,
+        broker: int,
+        *,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> str | None: ...
+
+
+# ------------------------------------------------------------------------------------ reading topics
+
+
+def read_topic(consumer: KafkaConsumer, topic: str, *, timeout_s: float = 30.0) -> Iterator[tuple[Any, Any]]:
+    """Every (key, value) of `topic` from the beginning to the end offsets measured at the start.
+
+    Yields nothing when the topic does not exist.
+
+    Raises:
+        AdminError: the topic could not be read within `timeout_s`, or reading was denied.
+    """
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            return
+        tps = [KafkaTopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        remaining = {tp for tp in tps if end[tp] > 0}
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise AdminError(f"reading {topic} took longer than {timeout_s:.0f}s")
+            for _tp, records in consumer.poll(timeout_ms=500).items():
+                for r in records:
+                    yield r.key, r.value
+            for tp in list(remaining):
+                if consumer.position(tp) >= end[tp]:
+                    remaining.discard(tp)
+    except Errors.KafkaError as exc:
+        raise AdminError(explain("Consume", error_name(exc), topic, str(exc))) from exc
+
+
+def latest_candidates(records: Iterable[tuple[Any, Any]]) -> tuple[dict[str, AbortCandidate], int]:
+    """The latest candidate per key (a tombstone removes it), and how many records were malformed."""
+    latest: dict[str, AbortCandidate] = {}
+    malformed = 0
+    for key, value in records:
+        name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+        if value is None:
+            latest.pop(name, None)
+            continue
+        try:
+            candidate = AbortCandidate.model_validate_json(value)
+        except ValueError:
+            malformed += 1
+            continue
+        latest[candidate.candidate_id] = candidate
+    return latest, malformed
+
+
+def audit_records(records: Iterable[tuple[Any, Any]]) -> tuple[list[AuditRecord], int]:
+    """The audit records in topic order, and how many were malformed."""
+    out: list[AuditRecord] = []
+    malformed = 0
+    for _key, value in records:
+        if value is None:
+            continue
+        try:
+            out.append(AuditRecord.model_validate_json(value))
+        except ValueError:
+            malformed += 1
+    return out, malformed
+
+
+def done_candidates(audits: Iterable[AuditRecord]) -> set[str]:
+    """Candidate ids an abort attempt found done (aborted, or already resolved)."""
+    return {a.candidate_id for a in audits if a.outcome in DONE_OUTCOMES}
+
+
+# ------------------------------------------------------------------------------------------ observe
+
+
+def observe(
+    wire: InspectWire,
+    candidate: AbortCandidate,
+    *,
+    clock_ms: Callable[[], int] = wall_clock_ms,
+    sleep: Callable[[float], None] = time.sleep,
+) -> LiveEvidence:
+    """The candidate's partition and coordinator, read now: the leader's row for the producer id, the other open
+    transactions, LSO and high watermark, and the transactional id that owns the producer id.
+
+    Raises:
+        AdminError: unknown partition, no leader, or the leader's DescribeProducers failed.
+    """
+    tp = (candidate.topic, candidate.partition)
+    pid = candidate.spec.producer_id
+    leader, observed, result = _ask_leader(wire, candidate.topic, candidate.partition, sleep)
+    mine = [p for p in result.producers if p.producer_id == pid]
+    producer = (
+        LeaderProducer(
+            producer_id=mine[0].producer_id,
+            producer_epoch=mine[0].producer_epoch,
+            coordinator_epoch=max(-1, mine[0].coordinator_epoch),
+            current_txn_start_offset=max(-1, mine[0].current_txn_start_offset),
+            last_timestamp_ms=mine[0].last_timestamp_ms,
+        )
+        if mine
+        else None
+    )
+    others = tuple(
+        sorted(
+            (p.producer_id, p.current_txn_start_offset)
+            for p in result.producers
+            if p.producer_id != pid and p.current_txn_start_offset >= 0
+        )
+    )
+    offsets = wire.list_offsets({leader: [tp]}).get(tp)
+    coordinator, coordinator_error = _ask_coordinator(wire, candidate)
+    return LiveEvidence(
+        observed_at_ms=observed,
+        leader=leader,
+        producer=producer,
+        other_open=others,
+        last_stable_offset=offsets.last_stable_offset if offsets else None,
+        high_watermark=offsets.high_watermark if offsets else None,
+        coordinator=coordinator,
+        coordinator_error=coordinator_error,
+    )
+
+
+def _ask_coordinator(
+    wire: InspectWire, candidate: AbortCandidate
+) -> tuple[LiveCoordinator | None, str | None]:
+    pid = candidate.spec.producer_id
+    try:
+        answers = ask_coordinators(wire, [pid])
+    except Errors.KafkaError as exc:
+        return None, explain("ListTransactions", error_name(exc))
+    owner = answers.owners.get(pid)
+    if owner is None:
+        if answers.listing_failed:
+            failed = "; ".join(
+                explain("ListTransactions", e, f"broker {b}")
+                for b, e in sorted(answers.listing_failed.items())
+            )
+            return None, failed
+        return None, None
+    d = answers.described.get(owner.transactional_id)
+    if d is None or d.error is not None:
+        error = d.error if d is not None and d.error is not None else "NOT_DESCRIBED"
+        return None, explain("DescribeTransactions", error, owner.transactional_id)
+    return (
+        LiveCoordinator(
+            transactional_id=d.transactional_id,
+            state=d.state,
+            producer_id=d.producer_id,
+            producer_epoch=d.producer_epoch,
+            partition_listed=(candidate.topic, candidate.partition) in d.partitions,
+            coordinator=d.coordinator,
+            transaction_start_ms=d.start_time_ms,
+        ),
+        None,
+    )
+
+
+# -------------------------------------------------------------------------------------------- abort
+
+
+@dataclass(frozen=True)
+class AbortAttempt:
+    """How one `proposals abort` ended: its audit record (to publish) and its exit code."""
+
+    audit: AuditRecord
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.audit.outcome]
+
+
+def abort(
+    wire: ProposalWire,
+    candidate: AbortCandidate,
+    *,
+    execute: bool,
+    actor: str,
+    clock_ms: Callable[[], int] = wall_clock_ms,
+    sleep: Callable[[float], None] = time.sleep,
+    post_check_timeout_s: float = 10.0,
+) -> AbortAttempt:
+    """Verify the candidate live and, with `execute`, write its ABORT marker and post-check it.
+
+    Never raises for cluster trouble: every ending is an `AuditRecord` (outcome and message).
+    """
+    base: dict[str, Any] = {
+        "audit_id": uuid.uuid4().hex,
+        "candidate_id": candidate.candidate_id,
+        "cluster": candidate.cluster,
+        "topic": candidate.topic,
+        "partition": candidate.partition,
+        "start_offset": candidate.start_offset,
+        "actor": actor,
+        "execute": execute,
+        "plan": candidate.spec,
+        "candidate_evidence": candidate.evidence,
+    }
+
+    def ending(outcome: AuditOutcome, message: str, **fields: Any) -> AbortAttempt:
+        return AbortAttempt(AuditRecord(**base, **fields, at_ms=clock_ms(), outcome=outcome, message=message))
+
+    moves = 0
+    before: LiveEvidence | None = None
+    verify: VerifyResult | None = None
+    while True:
+        try:
+            before = observe(wire, candidate, clock_ms=clock_ms, sleep=sleep)
+        except AdminError as exc:
+            return ending(
+                AuditOutcome.FAILED, f"cannot verify: {exc}", before=before, verify=verify, leader_moves=moves
+            )
+        verify = verify_abort(candidate, before)
+        context: dict[str, Any] = {"before": before, "verify": verify, "leader_moves": moves}
+        if verify.outcome is VerifyOutcome.ALREADY_RESOLVED:
+            return ending(
+                AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + "; ".join(verify.changes), **context
+            )
+        if verify.outcome is VerifyOutcome.REFUSED:
+            return ending(
+                AuditOutcome.REFUSED, "refused, no marker written: " + "; ".join(verify.changes), **context
+            )
+        marker = verify.marker
+        if marker is None:  # cannot happen: VerifyResult's validator gives SAFE a marker
+            return ending(AuditOutcome.FAILED, "verification planned no marker", **context)
+        if not execute:
+            return ending(
+                AuditOutcome.DRY_RUN,
+                f"dry run: safe to abort now (leader {before.leader}, coordinator epoch "
+                f"{marker.coordinator_epoch}); nothing written, add --execute to abort",
+                **context,
+            )
+        error = _send_marker(wire, before.leader, marker)
+        context["marker"] = marker
+        if error is None:
+            break
+        if error in LEADER_MOVED and moves == 0:
+            moves += 1
+            log.info("WriteTxnMarkers to broker %d: %s; reading metadata again", before.leader, error)
+            continue
+        if error == "CLUSTER_AUTHORIZATION_FAILED":
+            return ending(AuditOutcome.DENIED, DENIED_MESSAGE, **context)
+        if error in FENCED:
+            return ending(
+                AuditOutcome.REFUSED,
+                f"the leader refused the marker ({error}): the producer state changed since it was verified; "
+                "nothing was written",
+                **context,
+            )
+        if error in LEADER_MOVED:
+            return ending(
+                AuditOutcome.FAILED,
+                f"WriteTxnMarkers to broker {before.leader} failed with {error} after one leader move; nothing "
+                "was written: try again once the partition's leadership is stable",
+                **context,
+            )
+        return ending(
+            AuditOutcome.FAILED,
+            f"WriteTxnMarkers to broker {before.leader} failed with {error}; the marker may or may not have "
+            "been written: run `txnwatch proposals show` before trying again",
+            marker_written=None,
+            **context,
+        )
+    # The marker was written: wait (bounded) until the leader shows its effect.
+    deadline = time.monotonic() + post_check_timeout_s
+    after: LiveEvidence | None = None
+    check: PostCheck | None = None
+    problem: str | None = None
+    while True:
+        try:
+            after = observe(wire, candidate, clock_ms=clock_ms, sleep=sleep)
+            check = post_check(candidate, after)
+            problem = None
+        except AdminError as exc:
+            problem = str(exc)
+        if (check is not None and check.ok) or time.monotonic() > deadline:
+            break
+        sleep(0.2)
+    fields: dict[str, Any] = {**context, "after": after, "post_check": check, "marker_written": True}
+    if check is not None and check.ok:
+        return ending(
+            AuditOutcome.ABORTED,
+            f"aborted: marker written by broker {before.leader}; {candidate.topic}-{candidate.partition} LSO "
+            f"{after.last_stable_offset if after else '?'} is past offset {candidate.start_offset}",
+            **fields,
+        )
+    why = problem or "; ".join(check.problems if check else ())
+    return ending(AuditOutcome.FAILED, f"marker written, but the post-check failed: {why}", **fields)
+
+
+def _send_marker(wire: ProposalWire, leader: int, marker: WriteTxnMarkersSpec) -> str | None:
+    return wire.write_abort_marker(
+        leader,
+        topic=marker.topic,
+        partition=marker.partition,
+        producer_id=marker.producer_id,
+        producer_epoch=marker.producer_epoch,
+        coordinator_epoch=marker.coordinator_epoch,
+    )
+
+
+def publish_audit(
+    producer: KafkaProducer, topic: str, record: AuditRecord, *, timeout_s: float = 30.0
+) -> None:
+    """Write one audit record (key = candidate id) and wait for its acknowledgement.
+
+    Raises:
+        AdminError: the record was not acknowledged (the message names the ACL if one is missing).
+    """
+    try:
+        producer.send(topic, key=record.candidate_id.encode(), value=record.model_dump_json().encode()).get(
+            timeout=timeout_s
+        )
+    except Errors.KafkaError as exc:
+        raise AdminError(explain("Produce", error_name(exc), topic, str(exc))) from exc
+
+
+# ---------------------------------------------------------------------------------------- rendering
+
+
+def candidate_row(c: AbortCandidate, now_ms: int) -> dict[str, Any]:
+    return {
+        "candidate_id": c.candidate_id,
+        "topic": c.topic,
+        "partition": c.partition,
+        "start_offset": c.start_offset,
+        "producer_id": c.spec.producer_id,
+        "producer_epoch": c.spec.producer_epoch,
+        "reason": c.reason.value,
+        "lso_lag": lso_lag(c),
+        "age_ms": candidate_age_ms(c, now_ms),
+        "first_detected_ms": c.first_detected_ms,
+        "explanation": c.explanation,
+        "kafka_cli": c.kafka_cli,
+    }
+
+
+def render_list(candidates: Sequence[AbortCandidate], now_ms: int) -> str:
+    if not candidates:
+        return "no pending abort candidates"
+    rows = [
+        ["Candidate", "Topic", "Partition", "StartOffset", "ProducerId", "Epoch", "LsoLag", "Age", "Reason"]
+    ]
+    for c in candidates:
+        lag = lso_lag(c)
+        rows.append(
+            [
+                c.candidate_id,
+                c.topic,
+                str(c.partition),
+                str(c.start_offset),
+                str(c.spec.producer_id),
+                str(c.spec.producer_epoch),
+                "-" if lag is None else str(lag),
+                duration(candidate_age_ms(c, now_ms)),
+                c.reason.value,
+            ]
+        )
+    return format_table(rows)
+
+
+@dataclass(frozen=True)
+class ActWith:
+    """How the operator reaches the cluster: what the two ways to act must repeat."""
+
+    bootstrap: str
+    cluster: str
+    topic_prefix: str
+    command_config: str | None = None
+
+    def txnwatch(self, c: AbortCandidate) -> str:
+        config = f" --command-config {shlex.quote(self.command_config)}" if self.command_config else ""
+        return (
+            f"txnwatch proposals abort {c.candidate_id} --bootstrap-server {shlex.quote(self.bootstrap)}{config} "
+            f"--cluster {shlex.quote(self.cluster)} --topic-prefix {shlex.quote(self.topic_prefix)} --execute"
+        )
+
+    def kafka_cli(self, c: AbortCandidate) -> str:
+        return kafka_cli_abort(
+            topic=c.topic,
+            partition=c.partition,
+            start_offset=c.start_offset,
+            bootstrap=self.bootstrap,
+            command_config=self.command_config,
+        )
+
+
+def show_json(
+    c: AbortCandidate, live: LiveEvidence, verify: VerifyResult, act: ActWith, now_ms: int
+) -> dict[str, Any]:
+    return {
+        "candidate": {**candidate_row(c, now_ms), "status": c.status.value},
+        "live": live.model_dump(mode="json"),
+        "live_lso_lag": _lag(live),
+        "verify": verify.model_dump(mode="json"),
+        "act": {"txnwatch": act.txnwatch(c), "kafka_cli": act.kafka_cli(c)},
+    }
+
+
+def _lag(live: LiveEvidence) -> int | None:
+    if live.high_watermark is None or live.last_stable_offset is None:
+        return None
+    return live.high_watermark - live.last_stable_offset
+
+
+def render_show(
+    c: AbortCandidate, live: LiveEvidence, verify: VerifyResult, act: ActWith, now_ms: int
+) -> str:
+    p = live.producer
+    lines = [
+        f"candidate {c.candidate_id} ({c.status.value}): {c.topic}-{c.partition} offset {c.start_offset}",
+        f"  verdict     HANGING {c.reason.value}: {c.explanation}",
+        f"  planned     producer {c.spec.producer_id} epoch {c.spec.producer_epoch}, coordinator epoch "
+        f"{c.spec.coordinator_epoch}; open since {iso(c.evidence.open_since_ms)} "
+        f"({duration(candidate_age_ms(c, now_ms))} ago), first detected {iso(c.first_detected_ms)}",
+        f"  live        leader {live.leader} at {iso(live.observed_at_ms)}: LSO {live.last_stable_offset}, "
+        f"HW {live.high_watermark} ({_lag(live) if _lag(live) is not None else '?'} records held back from "
+        "read_committed readers)",
+        "  leader      "
+        + (
+            f"producer {p.producer_id} epoch {p.producer_epoch}, coordinator epoch {p.coordinator_epoch}, "
+            f"open transaction at {p.current_txn_start_offset if p.current_txn_start_offset >= 0 else 'none'}"
+            if p is not None
+            else f"no longer lists producer {c.spec.producer_id}"
+        ),
+    ]
+    co = live.coordinator
+    if live.coordinator_error is not None:
+        lines.append(f"  coordinator unknown: {live.coordinator_error}")
+    elif co is None:
+        lines.append(f"  coordinator no transactional id owns producer {c.spec.producer_id}")
+    else:
+        lines.append(
+            f"  coordinator {co.transactional_id} on broker {co.coordinator}: {co.state}, producer "
+            f"{co.producer_id} epoch {co.producer_epoch}, {c.topic}-{c.partition} "
+            f"{'listed' if co.partition_listed else 'not listed'}"
+        )
+    if live.other_open:
+        lines.append("  also open   " + ", ".join(f"producer {pid} at {off}" for pid, off in live.other_open))
+    lines.append(
+        f"  verify now  {verify.outcome.value}" + (": " + "; ".join(verify.changes) if verify.changes else "")
+    )
+    if verify.outcome is VerifyOutcome.ALREADY_RESOLVED:
+        lines.append("  act         nothing to do")
+    else:
+        lines.append("  act (verified, dry run without --execute):  " + act.txnwatch(c))
+        lines.append("  act (Kafka's tool, re-checks nothing):      " + act.kafka_cli(c))
+    return "\n".join(lines)
+
+
+def audit_json(record: AuditRecord) -> str:
+    return json.dumps(record.model_dump(mode="json"))

@@ -1,0 +1,307 @@
+"""`txnwatch proposals` against the real broker: a real orphan aborted with `--execute` (the LSO moves and a
+read_committed consumer reads past it), a dry run that writes nothing, a live transaction refused (and, once it
+committed, a no-op), a second execution that is a no-op, and an audit record for every attempt.
+
+No Spark here: each test plans its candidate with `detectors.abort.plan_abort` from what the leader reports and
+publishes it to the candidates topic itself, as the streaming job would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.structs import TopicPartition
+from workloads import run_workload
+
+from admin.seams import open_transaction
+from admin.wire import KafkaWire
+from detectors.abort import plan_abort
+from detectors.models import AbortCandidate, AuditRecord, DetectionLimits, PartitionSnapshot
+from detectors.rules import classify
+
+pytestmark = pytest.mark.broker
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = "broker-tests"
+
+
+class Bed:
+    """One test's topics and a way to run `txnwatch proposals` on them."""
+
+    def __init__(self, bootstrap: str, unique: str) -> None:
+        self.bootstrap = bootstrap
+        self.prefix = f"{unique}tw"
+        self.candidates = f"{self.prefix}.abort-candidates"
+        self.audit = f"{self.prefix}.audit"
+
+    def txnwatch(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "txnwatch_cli",
+                "proposals",
+                *args,
+                "--bootstrap-server",
+                self.bootstrap,
+                "--cluster",
+                CLUSTER,
+                "--topic-prefix",
+                self.prefix,
+                "--output",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("TXNWATCH_")},
+        )
+
+    def publish(self, candidate: AbortCandidate) -> None:
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            if self.candidates not in admin.list_topics():
+                admin.create_topics(
+                    [NewTopic(self.candidates, 1, 1, topic_configs={"cleanup.policy": "compact"})]
+                )
+        finally:
+            admin.close()
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+        try:
+            producer.send(
+                self.candidates,
+                key=candidate.candidate_id.encode(),
+                value=candidate.model_dump_json().encode(),
+            ).get(timeout=30)
+        finally:
+            producer.close()
+
+    def audits(self, expected: int, timeout_s: float = 20) -> list[AuditRecord]:
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None)
+        out: list[AuditRecord] = []
+        try:
+            tp = TopicPartition(self.audit, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            deadline = time.monotonic() + timeout_s
+            while len(out) < expected and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=500).values():
+                    out += [AuditRecord.model_validate_json(r.value) for r in records]
+        finally:
+            consumer.close()
+        return out
+
+
+@pytest.fixture
+def bed(bootstrap: str, unique: str) -> Bed:
+    return Bed(bootstrap, unique)
+
+
+@pytest.fixture
+def wire(bootstrap: str) -> Iterator[KafkaWire]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        yield KafkaWire(admin)
+    finally:
+        admin.close()
+
+
+def leader_state(wire: KafkaWire, topic: str, partition: int) -> tuple[int, int, Any, Any]:
+    """(leader, when it answered, its producers, LSO/HW) of one partition."""
+    tp = (topic, partition)
+    leader = wire.metadata([topic]).leaders[tp]
+    (batch,) = wire.describe_producers({leader: [[tp]]})
+    return leader, batch.received_at_ms, batch.results[tp].producers, wire.list_offsets({leader: [tp]})[tp]
+
+
+def plan(wire: KafkaWire, topic: str, partition: int, producer_id: int) -> AbortCandidate:
+    """A candidate planned by hand from what the leader reports now (no coordinator view: no-coordinator-state)."""
+    time.sleep(0.05)  # the transaction's last batch is then strictly older than the leader's answer
+    leader, observed, producers, offsets = leader_state(wire, topic, partition)
+    (p,) = [p for p in producers if p.producer_id == producer_id and p.current_txn_start_offset >= 0]
+    txn = open_transaction(p, None)
+    snapshot = PartitionSnapshot(
+        cluster=CLUSTER,
+        sweep_id=uuid.uuid4().hex,
+        observed_at_ms=observed,
+        leader=leader,
+        topic=topic,
+        partition=partition,
+        open_transactions=(txn,),
+        last_stable_offset=offsets.last_stable_offset,
+        high_watermark=offsets.high_watermark,
+        max_transaction_timeout_ms=60_000,
+    )
+    # The test knows the truth: the view counts as current as of the leader's answer, and no grace is needed.
+    limits = DetectionLimits(grace_ms=0, clock_skew_ms=0)
+    verdict = classify(txn, snapshot, None, now_ms=observed, limits=limits, view_current_ms=observed)
+    return plan_abort(snapshot, txn, verdict, first_detected_ms=observed)
+
+
+def lso(wire: KafkaWire, topic: str, partition: int) -> int | None:
+    return leader_state(wire, topic, partition)[3].last_stable_offset
+
+
+def read_committed(
+    bootstrap: str, topic: str, partition: int, offset: int, timeout_s: float = 10
+) -> list[bytes]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, isolation_level="read_committed"
+    )
+    values: list[bytes] = []
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, offset)
+        deadline = time.monotonic() + timeout_s
+        while not values and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                values += [r.value for r in records]
+    finally:
+        consumer.close()
+    return values
+
+
+def orphan(bootstrap: str, unique: str) -> dict[str, Any]:
+    truth = run_workload(bootstrap, "--scenario", "hanging", "--topic-prefix", unique)
+    (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
+    return h  # type: ignore[no-any-return]
+
+
+def test_orphan_aborted_with_execute_unblocks_read_committed(
+    bed: Bed, wire: KafkaWire, bootstrap: str, unique: str
+) -> None:
+    h = orphan(bootstrap, unique)
+    topic, partition, start = h["topic"], h["partition"], h["start_offset"]
+    # A record after the orphan: held back from read_committed readers until the orphan is aborted.
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer.send(topic, b"after-the-orphan", partition=partition).get(timeout=30)
+    producer.close()
+    candidate = plan(wire, topic, partition, h["producer_id"])
+    assert (candidate.spec.producer_epoch, candidate.start_offset) == (h["producer_epoch"], start)
+    assert candidate.spec.coordinator_epoch >= 0
+    bed.publish(candidate)
+    assert lso(wire, topic, partition) == start
+
+    listed = bed.txnwatch("list")
+    assert listed.returncode == 0, listed.stderr
+    assert [c["candidate_id"] for c in json.loads(listed.stdout)] == [candidate.candidate_id]
+
+    shown = bed.txnwatch("show", candidate.candidate_id)
+    assert shown.returncode == 0, shown.stderr
+    show = json.loads(shown.stdout)
+    assert show["live"]["last_stable_offset"] == start and show["live_lso_lag"] >= 1
+    assert show["live"]["producer"]["current_txn_start_offset"] == start
+    assert show["live"]["coordinator"]["state"] == "CompleteCommit"
+    assert show["live"]["coordinator"]["partition_listed"] is False
+    assert show["verify"]["outcome"] == "SAFE"
+    assert (
+        show["act"]["txnwatch"].endswith("--execute") and "kafka-transactions.sh" in show["act"]["kafka_cli"]
+    )
+
+    done = bed.txnwatch("abort", candidate.candidate_id, "--execute", "--actor", "on-call")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["outcome"] == "ABORTED" and record["marker_written"] is True
+    assert record["marker"]["coordinator_epoch"] == candidate.spec.coordinator_epoch
+    assert record["after"]["last_stable_offset"] > start
+    assert lso(wire, topic, partition) > start  # type: ignore[operator]
+    assert b"after-the-orphan" in read_committed(bootstrap, topic, partition, start)
+
+    # Executing again: the transaction is gone, a clear no-op.
+    again = bed.txnwatch("abort", candidate.candidate_id, "--execute", "--actor", "on-call")
+    assert again.returncode == 4, again.stderr
+    assert json.loads(again.stdout)["outcome"] == "ALREADY_RESOLVED"
+    assert "no open transaction" in again.stderr
+
+    # Aborted: no longer pending.
+    listed = bed.txnwatch("list")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+    audits = bed.audits(2)
+    assert [(a.candidate_id, a.outcome.value, a.actor) for a in audits] == [
+        (candidate.candidate_id, "ABORTED", "on-call"),
+        (candidate.candidate_id, "ALREADY_RESOLVED", "on-call"),
+    ]
+    assert audits[0].before is not None and audits[0].before.last_stable_offset == start
+
+
+def test_dry_run_writes_nothing(bed: Bed, wire: KafkaWire, bootstrap: str, unique: str) -> None:
+    h = orphan(bootstrap, unique)
+    topic, partition, start = h["topic"], h["partition"], h["start_offset"]
+    candidate = plan(wire, topic, partition, h["producer_id"])
+    bed.publish(candidate)
+
+    dry = bed.txnwatch("abort", candidate.candidate_id)
+    assert dry.returncode == 0, dry.stderr
+    record = json.loads(dry.stdout)
+    assert record["outcome"] == "DRY_RUN" and record["marker_written"] is False and record["marker"] is None
+    assert record["verify"]["outcome"] == "SAFE"
+    assert lso(wire, topic, partition) == start
+    _, _, producers, _ = leader_state(wire, topic, partition)
+    assert [p.current_txn_start_offset for p in producers if p.producer_id == h["producer_id"]] == [start]
+    (audit,) = bed.audits(1)
+    assert audit.outcome.value == "DRY_RUN" and audit.execute is False
+
+    # Leave the shared broker clean.
+    done = bed.txnwatch("abort", candidate.candidate_id, "--execute")
+    assert done.returncode == 0, done.stderr
+
+
+def test_live_transaction_is_refused(bed: Bed, wire: KafkaWire, bootstrap: str, unique: str) -> None:
+    topic = f"{unique}live"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=f"{unique}live-tx",
+        acks="all",
+        transaction_timeout_ms=60_000,
+    )
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"in-flight", partition=0).get(timeout=30)
+        producer.flush()
+        (pid,) = [p.producer_id for p in leader_state(wire, topic, 0)[2] if p.current_txn_start_offset >= 0]
+        candidate = plan(wire, topic, 0, pid)  # a (wrong) candidate planned by hand for a live transaction
+        bed.publish(candidate)
+        before = lso(wire, topic, 0)
+        assert before == candidate.start_offset
+
+        refused = bed.txnwatch("abort", candidate.candidate_id, "--execute", "--actor", "on-call")
+        assert refused.returncode == 3, refused.stderr
+        record = json.loads(refused.stdout)
+        assert record["outcome"] == "REFUSED" and record["marker_written"] is False
+        assert "Ongoing" in record["message"] and f"{topic}-0" in record["message"]
+        assert record["before"]["coordinator"]["state"] == "Ongoing"
+        assert lso(wire, topic, 0) == before
+        # Nothing was broken: the transaction commits and its record is readable.
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    assert b"in-flight" in read_committed(bootstrap, topic, 0, 0)
+
+    # Committed before execute: nothing to abort, a no-op, audited too.
+    after_commit = lso(wire, topic, 0)
+    noop = bed.txnwatch("abort", candidate.candidate_id, "--execute", "--actor", "on-call")
+    assert noop.returncode == 4, noop.stderr
+    assert json.loads(noop.stdout)["marker_written"] is False
+    assert lso(wire, topic, 0) == after_commit
+    assert [a.outcome.value for a in bed.audits(2)] == ["REFUSED", "ALREADY_RESOLVED"]

@@ -1,0 +1,447 @@
+"""The verified abort's decisions: `detectors.abort.verify_abort` for every changed-state case, `post_check`,
+`pending_candidates`, and `admin.proposals.abort`'s flow on a scripted cluster (dry run, execute, leader move,
+missing ACL, fenced marker, failed post-check), plus reading the candidates topic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from builders import HOUR, LIMITS, MINUTE, T0, open_txn, snapshot
+from collector_fakes import FakeCluster, FakeCoordinators, description, producer
+
+from admin.proposals import (
+    DENIED_MESSAGE,
+    EXIT_ALREADY_RESOLVED,
+    EXIT_DONE,
+    EXIT_ERROR,
+    EXIT_REFUSED,
+    abort,
+    audit_records,
+    done_candidates,
+    latest_candidates,
+)
+from admin.seams import TP, ListingResult, Offsets
+from detectors.abort import (
+    candidate_age_ms,
+    lso_lag,
+    pending_candidates,
+    plan_abort,
+    post_check,
+    verify_abort,
+)
+from detectors.models import (
+    AbortCandidate,
+    AuditOutcome,
+    AuditRecord,
+    LeaderProducer,
+    LiveCoordinator,
+    LiveEvidence,
+    VerifyOutcome,
+    VerifyResult,
+    WriteTxnMarkersSpec,
+)
+from detectors.rules import classify
+
+pytestmark = pytest.mark.unit
+
+TPX: TP = ("orders", 0)
+
+
+def candidate(*, coordinator_epoch: int = -1, since_ms: int = T0, **snap: Any) -> AbortCandidate:
+    txn = open_txn(
+        coordinator_epoch=coordinator_epoch, start_timestamp_ms=since_ms, last_timestamp_ms=since_ms
+    )
+    s = snapshot(txn, **snap)
+    verdict = classify(txn, s, None, now_ms=s.observed_at_ms, limits=LIMITS, view_current_ms=s.observed_at_ms)
+    return plan_abort(s, txn, verdict, first_detected_ms=s.observed_at_ms)
+
+
+def leader(**overrides: Any) -> LeaderProducer:
+    fields: dict[str, Any] = {
+        "producer_id": 1000,
+        "producer_epoch": 5,
+        "coordinator_epoch": -1,
+        "current_txn_start_offset": 100,
+        "last_timestamp_ms": T0,
+    }
+    fields.update(overrides)
+    return LeaderProducer(**fields)
+
+
+def owner(**overrides: Any) -> LiveCoordinator:
+    fields: dict[str, Any] = {
+        "transactional_id": "tx-1",
+        "state": "CompleteCommit",
+        "producer_id": 1000,
+        "producer_epoch": 6,
+        "partition_listed": False,
+    }
+    fields.update(overrides)
+    return LiveCoordinator(**fields)
+
+
+def live(**overrides: Any) -> LiveEvidence:
+    fields: dict[str, Any] = {
+        "observed_at_ms": T0 + 2 * MINUTE,
+        "leader": 1,
+        "producer": leader(),
+        "last_stable_offset": 100,
+        "high_watermark": 250,
+        "coordinator": owner(),
+    }
+    fields.update(overrides)
+    return LiveEvidence(**fields)
+
+
+# ------------------------------------------------------------------------------------------ verify
+
+
+def test_unchanged_orphan_is_safe_with_coordinator_epoch_zero_never_minus_one() -> None:
+    c = candidate()
+    result = verify_abort(c, live())
+    assert result.outcome is VerifyOutcome.SAFE and result.changes == ()
+    assert result.marker == WriteTxnMarkersSpec(
+        topic="orders", partition=0, producer_id=1000, producer_epoch=5, coordinator_epoch=0
+    )
+
+
+def test_leader_reported_coordinator_epoch_is_kept() -> None:
+    c = candidate(coordinator_epoch=7)
+    result = verify_abort(c, live(producer=leader(coordinator_epoch=7)))
+    assert result.marker is not None and result.marker.coordinator_epoch == 7
+
+
+@pytest.mark.parametrize(
+    ("producer_row", "expected"),
+    [
+        (None, "no longer lists producer 1000"),
+        (leader(current_txn_start_offset=-1), "has no open transaction on orders-0 any more"),
+        (
+            leader(current_txn_start_offset=180, producer_epoch=6),
+            "another transaction open on orders-0 at offset 180",
+        ),
+    ],
+    ids=["producer-gone", "committed-or-aborted", "newer-transaction"],
+)
+def test_transaction_no_longer_open_is_already_resolved(
+    producer_row: LeaderProducer | None, expected: str
+) -> None:
+    result = verify_abort(candidate(), live(producer=producer_row))
+    assert result.outcome is VerifyOutcome.ALREADY_RESOLVED and result.marker is None
+    (line,) = result.changes
+    assert expected in line
+
+
+@pytest.mark.parametrize(
+    ("evidence", "expected"),
+    [
+        (live(producer=leader(producer_epoch=6)), "producer epoch moved from 5 to 6"),
+        (live(producer=leader(coordinator_epoch=4)), "coordinator epoch for producer 1000 moved from 0 to 4"),
+        (live(producer=leader(current_txn_start_offset=90)), "starts at offset 90, not 100"),
+        (
+            live(coordinator=owner(state="Ongoing", partition_listed=True, producer_epoch=5)),
+            "is Ongoing with orders-0 in its partitions",
+        ),
+        (live(coordinator=owner(state="PrepareCommit", partition_listed=True)), "is PrepareCommit"),
+        (live(coordinator=owner(state="PrepareAbort", partition_listed=True)), "is PrepareAbort"),
+        (live(coordinator=owner(state="PrepareEpochFence", partition_listed=True)), "is PrepareEpochFence"),
+        # A Prepare state is never aborted by hand, listed or not.
+        (live(coordinator=owner(state="PrepareCommit", partition_listed=False)), "never aborted by hand"),
+        (live(coordinator=None, coordinator_error="ListTransactions failed"), "cannot be checked"),
+        (live(coordinator=owner(state="Frozen")), "does not know (Frozen)"),
+    ],
+    ids=[
+        "epoch-moved",
+        "coordinator-epoch-moved",
+        "start-offset-moved",
+        "live-ongoing",
+        "prepare-commit",
+        "prepare-abort",
+        "prepare-epoch-fence",
+        "prepare-unlisted",
+        "coordinator-unreadable",
+        "unknown-state",
+    ],
+)
+def test_changed_or_unsafe_state_is_refused(evidence: LiveEvidence, expected: str) -> None:
+    result = verify_abort(candidate(), evidence)
+    assert result.outcome is VerifyOutcome.REFUSED and result.marker is None
+    assert any(expected in line for line in result.changes), result.changes
+
+
+def test_every_change_is_named() -> None:
+    evidence = live(
+        producer=leader(producer_epoch=6, coordinator_epoch=2),
+        coordinator=owner(state="Ongoing", partition_listed=True),
+    )
+    result = verify_abort(candidate(), evidence)
+    assert result.outcome is VerifyOutcome.REFUSED and len(result.changes) == 3
+
+
+@pytest.mark.parametrize(
+    "coordinator",
+    [
+        None,
+        owner(state="Ongoing", partition_listed=False),
+        owner(state="Empty"),
+        owner(state="CompleteAbort"),
+    ],
+    ids=["no-owner", "ongoing-without-partition", "empty", "complete-abort"],
+)
+def test_coordinator_that_does_not_own_the_partition_allows_the_abort(
+    coordinator: LiveCoordinator | None,
+) -> None:
+    assert verify_abort(candidate(), live(coordinator=coordinator)).outcome is VerifyOutcome.SAFE
+
+
+def test_verify_result_has_a_marker_exactly_when_safe() -> None:
+    spec = candidate().spec
+    with pytest.raises(ValueError, match="exactly when"):
+        VerifyResult(outcome=VerifyOutcome.REFUSED, marker=spec)
+    with pytest.raises(ValueError, match="exactly when"):
+        VerifyResult(outcome=VerifyOutcome.SAFE)
+
+
+# -------------------------------------------------------------------------------------- post-check
+
+
+def test_post_check() -> None:
+    c = candidate()
+    gone = leader(current_txn_start_offset=-1)
+    assert post_check(c, live(producer=gone, last_stable_offset=251)).ok
+    still = post_check(c, live(last_stable_offset=100))
+    assert not still.ok and len(still.problems) == 2
+    assert not post_check(c, live(producer=gone, last_stable_offset=None)).ok
+    # Held by another, older open transaction: not this candidate's business.
+    assert post_check(c, live(producer=gone, last_stable_offset=40, other_open=((7, 40),))).ok
+    assert not post_check(c, live(producer=gone, last_stable_offset=40, other_open=((7, 120),))).ok
+
+
+# ----------------------------------------------------------------------------------------- listing
+
+
+def test_pending_candidates_are_filtered_and_sorted_by_lso_lag_then_age() -> None:
+    small_lag_old = candidate(last_stable_offset=100, high_watermark=110)
+    big_lag = candidate(topic="payments", last_stable_offset=100, high_watermark=900)
+    small_lag_young = candidate(
+        topic="audit",
+        last_stable_offset=100,
+        high_watermark=110,
+        since_ms=T0 + 30 * MINUTE,
+        observed_at_ms=T0 + 40 * MINUTE,
+    )
+    resolved = candidate(topic="gone").resolved(resolved_at_ms=T0 + HOUR)
+    other_cluster = candidate(topic="elsewhere", cluster="staging")
+    done = candidate(topic="aborted")
+    now = T0 + HOUR
+    pending = pending_candidates(
+        [small_lag_young, resolved, small_lag_old, other_cluster, done, big_lag],
+        cluster="prod",
+        now_ms=now,
+        done={done.candidate_id},
+    )
+    assert [c.topic for c in pending] == ["payments", "orders", "audit"]
+    assert lso_lag(big_lag) == 800 and candidate_age_ms(small_lag_old, now) == HOUR
+
+
+def test_latest_candidates_keep_the_last_record_per_key() -> None:
+    c = candidate()
+    resolved = c.resolved(resolved_at_ms=T0 + HOUR)
+    other = candidate(topic="payments")
+    key = c.candidate_id.encode()
+    latest, malformed = latest_candidates(
+        [
+            (key, c.model_dump_json().encode()),
+            (b"junk", b"{not json"),
+            (other.candidate_id.encode(), other.model_dump_json().encode()),
+            (key, resolved.model_dump_json().encode()),
+            (other.candidate_id.encode(), None),  # tombstone
+        ]
+    )
+    assert latest == {c.candidate_id: resolved} and malformed == 1
+
+
+# --------------------------------------------------------------------------------- abort, scripted
+
+
+@dataclass
+class FakeProposalWire(FakeCluster):
+    coordinators: FakeCoordinators = field(default_factory=FakeCoordinators)
+    marker_errors: list[str | None] = field(default_factory=list)  # answers to successive markers; then None
+    markers: list[tuple[int, dict[str, int | str]]] = field(default_factory=list)
+    # What the leader shows once a marker was written (the transaction aborted).
+    after_marker: dict[str, Any] = field(default_factory=dict)
+    # Applied when metadata is read again after a leader move.
+    on_move: dict[str, Any] = field(default_factory=dict)
+
+    def supports_duration_filter(self) -> bool:
+        return True
+
+    def list_transactions(self, **kwargs: Any) -> ListingResult:
+        return self.coordinators.list_transactions(**kwargs)
+
+    def describe_transactions(self, by_coordinator: Any) -> Any:
+        return self.coordinators.describe_transactions(by_coordinator)
+
+    def write_abort_marker(self, broker: int, **marker: Any) -> str | None:
+        self.markers.append((broker, marker))
+        error = self.marker_errors.pop(0) if self.marker_errors else None
+        if error is None and self.after_marker:
+            self.producers[TPX] = self.after_marker["producers"]
+            self.offsets[TPX] = self.after_marker["offsets"]
+        elif error == "NOT_LEADER_OR_FOLLOWER" and self.on_move:
+            self.leaders.update(self.on_move.get("leaders", {}))
+            if "producers" in self.on_move:
+                self.producers[TPX] = self.on_move["producers"]
+        return error
+
+
+def scripted(**overrides: Any) -> FakeProposalWire:
+    fields: dict[str, Any] = {
+        "leaders": {TPX: 1},
+        "producers": {TPX: [producer(coordinator_epoch=-1)]},
+        "offsets": {TPX: Offsets(100, 250)},
+        "coordinators": FakeCoordinators(
+            {"tx-1": description(state="CompleteCommit", producer_epoch=6, partitions=(("orders", 1),))}
+        ),
+        "after_marker": {
+            "producers": [producer(current_txn_start_offset=-1, coordinator_epoch=0)],
+            "offsets": Offsets(251, 251),
+        },
+    }
+    fields.update(overrides)
+    return FakeProposalWire(**fields)
+
+
+def run(wire: FakeProposalWire, *, execute: bool = True, **kwargs: Any) -> AuditRecord:
+    attempt = abort(
+        wire,
+        candidate(),
+        execute=execute,
+        actor="alice",
+        clock_ms=lambda: T0 + HOUR,
+        sleep=lambda _s: None,
+        **kwargs,
+    )
+    assert (
+        attempt.exit_code
+        == {
+            AuditOutcome.DRY_RUN: EXIT_DONE,
+            AuditOutcome.ABORTED: EXIT_DONE,
+            AuditOutcome.REFUSED: EXIT_REFUSED,
+            AuditOutcome.ALREADY_RESOLVED: EXIT_ALREADY_RESOLVED,
+            AuditOutcome.DENIED: EXIT_ERROR,
+            AuditOutcome.FAILED: EXIT_ERROR,
+        }[attempt.audit.outcome]
+    )
+    return attempt.audit
+
+
+def test_dry_run_verifies_and_writes_nothing() -> None:
+    wire = scripted()
+    record = run(wire, execute=False)
+    assert record.outcome is AuditOutcome.DRY_RUN and wire.markers == [] and not record.marker_written
+    assert record.actor == "alice" and record.before is not None and record.verify is not None
+
+
+def test_execute_writes_one_marker_to_the_leader_and_post_checks() -> None:
+    wire = scripted()
+    record = run(wire)
+    assert record.outcome is AuditOutcome.ABORTED and record.marker_written
+    assert wire.markers == [
+        (
+            1,
+            {
+                "topic": "orders",
+                "partition": 0,
+                "producer_id": 1000,
+                "producer_epoch": 5,
+                "coordinator_epoch": 0,
+            },
+        )
+    ]
+    assert record.after is not None and record.after.last_stable_offset == 251
+    assert record.post_check is not None and record.post_check.ok
+
+
+def test_leader_move_refreshes_metadata_once_and_reverifies() -> None:
+    wire = scripted(marker_errors=["NOT_LEADER_OR_FOLLOWER"], on_move={"leaders": {TPX: 2}})
+    record = run(wire)
+    assert record.outcome is AuditOutcome.ABORTED and record.leader_moves == 1
+    assert [broker for broker, _ in wire.markers] == [1, 2]
+
+
+def test_state_changed_during_a_leader_move_is_refused_without_a_second_marker() -> None:
+    moved = [producer(coordinator_epoch=-1, producer_epoch=6)]
+    wire = scripted(
+        marker_errors=["NOT_LEADER_OR_FOLLOWER"], on_move={"leaders": {TPX: 2}, "producers": moved}
+    )
+    record = run(wire)
+    assert record.outcome is AuditOutcome.REFUSED and "epoch moved from 5 to 6" in record.message
+    assert len(wire.markers) == 1 and not record.marker_written
+
+
+def test_second_leader_move_is_an_error() -> None:
+    wire = scripted(marker_errors=["NOT_LEADER_OR_FOLLOWER", "NOT_LEADER_OR_FOLLOWER"])
+    record = run(wire)
+    assert record.outcome is AuditOutcome.FAILED and len(wire.markers) == 2
+    assert record.marker_written is False and "nothing was written" in record.message
+
+
+def test_missing_cluster_acl_is_named_and_audited() -> None:
+    wire = scripted(marker_errors=["CLUSTER_AUTHORIZATION_FAILED"])
+    record = run(wire)
+    assert record.outcome is AuditOutcome.DENIED and record.message == DENIED_MESSAGE
+    assert "Alter on the cluster" in record.message and not record.marker_written
+
+
+@pytest.mark.parametrize("error", ["TRANSACTION_COORDINATOR_FENCED", "INVALID_PRODUCER_EPOCH"])
+def test_marker_fenced_by_the_broker_is_a_refusal(error: str) -> None:
+    record = run(scripted(marker_errors=[error]))
+    assert record.outcome is AuditOutcome.REFUSED and error in record.message
+
+
+def test_live_transaction_is_refused_before_any_marker() -> None:
+    wire = scripted(coordinators=FakeCoordinators({"tx-1": description(state="Ongoing")}))
+    record = run(wire)
+    assert record.outcome is AuditOutcome.REFUSED and wire.markers == []
+    assert "Ongoing with orders-0" in record.message
+
+
+def test_already_resolved_is_a_no_op() -> None:
+    wire = scripted(
+        producers={TPX: [producer(current_txn_start_offset=-1)]}, offsets={TPX: Offsets(251, 251)}
+    )
+    record = run(wire)
+    assert record.outcome is AuditOutcome.ALREADY_RESOLVED and wire.markers == []
+
+
+def test_failed_post_check_is_an_error_with_the_marker_written() -> None:
+    wire = scripted(after_marker={})  # the leader keeps showing the transaction open
+    record = run(wire, post_check_timeout_s=0)
+    assert record.outcome is AuditOutcome.FAILED and record.marker_written
+    assert "post-check failed" in record.message
+
+
+def test_unreachable_leader_is_an_error() -> None:
+    wire = scripted(down={1})
+    record = run(wire)
+    assert record.outcome is AuditOutcome.FAILED and "cannot verify" in record.message and wire.markers == []
+
+
+def test_audit_records_round_trip_and_done_ids() -> None:
+    aborted = run(scripted())
+    refused = run(scripted(marker_errors=["INVALID_PRODUCER_EPOCH"]))
+    records, malformed = audit_records(
+        [(b"k", aborted.model_dump_json().encode()), (b"k", refused.model_dump_json().encode()), (b"k", b"x")]
+    )
+    assert records == [aborted, refused] and malformed == 1
+    assert done_candidates(records) == {aborted.candidate_id}
+
+
+def test_marker_lost_in_flight_is_an_error_of_unknown_effect() -> None:
+    record = run(scripted(marker_errors=["REQUEST_TIMED_OUT"]))
+    assert record.outcome is AuditOutcome.FAILED and record.marker_written is None
+    assert "may or may not have been written" in record.message
