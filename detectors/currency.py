@@ -90,14 +90,30 @@ class ViewCurrency:
         self.topics = tuple(([transaction_log] if transaction_log else []) + list(other_topics))
         applied, current, pending, newest, first = state or ({}, {}, [], {}, None)
         self.applied_end: dict[tuple[str, int], int] = dict(applied)
-        self.current: dict[tuple[str, int], int] = dict(current)
-        self.pending: list[Position] = list(pending)
+        self._current: dict[tuple[str, int], int] = dict(current)
+        self._pending: list[Position] = list(pending)
         self.newest: dict[str, Position] = dict(newest)
         self.first_as_of_ms: int | None = first
+        # Covering pending positions walks all of them: done once, when a question is asked, not per input row
+        # (a batch brings one progress row per stage-1 bucket and partition; under lag hundreds are pending).
+        self._dirty = bool(self._pending)
+
+    @property
+    def current(self) -> dict[tuple[str, int], int]:
+        """Per (topic, partition): the latest `as_of_ms` whose end offset has been applied."""
+        self._settle()
+        return self._current
+
+    @property
+    def pending(self) -> list[Position]:
+        """Positions not yet covered on every partition, oldest first."""
+        self._settle()
+        return self._pending
 
     def state(self) -> CurrencyState:
         """Plain data for a state store (pickled; restored by the constructor)."""
-        return (self.applied_end, self.current, self.pending, self.newest, self.first_as_of_ms)
+        self._settle()
+        return (self.applied_end, self._current, self._pending, self.newest, self.first_as_of_ms)
 
     # -- input
 
@@ -111,7 +127,7 @@ class ViewCurrency:
         if next_offset <= self.applied_end.get(key, 0):
             return False
         self.applied_end[key] = next_offset
-        self._advance()
+        self._dirty = True
         return True
 
     def add_position(
@@ -130,33 +146,31 @@ class ViewCurrency:
             self.newest[topic] = position
         if self.first_as_of_ms is None or as_of_ms < self.first_as_of_ms:
             self.first_as_of_ms = as_of_ms
-        bisect.insort(self.pending, position)
-        if len(self.pending) > MAX_PENDING_POSITIONS:
-            half = len(self.pending) // 2
-            self.pending = self.pending[:half:2] + self.pending[half:]
-        self._advance()
+        bisect.insort(self._pending, position)
+        if len(self._pending) > MAX_PENDING_POSITIONS:
+            half = len(self._pending) // 2
+            self._pending = self._pending[:half:2] + self._pending[half:]
+        self._dirty = True
         return True
 
-    def _advance(self) -> bool:
+    def _settle(self) -> None:
         """Claim currency for every partition a pending position now covers; drop fully covered positions."""
-        changed = False
+        if not self._dirty:
+            return
+        self._dirty = False
         still: list[Position] = []
-        for p in self.pending:
+        for p in self._pending:
             covered = True
             for partition, end in p.end_offsets:
                 key = (p.topic, partition)
                 if self.applied_end.get(key, 0) >= end:
-                    if self.current.get(key, -1) < p.as_of_ms:
-                        self.current[key] = p.as_of_ms
-                        changed = True
+                    if self._current.get(key, -1) < p.as_of_ms:
+                        self._current[key] = p.as_of_ms
                 else:
                     covered = False
             if not covered:
                 still.append(p)
-        if len(still) != len(self.pending):
-            changed = True
-        self.pending = still
-        return changed
+        self._pending = still
 
     # -- questions
 

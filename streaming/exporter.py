@@ -72,7 +72,7 @@ class LiveState:
                         r.lso_lag,
                         int(r.age_ms),
                         r.candidate_id is not None,
-                        getattr(r, "withheld", None),
+                        r.withheld,
                     )
                 elif r.event == "GONE":
                     self.verdicts.pop(key, None)
