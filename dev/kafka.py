@@ -1,8 +1,13 @@
 """The local KRaft test bed: real Apache Kafka brokers from the Maven Central jars in .cache/jars/kafka.
 
-`python -m dev.kafka up [--nodes 1|3] [--json]` formats storage, starts combined broker+controller JVMs on free
-127.0.0.1 ports and waits until every broker is registered; `down` stops only the processes `up` started (by pid);
-`status` says what runs. pytest uses the same code through `start_cluster()` (tests/conftest.py).
+`python -m dev.kafka up [--nodes 1|3] [--sasl] [--json]` formats storage, starts combined broker+controller JVMs on
+free 127.0.0.1 ports and waits until every broker is registered; `down` stops only the processes `up` started (by
+pid); `status` says what runs. pytest uses the same code through `start_cluster()` (tests/conftest.py).
+
+`--sasl` (`TestBedConfig(security="sasl-scram")`) starts the brokers with SASL_PLAINTEXT SCRAM-SHA-256 clients, the
+StandardAuthorizer and `allow.everyone.if.no.acl.found=false`: one SCRAM user per txnwatch component (random
+passwords), and a `client.properties` for each in `<state dir>/clients/` (docs/security.md says which ACLs each needs;
+only `admin` is a super user).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import base64
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -22,6 +28,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 JARS_DIR = Path(os.environ.get("TXNWATCH_JARS_DIR", ROOT / ".cache" / "jars"))
@@ -64,6 +71,16 @@ class TestBedConfig:
     transactional_id_expiration_ms: int = 600_000
     heap: str = "512m"
     extra: dict[str, str] = field(default_factory=dict)
+    # "sasl-scram": SASL_PLAINTEXT SCRAM-SHA-256 on the client listener, the StandardAuthorizer, no ACL = denied.
+    security: Literal["plaintext", "sasl-scram"] = "plaintext"
+    # SCRAM users made at format time (besides `admin`, the super user the brokers use among themselves).
+    scram_users: tuple[str, ...] = field(default_factory=lambda: SCRAM_USERS)
+
+
+# One principal per txnwatch component (docs/security.md), and one for the test workloads.
+SCRAM_USERS = ("txnwatch-collector", "txnwatch-stream", "txnwatch-admin", "txnwatch-abort", "workload")
+SUPER_USER = "admin"
+SCRAM_MECHANISM = "SCRAM-SHA-256"
 
 
 @dataclass
@@ -85,6 +102,8 @@ class Cluster:
     config: dict[str, object]
     state_dir: str
     started_in_s: float = 0.0
+    # SASL test beds: user → path of its client.properties (the passwords are in those files only).
+    client_configs: dict[str, str] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -94,7 +113,24 @@ class Cluster:
             "config": self.config,
             "state_dir": self.state_dir,
             "started_in_s": round(self.started_in_s, 2),
+            "client_configs": self.client_configs,
         }
+
+    def client_properties(self, user: str) -> Path:
+        """The `--command-config` file of a SCRAM user (SASL test beds only)."""
+        if user not in self.client_configs:
+            raise KeyError(
+                f"no client.properties for {user!r}: the test bed has {sorted(self.client_configs)}"
+            )
+        return Path(self.client_configs[user])
+
+    def client_kwargs(self, user: str | None = None) -> dict[str, object]:
+        """kafka-python connection kwargs: bootstrap only on PLAINTEXT, SCRAM credentials of `user` (default the
+        super user) on SASL test beds."""
+        kwargs: dict[str, object] = {"bootstrap_servers": self.bootstrap_servers}
+        if self.client_configs:
+            kwargs.update(_scram_kwargs(self.client_properties(user or SUPER_USER)))
+        return kwargs
 
     @property
     def jmx_urls(self) -> dict[int, str]:
@@ -138,8 +174,69 @@ def _random_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def _jaas(user: str, password: str) -> str:
+    return f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+
+
+def _client_properties_text(bootstrap: str, user: str, password: str) -> str:
+    return (
+        f"# {user} on the txnwatch SASL test bed (dev/kafka.py); its ACLs: docs/security.md\n"
+        f"bootstrap.servers={bootstrap}\n"
+        "security.protocol=SASL_PLAINTEXT\n"
+        f"sasl.mechanism={SCRAM_MECHANISM}\n"
+        f"sasl.jaas.config={_jaas(user, password)}\n"
+    )
+
+
+def _scram_kwargs(path: Path) -> dict[str, object]:
+    from detectors.client_properties import parse_client_properties
+
+    return dict(parse_client_properties(path.read_text()).kwargs)
+
+
+def _write_secret(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def _security_properties(
+    cfg: TestBedConfig, broker_port: int, controller_port: int, admin_password: str
+) -> dict[str, str]:
+    if cfg.security == "plaintext":
+        return {
+            "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        }
+    return {
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{broker_port}",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        # SCRAM credentials live in the metadata log, which the controller listener must serve before any is
+        # loaded, so the controller listener stays PLAINTEXT (on loopback) and its principal is ANONYMOUS.
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+        f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": _jaas(
+            SUPER_USER, admin_password
+        ),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "false",
+        # ANONYMOUS: brokers and controllers talking over the PLAINTEXT controller listener (registration,
+        # heartbeats need ClusterAction); without it no broker registers (tests/broker/test_security_acls.py).
+        "super.users": f"User:{SUPER_USER};User:ANONYMOUS",
+    }
+
+
 def _server_properties(
-    cfg: TestBedConfig, node_id: int, ports: dict[int, tuple[int, int]], log_dir: Path
+    cfg: TestBedConfig,
+    node_id: int,
+    ports: dict[int, tuple[int, int]],
+    log_dir: Path,
+    admin_password: str = "",
 ) -> str:
     voters = ",".join(f"{n}@127.0.0.1:{ports[n][1]}" for n in sorted(ports))
     rf = min(cfg.nodes, 3)
@@ -149,11 +246,8 @@ def _server_properties(
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
-        "inter.broker.listener.name": "PLAINTEXT",
+        **_security_properties(cfg, broker_port, controller_port, admin_password),
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(log_dir),
         "num.partitions": "1",
         "default.replication.factor": str(rf),
@@ -188,7 +282,11 @@ def _pid_alive(pid: int, state_dir: Path) -> bool:
 
 
 def _wait_ready(
-    bootstrap: str, nodes: int, deadline: float, procs: Sequence[subprocess.Popen[bytes]]
+    bootstrap: str,
+    nodes: int,
+    deadline: float,
+    procs: Sequence[subprocess.Popen[bytes]],
+    client: dict[str, object] | None = None,
 ) -> None:
     from kafka import KafkaAdminClient  # imported late: `down`/`status` need no Kafka client
 
@@ -199,7 +297,9 @@ def _wait_ready(
                 raise RuntimeError(f"a broker JVM exited during start-up with code {p.returncode}")
         try:
             admin = KafkaAdminClient(
-                bootstrap_servers=bootstrap, request_timeout_ms=5000, client_id="testbed"
+                **{"bootstrap_servers": bootstrap, **(client or {})},
+                request_timeout_ms=5000,
+                client_id="testbed",
             )
             try:
                 brokers = admin.describe_cluster()["brokers"]
@@ -233,6 +333,16 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
     free = _free_ports(3 * cfg.nodes)
     ports = {n: (free[3 * (n - 1)], free[3 * (n - 1) + 1]) for n in range(1, cfg.nodes + 1)}
     jmx = {n: free[3 * (n - 1) + 2] for n in ports}
+    bootstrap = ",".join(f"127.0.0.1:{ports[n][0]}" for n in ports)
+    sasl = cfg.security == "sasl-scram"
+    # Random per `up`: a test can look for them in everything txnwatch prints (they must never appear).
+    passwords = {u: secrets.token_urlsafe(18) for u in (SUPER_USER, *cfg.scram_users)} if sasl else {}
+    client_configs: dict[str, str] = {}
+    if sasl:
+        for user, password in passwords.items():
+            path = state_dir / "clients" / f"{user}.properties"
+            _write_secret(path, _client_properties_text(bootstrap, user, password))
+            client_configs[user] = str(path)
 
     procs: list[subprocess.Popen[bytes]] = []
     nodes: list[Node] = []
@@ -243,7 +353,9 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
             shutil.rmtree(data_dir, ignore_errors=True)  # every `up` is a new cluster with a new id
             node_dir.mkdir(parents=True, exist_ok=True)
             props = node_dir / "server.properties"
-            props.write_text(_server_properties(cfg, node_id, ports, data_dir))
+            _write_secret(
+                props, _server_properties(cfg, node_id, ports, data_dir, passwords.get(SUPER_USER, ""))
+            )
             log_file = node_dir / "server.log"
             log4j = node_dir / "log4j2.properties"
             log4j.write_text(LOG4J2_PROPERTIES.format(log_file=log_file))
@@ -259,6 +371,11 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
                     str(props),
                     "--feature",
                     f"transaction.version={cfg.transaction_version}",
+                    *(
+                        arg
+                        for user, password in passwords.items()
+                        for arg in ("--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]")
+                    ),
                 ],
                 check=True,
                 capture_output=True,
@@ -303,10 +420,17 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
                     str(log_file),
                 )
             )
-        bootstrap = ",".join(f"127.0.0.1:{ports[n][0]}" for n in ports)
-        cluster = Cluster(bootstrap, cluster_id, nodes, asdict(cfg), str(state_dir))
+        cluster = Cluster(
+            bootstrap, cluster_id, nodes, asdict(cfg), str(state_dir), client_configs=client_configs
+        )
         (state_dir / "state.json").write_text(json.dumps(cluster.as_json(), indent=2))
-        _wait_ready(bootstrap, cfg.nodes, time.monotonic() + READY_TIMEOUT_S, procs)
+        _wait_ready(
+            bootstrap,
+            cfg.nodes,
+            time.monotonic() + READY_TIMEOUT_S,
+            procs,
+            _scram_kwargs(Path(client_configs[SUPER_USER])) if sasl else None,
+        )
     except BaseException as exc:
         for p in procs:
             p.kill()
@@ -332,6 +456,7 @@ def _load(state_dir: Path) -> Cluster | None:
         raw["config"],
         raw["state_dir"],
         raw.get("started_in_s", 0.0),
+        raw.get("client_configs", {}),
     )
 
 
@@ -410,6 +535,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="extra broker property (repeatable)",
     )
+    up.add_argument(
+        "--sasl",
+        action="store_true",
+        help="SASL_PLAINTEXT SCRAM-SHA-256 clients, the StandardAuthorizer, no ACL = denied; one user per txnwatch "
+        "component, client.properties for each in <dir>/clients/ (grant their ACLs: docs/security.md)",
+    )
     up.add_argument("--json", action="store_true", help="print the cluster as one JSON object")
     sub.add_parser("down", help="stop the brokers `up` started (only those pids)")
     st = sub.add_parser("status", help="print the running test bed, exit 1 if none")
@@ -424,6 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             partition_verification=not args.no_verification,
             transaction_max_timeout_ms=args.max_timeout_ms,
             extra=extra,
+            security="sasl-scram" if args.sasl else "plaintext",
         )
         try:
             cluster = start_cluster(cfg, args.dir)
@@ -437,6 +569,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"Kafka test bed up in {cluster.started_in_s:.1f}s: bootstrap {cluster.bootstrap_servers}, "
                 f"{len(cluster.nodes)} node(s), logs in {cluster.state_dir}"
             )
+            if cluster.client_configs:
+                print(f"SASL/SCRAM: client.properties per user in {Path(cluster.state_dir) / 'clients'}")
         return 0
     if args.command == "down":
         stopped = stop_cluster(args.dir)
