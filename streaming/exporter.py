@@ -35,6 +35,9 @@ class VerdictState:
     age_ms: int
     candidate: bool
     withheld: str | None = None
+    candidate_id: str | None = None
+    # approximate (the time the verdict was made minus the age the snapshot showed): within one snapshot's delay
+    open_since_ms: int | None = None
 
 
 @dataclass
@@ -73,6 +76,8 @@ class LiveState:
                         int(r.age_ms),
                         r.candidate_id is not None,
                         r.withheld,
+                        r.candidate_id,
+                        int(r.event_time_ms) - int(r.age_ms),
                     )
                 elif r.event == "GONE":
                     self.verdicts.pop(key, None)
@@ -156,6 +161,21 @@ class VerdictCollector(Collector):
         )
         candidates.add_metric([c], sum(1 for v in verdicts if v.candidate))
         yield candidates
+        # One series per hanging transaction, so an alert can name its partition and the command to act on it:
+        # bounded by the hanging transactions (each an incident), gone with them (no stale series). The candidate
+        # id is a hash, not a producer or transactional id.
+        each = GaugeMetricFamily(
+            "txnwatch_hanging_transaction_open_since_timestamp_seconds",
+            "Each HANGING transaction with an open abort candidate: when it opened (Unix time, within one "
+            "snapshot's delay), by partition, reason and candidate id (txnwatch proposals show <candidate_id>).",
+            labels=["cluster", "topic", "partition", "reason", "candidate_id"],
+        )
+        for v in sorted(verdicts, key=lambda v: (v.topic, v.partition, v.candidate_id or "")):
+            if v.kind == "HANGING" and v.candidate_id is not None and v.open_since_ms is not None:
+                each.add_metric(
+                    [c, v.topic, str(v.partition), str(v.reason), v.candidate_id], v.open_since_ms / 1000
+                )
+        yield each
         stuck = GaugeMetricFamily(
             "txnwatch_stuck_prepare_transactions",
             "Transactions whose coordinator is in PrepareCommit/PrepareAbort with markers overdue (alert only).",

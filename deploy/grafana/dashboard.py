@@ -1,0 +1,623 @@
+"""The txnwatch Grafana dashboard, authored with grafana-foundation-sdk; writes deploy/grafana/txnwatch.json.
+
+    python deploy/grafana/dashboard.py            # (re)write txnwatch.json
+    python deploy/grafana/dashboard.py --check    # exit 1 if txnwatch.json is not what this file builds
+    python deploy/grafana/dashboard.py render --prometheus http://127.0.0.1:9090 --out docs/dashboard.png
+
+`render` draws every panel from a live Prometheus (/api/v1/query_range) at its gridPos with matplotlib: a
+picture of what Grafana would show, for people without a Grafana (docs/alerting.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders import common as gc
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import prometheus as pm
+
+HERE = Path(__file__).resolve().parent
+JSON_PATH = HERE / "txnwatch.json"
+UID = "txnwatch-overview"
+DATASOURCE = common.DataSourceRef(type_val="prometheus", uid="${datasource}")
+C = 'cluster=~"$cluster"'  # every query is filtered by the cluster variable (All = .*, which also matches no label)
+
+
+def _query(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False) -> prometheus.Dataquery:
+    q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
+    if legend:
+        q = q.legend_format(legend)
+    if instant:
+        q = q.instant().format(pm.PromQueryFormat.TABLE)
+    return q
+
+
+def _pos(x: int, y: int, w: int, h: int) -> dm.GridPos:
+    return dm.GridPos(h=h, w=w, x=x, y=y)
+
+
+def _thresholds(*steps: tuple[float | None, str]) -> gd.ThresholdsConfig:
+    return (
+        gd.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps([dm.Threshold(value=v, color=c) for v, c in steps])
+    )
+
+
+def _stat(
+    title: str, expr: str, unit: str, pos: dm.GridPos, desc: str, warn: float, color: str
+) -> stat.Panel:
+    return (
+        stat.Panel()
+        .title(title)
+        .description(desc)
+        .datasource(DATASOURCE)
+        .with_target(_query(expr))
+        .unit(unit)
+        .grid_pos(pos)
+        .thresholds(_thresholds((None, "green"), (warn, color)))
+        .color_mode(common.BigValueColorMode.BACKGROUND)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .reduce_options(gc.ReduceDataOptions().calcs(["lastNotNull"]))
+    )
+
+
+def _series(
+    title: str, targets: Sequence[prometheus.Dataquery], unit: str, pos: dm.GridPos, desc: str
+) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(desc)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .grid_pos(pos)
+        .min(0)
+        .line_width(2)
+        .fill_opacity(10)
+        .legend(
+            gc.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.TABLE)
+            .placement(common.LegendPlacement.RIGHT)
+            .show_legend(True)
+            .calcs(["lastNotNull", "max"])
+        )
+    )
+    for t in targets:
+        panel = panel.with_target(t)
+    return panel
+
+
+def build() -> dict[str, Any]:
+    """The dashboard as Grafana JSON (a plain dict)."""
+    hanging_table = (
+        table.Panel()
+        .title("Hanging transactions now: partition, reason, since when, what to run")
+        .description(
+            "One row per HANGING transaction with an open abort candidate. Run `txnwatch proposals show "
+            "<candidate_id>`, then docs/runbook.md."
+        )
+        .datasource(DATASOURCE)
+        .with_target(
+            _query(
+                "max by (cluster, topic, partition, reason, candidate_id) "
+                f"(txnwatch_hanging_transaction_open_since_timestamp_seconds{{{C}}}) * 1000",
+                instant=True,
+            )
+        )
+        .unit("dateTimeAsIso")
+        .no_value("no hanging transaction")
+        .grid_pos(_pos(0, 4, 12, 8))
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "indexByName": {
+                        "topic": 0,
+                        "partition": 1,
+                        "reason": 2,
+                        "Value": 3,
+                        "candidate_id": 4,
+                        "cluster": 5,
+                    },
+                    "renameByName": {"Value": "open since"},
+                },
+            )
+        )
+    )
+    panels: list[Any] = [
+        _stat(
+            "Hanging transactions",
+            f"sum(txnwatch_hanging_transactions{{{C}}}) or vector(0)",
+            "none",
+            _pos(0, 0, 4, 4),
+            "Open transactions proven HANGING (abort candidates).",
+            1,
+            "red",
+        ),
+        _stat(
+            "Partitions with late transactions",
+            f"sum(txnwatch_cluster_partitions_with_late_transactions{{{C}}}) or vector(0)",
+            "none",
+            _pos(4, 0, 4, 4),
+            "KIP-664 PartitionsWithLateTransactionsCount over the cluster.",
+            1,
+            "orange",
+        ),
+        _stat(
+            "Stuck in prepare",
+            f"sum(txnwatch_stuck_prepare_transactions{{{C}}}) or vector(0)",
+            "none",
+            _pos(8, 0, 4, 4),
+            "STUCK_PREPARE: never abort these; the brokers must finish them.",
+            1,
+            "red",
+        ),
+        _stat(
+            "Withheld (UNCONFIRMED)",
+            f"sum(txnwatch_withheld_verdicts{{{C}}}) or vector(0)",
+            "none",
+            _pos(12, 0, 4, 4),
+            "A HANGING rule holds but the coordinator view is not current: no proof yet.",
+            1,
+            "orange",
+        ),
+        _stat(
+            "Coordinator view lag",
+            f"max(txnwatch_coordinator_view_lag_seconds{{{C}}})",
+            "s",
+            _pos(16, 0, 4, 4),
+            "How far the job's view of __transaction_state is behind the collector's newest measurement.",
+            120,
+            "orange",
+        ),
+        _stat(
+            "Since the last collector sweep",
+            f"time() - max(txnwatch_collector_last_success_timestamp_seconds{{{C}}})",
+            "s",
+            _pos(20, 0, 4, 4),
+            "Seconds since the collector last published a sweep.",
+            180,
+            "red",
+        ),
+        hanging_table,
+        _series(
+            "MaxActiveTransactionDuration (KIP-664): top 10 partitions",
+            [
+                _query(
+                    "topk(10, max by (cluster, topic, partition) "
+                    f"(txnwatch_max_active_transaction_duration_seconds{{{C}}}))",
+                    "{{topic}}-{{partition}}",
+                )
+            ],
+            "s",
+            _pos(12, 4, 12, 8),
+            "Age of the oldest open transaction per partition (only partitions with open transactions).",
+        ),
+        _series(
+            "PartitionsWithLateTransactionsCount (KIP-664) by broker",
+            [
+                _query(
+                    f"sum by (cluster, broker) (txnwatch_partitions_with_late_transactions{{{C}}})",
+                    "broker {{broker}}",
+                )
+            ],
+            "none",
+            _pos(0, 12, 8, 8),
+            "Leader partitions whose oldest open transaction is older than transaction.max.timeout.ms.",
+        ),
+        _series(
+            "LSO lag: top 10 partitions (records)",
+            [
+                _query(
+                    f"topk(10, max by (cluster, topic, partition) (txnwatch_last_stable_offset_lag{{{C}}}))",
+                    "{{topic}}-{{partition}}",
+                )
+            ],
+            "short",
+            _pos(8, 12, 8, 8),
+            "High watermark minus last stable offset: what read_committed consumers cannot read yet.",
+        ),
+        _series(
+            "Open transactions by verdict",
+            [_query(f"sum by (kind) (txnwatch_open_transactions{{{C}}})", "{{kind}}")],
+            "none",
+            _pos(16, 12, 8, 8),
+            "OPEN, LATE, HANGING, STUCK_PREPARE, COORDINATOR_OVERDUE, UNCONFIRMED (docs/detection.md).",
+        ),
+        _series(
+            "Candidates by reason",
+            [
+                _query(f"sum by (reason) (txnwatch_hanging_transactions{{{C}}})", "HANGING {{reason}}"),
+                _query(
+                    f"sum by (would_be) (txnwatch_withheld_verdicts{{{C}}})", "withheld {{would_be}}", "B"
+                ),
+            ],
+            "none",
+            _pos(0, 20, 8, 7),
+            "HANGING verdicts by reason, and those withheld as UNCONFIRMED by the reason they would have.",
+        ),
+        _series(
+            "Coordinator view lag",
+            [_query(f"max by (cluster) (txnwatch_coordinator_view_lag_seconds{{{C}}})", "{{cluster}}")],
+            "s",
+            _pos(8, 20, 8, 7),
+            "0 when the view of __transaction_state is current; HANGING is withheld while it is not.",
+        ),
+        _series(
+            "Coordinator records behind",
+            [_query(f"max by (cluster) (txnwatch_coordinator_view_records_behind{{{C}}})", "{{cluster}}")],
+            "short",
+            _pos(16, 20, 8, 7),
+            "Coordinator log records below the collector's newest positions the job has not applied yet.",
+        ),
+        _series(
+            "Collector sweep duration",
+            [
+                _query(
+                    "histogram_quantile(0.5, sum by (le) "
+                    f"(rate(txnwatch_collector_sweep_duration_seconds_bucket{{{C}}}[$__rate_interval])))",
+                    "p50",
+                ),
+                _query(
+                    "histogram_quantile(0.99, sum by (le) "
+                    f"(rate(txnwatch_collector_sweep_duration_seconds_bucket{{{C}}}[$__rate_interval])))",
+                    "p99",
+                    "B",
+                ),
+            ],
+            "s",
+            _pos(0, 27, 6, 7),
+            "One sweep of every partition leader (DescribeProducers, start batches, publish).",
+        ),
+        _series(
+            "Stream batch duration (p99)",
+            [
+                _query(
+                    "histogram_quantile(0.99, sum by (le, query) "
+                    f"(rate(txnwatch_stream_batch_duration_seconds_bucket{{{C}}}[$__rate_interval])))",
+                    "{{query}}",
+                )
+            ],
+            "s",
+            _pos(6, 27, 6, 7),
+            "Micro-batch duration per query.",
+        ),
+        _series(
+            "Input rates",
+            [
+                _query(
+                    f"sum by (source) (rate(txnwatch_stream_input_rows_total{{{C}}}[$__rate_interval]))",
+                    "{{source}}",
+                ),
+                _query(
+                    "sum by (type) "
+                    f"(rate(txnwatch_collector_records_published_total{{{C}}}[$__rate_interval]))",
+                    "published {{type}}",
+                    "B",
+                ),
+            ],
+            "cps",
+            _pos(12, 27, 6, 7),
+            "Rows the job reads per source, records the collector publishes per type.",
+        ),
+        _series(
+            "Dead letters",
+            [
+                _query(
+                    f"sum by (source) (increase(txnwatch_dead_letter_records_total{{{C}}}[$__rate_interval]))",
+                    "{{source}}",
+                )
+            ],
+            "short",
+            _pos(18, 27, 6, 7),
+            "Input records the job could not parse or decode (kept in the dead-letter topic).",
+        ),
+        _series(
+            "Stream source lag (records)",
+            [
+                _query(
+                    f"max by (query, source) (txnwatch_stream_source_offsets_behind_latest{{{C}}})",
+                    "{{query}} {{source}}",
+                )
+            ],
+            "short",
+            _pos(0, 34, 12, 7),
+            "Offsets behind the end of each source after the last batch.",
+        ),
+        _series(
+            "Collector errors",
+            [
+                _query(
+                    f"sum by (api, error) (rate(txnwatch_collector_errors_total{{{C}}}[$__rate_interval]))",
+                    "{{api}} {{error}}",
+                )
+            ],
+            "reqps",
+            _pos(12, 34, 12, 7),
+            "Request failures and per-partition errors by API and Kafka error name (ACLs are named here).",
+        ),
+    ]
+    board = (
+        gd.Dashboard("txnwatch: hanging transactions")
+        .uid(UID)
+        .description("Kafka hanging transactions: KIP-664 metrics, verdicts, candidates, pipeline health.")
+        .tags(["kafka", "transactions", "txnwatch"])
+        .timezone("utc")
+        .time("now-1h", "now")
+        .refresh("30s")
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .with_variable(gd.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+        .with_variable(
+            gd.QueryVariable("cluster")
+            .label("Cluster")
+            .datasource(DATASOURCE)
+            .query("label_values(txnwatch_abort_candidates, cluster)")
+            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .current(dm.VariableOption(selected=True, text="All", value="$__all"))
+        )
+    )
+    for i, panel in enumerate(panels, start=1):
+        board = board.with_panel(panel.id(i))
+    return json.loads(json.dumps(board.build(), cls=JSONEncoder))  # type: ignore[no-any-return]
+
+
+def dumps(board: dict[str, Any]) -> str:
+    return json.dumps(board, indent=2, sort_keys=True) + "\n"
+
+
+# ----------------------------------------------------------------------------------- queries, as Prometheus sees them
+
+
+def panel_queries(board: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every (panel, target) pair with a PromQL expression."""
+    for panel in board.get("panels", []):
+        for target in panel.get("targets", []):
+            if target.get("expr"):
+                yield panel, target
+
+
+def substitute(expr: str, *, rate_interval: str = "1m", interval: str = "15s", range_: str = "1h") -> str:
+    """A panel expression with Grafana's variables replaced, as Prometheus would receive it (cluster = All)."""
+    out = expr.replace("$__rate_interval", rate_interval).replace("$__interval", interval)
+    out = out.replace("$__range", range_)
+    return re.sub(r"\$\{?cluster\}?", ".*", out)
+
+
+def recording_rules(board: dict[str, Any], **subst: str) -> dict[str, Any]:
+    """Every panel expression as a recording rule, for `promtool check rules`."""
+    rules = [
+        {
+            "record": f"txnwatch_dashboard:panel{panel['id']}_{target['refId']}",
+            "expr": substitute(target["expr"], **subst),
+        }
+        for panel, target in panel_queries(board)
+    ]
+    return {"groups": [{"name": "txnwatch-dashboard-queries", "rules": rules}]}
+
+
+# --------------------------------------------------------------------------------------------------------- render
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        body = json.load(response)
+    if body.get("status") != "success":
+        raise RuntimeError(f"{url}: {body}")
+    return body["data"]
+
+
+def _legend(fmt: str, labels: dict[str, str]) -> str:
+    if not fmt:
+        return ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "value"
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt)
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "s":
+        if value >= 3600:
+            return f"{value / 3600:.1f} h"
+        if value >= 120:
+            return f"{value / 60:.1f} min"
+        return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+    if unit == "dateTimeAsIso":
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value / 1000))
+    if unit in ("cps", "reqps"):
+        return f"{value:.2f}/s"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+
+
+def render(
+    board: dict[str, Any],
+    prometheus_url: str,
+    out: Path,
+    *,
+    start: float,
+    end: float,
+    step: float = 5.0,
+    rate_interval: str = "30s",
+) -> list[str]:
+    """Query every panel from Prometheus and draw the dashboard into `out` (PNG); returns one line per panel
+    saying what it showed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from datetime import UTC, datetime
+
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    panels = sorted(board["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
+    rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
+    unit_h = 0.42  # inches per grid row
+    fig = plt.figure(figsize=(24 * 0.85, rows * unit_h + 0.8), facecolor="#111217")
+    fig.suptitle(
+        f"{board['title']}  ·  {datetime.fromtimestamp(start, UTC):%H:%M:%S}–{datetime.fromtimestamp(end, UTC):%H:%M:%S} UTC"
+        "  ·  cluster=All",
+        color="#d8d9da",
+        fontsize=15,
+        x=0.01,
+        ha="left",
+        y=1 - 0.15 / (rows * unit_h + 0.8),
+    )
+    top = 0.8 / (rows * unit_h + 0.8)
+    avail = 1 - top
+    summary: list[str] = []
+    for p in panels:
+        g = p["gridPos"]
+        left, width = g["x"] / 24 + 0.004, g["w"] / 24 - 0.008
+        height = g["h"] / rows * avail - 0.012
+        bottom = 1 - top - (g["y"] + g["h"]) / rows * avail + 0.006
+        ax = fig.add_axes((left, bottom, width, height), facecolor="#181b1f")
+        for side in ax.spines.values():
+            side.set_color("#2c3235")
+        ax.tick_params(colors="#9fa7b3", labelsize=8)
+        unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
+        ax.set_title(p["title"], color="#d8d9da", fontsize=10, loc="left")
+        if p["type"] == "timeseries":
+            drawn = 0
+            peak = 0.0
+            for t in p["targets"]:
+                q = substitute(t["expr"], rate_interval=rate_interval)
+                data = _get(
+                    f"{prometheus_url}/api/v1/query_range?"
+                    + urllib.parse.urlencode({"query": q, "start": start, "end": end, "step": step})
+                )
+                for s in data["result"]:
+                    xs = [datetime.fromtimestamp(float(ts), UTC) for ts, _ in s["values"]]
+                    ys = [float(v) for _, v in s["values"]]
+                    ax.plot(xs, ys, linewidth=1.8, label=_legend(t.get("legendFormat", ""), s["metric"]))
+                    drawn += 1
+                    peak = max([peak, *ys])
+            ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))
+            ax.set_xlim(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC))
+            ax.set_ylim(bottom=0)
+            ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos, u=unit: _fmt(v, u)))
+            ax.grid(color="#2c3235", linewidth=0.6)
+            if drawn:
+                leg = ax.legend(
+                    loc="upper left", fontsize=7, facecolor="#181b1f", edgecolor="#2c3235", ncol=1
+                )
+                for text in leg.get_texts():
+                    text.set_color("#d8d9da")
+            else:
+                ax.text(
+                    0.5, 0.5, "No data", color="#9fa7b3", ha="center", va="center", transform=ax.transAxes
+                )
+            summary.append(f"{p['title']}: {drawn} series, max {_fmt(peak, unit)}")
+        else:
+            ax.set_xticks([])
+            ax.set_yticks([])
+            q = substitute(p["targets"][0]["expr"], rate_interval=rate_interval)
+            data = _get(f"{prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": q, "time": end}))
+            result = data["result"]
+            if p["type"] == "stat":
+                value = float(result[0]["value"][1]) if result else None
+                steps = p["fieldConfig"]["defaults"]["thresholds"]["steps"]
+                color = steps[0]["color"]
+                for st in steps[1:]:
+                    if value is not None and value >= st["value"]:
+                        color = st["color"]
+                palette = {"green": "#1a7f37", "orange": "#b35c00", "red": "#a51d2d"}
+                ax.set_facecolor(palette.get(color, "#181b1f"))
+                text = "No data" if value is None else _fmt(value, unit)
+                ax.text(
+                    0.5,
+                    0.4,
+                    text,
+                    color="white",
+                    fontsize=26,
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                )
+                summary.append(f"{p['title']}: {text}")
+            else:  # table
+                order = p["transformations"][0]["options"]["indexByName"]
+                rename = p["transformations"][0]["options"]["renameByName"]
+                columns = sorted(order, key=order.get)
+                cells = []
+                for s in result:
+                    row = {**s["metric"], "Value": _fmt(float(s["value"][1]), unit)}
+                    cells.append([row.get(c, "") for c in columns])
+                if cells:
+                    tbl = ax.table(
+                        cellText=cells,
+                        colLabels=[rename.get(c, c) for c in columns],
+                        loc="upper center",
+                        cellLoc="left",
+                        colLoc="left",
+                    )
+                    tbl.auto_set_font_size(False)
+                    tbl.set_fontsize(9)
+                    tbl.scale(1, 1.6)
+                    for (r, _c), cell in tbl.get_celld().items():
+                        cell.set_edgecolor("#2c3235")
+                        cell.set_facecolor("#22252b" if r == 0 else "#181b1f")
+                        cell.get_text().set_color("#ffffff" if r else "#9fa7b3")
+                else:
+                    ax.text(
+                        0.5,
+                        0.5,
+                        p.get("fieldConfig", {}).get("defaults", {}).get("noValue", "No data"),
+                        color="#9fa7b3",
+                        ha="center",
+                        va="center",
+                        transform=ax.transAxes,
+                    )
+                summary.append(f"{p['title']}: {len(cells)} row(s) {cells}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=80, facecolor=fig.get_facecolor())
+    plt.close(fig)
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if txnwatch.json is out of date")
+    sub = parser.add_subparsers(dest="command")
+    r = sub.add_parser("render", help="draw the dashboard from a live Prometheus into a PNG")
+    r.add_argument("--prometheus", required=True, help="base URL, e.g. http://127.0.0.1:9090")
+    r.add_argument("--out", type=Path, default=Path("docs/dashboard.png"))
+    r.add_argument("--minutes", type=float, default=10.0, help="time range ending now")
+    args = parser.parse_args(argv)
+    board = build()
+    if args.command == "render":
+        end = time.time()
+        for line in render(
+            board, args.prometheus.rstrip("/"), args.out, start=end - args.minutes * 60, end=end
+        ):
+            print(line)
+        return 0
+    text = dumps(board)
+    if args.check:
+        if not JSON_PATH.exists() or JSON_PATH.read_text() != text:
+            print(f"{JSON_PATH} is out of date: run python deploy/grafana/dashboard.py", file=sys.stderr)
+            return 1
+        return 0
+    JSON_PATH.write_text(text)
+    print(f"wrote {JSON_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
