@@ -10,7 +10,7 @@ JARS   := .cache/jars
 MVN    := mvn -q -B -s dev/jvm/settings.xml
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv jars lint typecheck test test-unit testbed-up testbed-down clean demo
+.PHONY: help deps venv jars tools lint typecheck test test-unit testbed-up testbed-down clean demo
 
 help:
 	@echo "make demo          a local broker, real traffic incl. a hanging transaction, the collector and the streaming job (DEMO_SECONDS=300)"
@@ -47,6 +47,10 @@ $(JARS)/spark/.resolved: dev/jvm/spark/pom.xml dev/jvm/settings.xml | deps
 
 jars: $(JARS)/kafka/.resolved $(JARS)/spark/.resolved
 
+# promtool, prometheus, helm, kubeconform: built once from the Go module proxy into .cache/bin (dev/gotools.py).
+tools: venv
+	$(PY) -m dev.gotools ensure promtool prometheus helm kubeconform >/dev/null
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -55,7 +59,7 @@ typecheck: venv
 	$(VENV)/bin/mypy detectors admin streaming
 
 # Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
-test: deps venv jars lint typecheck
+test: deps venv jars tools lint typecheck
 	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
 
 # The pure tier: no JVM, no jars, no broker (tests/unit/test_rooms_build.py checks nothing there reads .cache/).

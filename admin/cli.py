@@ -10,9 +10,9 @@ the only place in admin/ that builds `Settings()` (through `cli_options.settings
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -21,10 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from admin.client import AdminError, connect_admin, consumer_for, producer_for
+from admin.client import AdminError, connect_admin, consumer_for, describe_denied, explain, producer_for
 from admin.collector import Collector, run
 from admin.coordinator import CoordinatorPoll, CoordinatorPoller
 from admin.inspect import (
@@ -43,14 +44,13 @@ from admin.proposals import (
     EXIT_ERROR,
     EXIT_REFUSED,
     ActWith,
+    TopicAuditLog,
     abort,
     audit_json,
     audit_records,
     candidate_row,
-    done_candidates,
     latest_candidates,
     observe,
-    publish_audit,
     read_topic,
     render_list,
     render_show,
@@ -59,8 +59,9 @@ from admin.proposals import (
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
 from admin.seams import ClusterWire, SweepResult, wall_clock_ms
 from admin.wire import KafkaWire
-from detectors.abort import pending_candidates, verify_abort
+from detectors.abort import pending_candidates, resolved_by_audit, verify_abort
 from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
+from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import AbortCandidate, CoordinatorLogPosition, CoordinatorRecord
 from detectors.settings import OutputTopicSettings, Settings
 
@@ -189,7 +190,9 @@ def _register_proposals(subparsers: Any) -> None:
     add_common_flags(ab)
     ab.add_argument("candidate_id", metavar="ID")
     ab.add_argument("--execute", action="store_true", help="write the marker (default: dry run)")
-    ab.add_argument("--actor", help="who runs this, for the audit record (default: $USER)")
+    ab.add_argument(
+        "--actor", help="who runs this, for the audit record (default: TXNWATCH_ACTOR, else the login name)"
+    )
     ab.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
     ab.set_defaults(func=cmd_proposals_abort)
 
@@ -221,6 +224,13 @@ def _setup_logging(level: str) -> None:
     # kafka-python logs every refused connection and cancelled refresh at ERROR; txnwatch reports what matters
     # in its own terms (with the ACL or broker concerned), so kafka-python speaks only at DEBUG.
     logging.getLogger("kafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
+
+
+def _denied(admin: Any, topic: str) -> bool:
+    try:
+        return describe_denied(admin, topic)
+    except KafkaError:  # the sweep reports an unreachable cluster in its own words
+        return False
 
 
 def _fail(command: str, message: str, code: int = 1) -> int:
@@ -281,6 +291,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
         admin = connect_admin(kafka, request_timeout_ms=cs.request_timeout_ms)
     except AdminError as exc:
         return _fail("collect", str(exc))
+    if cs.coordinator_source == "log" and _denied(admin, TRANSACTION_LOG_TOPIC):
+        # Left out of the sweep's metadata without a word, the topic would silently get no position, and the
+        # job would withhold every HANGING verdict for ever.
+        log.error(
+            "%s; without it no coordinator log position is measured and the streaming job never proves a "
+            "transaction HANGING (or run both with --coordinator-source describe)",
+            explain("Metadata", "TOPIC_AUTHORIZATION_FAILED", TRANSACTION_LOG_TOPIC),
+        )
     publisher: Publisher | None = None
     server: Any = None
     try:
@@ -547,7 +565,7 @@ def _done_ids(settings: Settings, timeout_s: float) -> set[str]:
         records, _ = audit_records(read_topic(consumer, settings.topics.audit, timeout_s=timeout_s))
     finally:
         consumer.close()
-    return done_candidates(records)
+    return resolved_by_audit(records)
 
 
 def _find_candidate(
@@ -631,27 +649,35 @@ def cmd_proposals_abort(args: argparse.Namespace) -> int:
     candidate = _find_candidate(command, settings, args.candidate_id, args.timeout_ms / 1000)
     if isinstance(candidate, int):
         return candidate
-    actor = args.actor or os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
+    actor = args.actor or settings.actor or getpass.getuser()
+    timeout_s = args.timeout_ms / 1000
     try:
         admin = connect_admin(settings.kafka)
     except AdminError as exc:
         return _fail(command, str(exc))
     audit_topic = settings.topics.audit
+    producer: KafkaProducer | None = None
+    consumer: KafkaConsumer | None = None
     try:
-        attempt = abort(KafkaWire(admin), candidate, execute=args.execute, actor=actor)
-        record = attempt.audit
         try:
             ensure_topics(admin, {audit_topic: OutputTopicSettings(cleanup_policy="delete", partitions=1)})
             producer = producer_for(settings.kafka, linger_ms=0)
-            try:
-                publish_audit(producer, audit_topic, record)
-            finally:
-                producer.close()
+            consumer = consumer_for(settings.kafka, client_id=f"{settings.kafka.client_id}-proposals")
+        except (AdminError, KafkaError) as exc:
+            return _fail(command, f"cannot use the audit topic {audit_topic}: {exc}; nothing was done")
+        audit_log = TopicAuditLog(producer, consumer, audit_topic, timeout_s=timeout_s)
+        attempt = abort(KafkaWire(admin), candidate, execute=args.execute, actor=actor, audit_log=audit_log)
+        record = attempt.audit
+        try:
+            audit_log.append(record)
         except (AdminError, KafkaError) as exc:
             # The attempt happened: never lose its record. It goes to stderr, and the run counts as failed.
             print(audit_json(record), file=sys.stderr)
             return _fail(command, f"{record.message}; the audit record was NOT published: {exc}", EXIT_ERROR)
     finally:
+        for client in (producer, consumer):
+            if client is not None:
+                client.close()
         admin.close()
     if output == "json":
         print(audit_json(record))

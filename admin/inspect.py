@@ -171,7 +171,7 @@ def inspect_partition(
         AdminError: unknown partition, no leader, or the leader's DescribeProducers failed.
     """
     tp = (topic, partition)
-    leader, observed, result = _ask_leader(wire, topic, partition, sleep)
+    leader, observed, result = ask_leader(wire, topic, partition, sleep)
     producers = [p for p in result.producers if p.current_txn_start_offset >= 0]
     starts: dict[tuple[Any, int], StartBatch | FetchFailure] = {}
     offsets = wire.list_offsets({leader: [tp]}).get(tp)
@@ -215,7 +215,7 @@ def inspect_partition(
     return report
 
 
-def _ask_leader(
+def ask_leader(
     wire: ClusterWire, topic: str, partition: int, sleep: Callable[[float], None]
 ) -> tuple[int, int, PartitionProducers]:
     """(leader, arrival of its answer, the partition's producers), asking a moved leader's successor.

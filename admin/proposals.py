@@ -29,9 +29,19 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from admin.client import AdminError, error_name, explain
-from admin.inspect import InspectWire, _ask_leader, ask_coordinators, duration, format_table, iso
-from admin.seams import wall_clock_ms
-from detectors.abort import candidate_age_ms, kafka_cli_abort, lso_lag, post_check, verify_abort
+from admin.inspect import InspectWire, ask_coordinators, ask_leader, duration, format_table, iso
+from admin.seams import TransactionDescription, wall_clock_ms
+from detectors.abort import (
+    candidate_age_ms,
+    claim_holder,
+    kafka_cli_abort,
+    lso_lag,
+    post_check,
+    prior_abort,
+    verify_abort,
+)
+from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.currency import coordinator_partition
 from detectors.models import (
     AbortCandidate,
     AuditOutcome,
@@ -72,8 +82,6 @@ DENIED_MESSAGE = (
     "WriteTxnMarkers was denied (CLUSTER_AUTHORIZATION_FAILED): grant the ACL Alter on the cluster (or "
     "ClusterAction on the cluster) to txnwatch's principal"
 )
-# Done outcomes: `proposals list` no longer shows these candidates.
-DONE_OUTCOMES = frozenset({AuditOutcome.ABORTED, AuditOutcome.ALREADY_RESOLVED})
 
 
 class ProposalWire(InspectWire, Protocol):
@@ -157,11 +165,6 @@ def audit_records(records: Iterable[tuple[Any, Any]]) -> tuple[list[AuditRecord]
     return out, malformed
 
 
-def done_candidates(audits: Iterable[AuditRecord]) -> set[str]:
-    """Candidate ids an abort attempt found done (aborted, or already resolved)."""
-    return {a.candidate_id for a in audits if a.outcome in DONE_OUTCOMES}
-
-
 # ------------------------------------------------------------------------------------------ observe
 
 
@@ -180,7 +183,7 @@ def observe(
     """
     tp = (candidate.topic, candidate.partition)
     pid = candidate.spec.producer_id
-    leader, observed, result = _ask_leader(wire, candidate.topic, candidate.partition, sleep)
+    leader, observed, result = ask_leader(wire, candidate.topic, candidate.partition, sleep)
     mine = [p for p in result.producers if p.producer_id == pid]
     producer = (
         LeaderProducer(
@@ -217,36 +220,93 @@ def observe(
 def _ask_coordinator(
     wire: InspectWire, candidate: AbortCandidate
 ) -> tuple[LiveCoordinator | None, str | None]:
+    """The transactional id that owns the candidate's producer id now, or None when no id owns it; or why the
+    coordinator side cannot be shown (the second element).
+
+    ListTransactions leaves out, silently, every transactional id the principal may not Describe, so "no owner
+    listed" is evidence only when the principal may Describe every id. That is shown by asking
+    DescribeTransactions, on its coordinator, for an id nobody uses: TRANSACTIONAL_ID_NOT_FOUND shows the
+    permission, TRANSACTIONAL_ID_AUTHORIZATION_FAILED its absence. The id the candidate's evidence names (the
+    producer id's last known owner) is described too, so its current state is read even if it was not listed.
+    """
     pid = candidate.spec.producer_id
     try:
         answers = ask_coordinators(wire, [pid])
     except Errors.KafkaError as exc:
         return None, explain("ListTransactions", error_name(exc))
     owner = answers.owners.get(pid)
-    if owner is None:
-        if answers.listing_failed:
-            failed = "; ".join(
-                explain("ListTransactions", e, f"broker {b}")
-                for b, e in sorted(answers.listing_failed.items())
+    if owner is None and answers.listing_failed:
+        failed = "; ".join(
+            explain("ListTransactions", e, f"broker {b}") for b, e in sorted(answers.listing_failed.items())
+        )
+        return None, failed
+    if owner is not None:
+        d = answers.described.get(owner.transactional_id)
+        if d is None or d.error is not None:
+            error = d.error if d is not None and d.error is not None else "NOT_DESCRIBED"
+            return None, explain("DescribeTransactions", error, owner.transactional_id)
+        return _live_coordinator(candidate, d), None
+    named = candidate.evidence.coordinator.transactional_id if candidate.evidence.coordinator else None
+    probe = f"txnwatch-describe-probe-{uuid.uuid4().hex}"
+    try:
+        described = describe_by_id(wire, [probe] + ([named] if named else []))
+    except (Errors.KafkaError, AdminError) as exc:
+        return None, f"cannot show that no transactional id owns producer {pid}: {exc}"
+    answer = described.get(probe)
+    if answer is None or answer.error != "TRANSACTIONAL_ID_NOT_FOUND":
+        error = "NOT_DESCRIBED" if answer is None else answer.error or "FOUND"
+        if error == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+            return None, (
+                f"cannot show that no transactional id owns producer {pid}: ListTransactions lists only the ids "
+                "this principal may Describe; grant the ACL Describe on TransactionalId '*' to txnwatch's "
+                "principal"
             )
-            return None, failed
-        return None, None
-    d = answers.described.get(owner.transactional_id)
-    if d is None or d.error is not None:
-        error = d.error if d is not None and d.error is not None else "NOT_DESCRIBED"
-        return None, explain("DescribeTransactions", error, owner.transactional_id)
-    return (
-        LiveCoordinator(
-            transactional_id=d.transactional_id,
-            state=d.state,
-            producer_id=d.producer_id,
-            producer_epoch=d.producer_epoch,
-            partition_listed=(candidate.topic, candidate.partition) in d.partitions,
-            coordinator=d.coordinator,
-            transaction_start_ms=d.start_time_ms,
-        ),
-        None,
+        return (
+            None,
+            f"cannot show that no transactional id owns producer {pid}: {explain('DescribeTransactions', error)}",
+        )
+    if named:
+        d = described.get(named)
+        if d is not None and d.error is None and d.producer_id == pid:
+            # Listed by nobody, yet it names the producer id: the listing was incomplete after all.
+            return _live_coordinator(candidate, d), None
+        if d is not None and d.error not in (None, "TRANSACTIONAL_ID_NOT_FOUND"):
+            return None, explain("DescribeTransactions", d.error or "", named)
+    return None, None
+
+
+def _live_coordinator(candidate: AbortCandidate, d: TransactionDescription) -> LiveCoordinator:
+    return LiveCoordinator(
+        transactional_id=d.transactional_id,
+        state=d.state,
+        producer_id=d.producer_id,
+        producer_epoch=d.producer_epoch,
+        partition_listed=(candidate.topic, candidate.partition) in d.partitions,
+        coordinator=d.coordinator,
+        transaction_start_ms=d.start_time_ms,
     )
+
+
+def describe_by_id(wire: InspectWire, transactional_ids: Sequence[str]) -> dict[str, TransactionDescription]:
+    """DescribeTransactions for some ids, each sent to its coordinator: the leader of its `__transaction_state`
+    partition (`Utils.abs(javaHash(id)) % partitions`, as Kafka places it).
+
+    Raises:
+        AdminError: `__transaction_state` is unknown to this principal, or a partition has no leader.
+    """
+    view = wire.metadata([TRANSACTION_LOG_TOPIC])
+    leaders = {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
+    if not leaders:
+        raise AdminError(
+            f"{TRANSACTION_LOG_TOPIC} is not visible (Describe on topic {TRANSACTION_LOG_TOPIC}?)"
+        )
+    by_coordinator: dict[int, list[str]] = {}
+    for tid in transactional_ids:
+        leader = leaders.get(coordinator_partition(tid, len(leaders)), -1)
+        if leader < 0:
+            raise AdminError(f"the coordinator of transactional id {tid} has no leader right now")
+        by_coordinator.setdefault(leader, []).append(tid)
+    return {d.transactional_id: d for d in wire.describe_transactions(by_coordinator)}
 
 
 # -------------------------------------------------------------------------------------------- abort
@@ -263,17 +323,41 @@ class AbortAttempt:
         return EXIT_CODES[self.audit.outcome]
 
 
+class AuditLog(Protocol):
+    """`<prefix>.audit` as the abort uses it: what was recorded for a candidate, and appending a record."""
+
+    def history(self, candidate_id: str) -> list[AuditRecord]:
+        """The candidate's records in topic order, read up to the end offsets measured now."""
+        ...
+
+    def append(self, record: AuditRecord) -> None:
+        """Publish one record and wait for its acknowledgement (raises AdminError)."""
+        ...
+
+
+CLAIM_LEASE_MS = 120_000  # a claim without an ending (its run crashed) holds this long
+CLAIM_WAIT_S = 20.0  # how long a second execution waits for the first one's ending
+
+
 def abort(
     wire: ProposalWire,
     candidate: AbortCandidate,
     *,
     execute: bool,
     actor: str,
+    audit_log: AuditLog,
     clock_ms: Callable[[], int] = wall_clock_ms,
     sleep: Callable[[float], None] = time.sleep,
     post_check_timeout_s: float = 10.0,
+    claim_wait_s: float = CLAIM_WAIT_S,
+    claim_lease_ms: int = CLAIM_LEASE_MS,
 ) -> AbortAttempt:
-    """Verify the candidate live and, with `execute`, write its ABORT marker and post-check it.
+    """Verify the candidate live and, with `execute`, claim it, write its ABORT marker and post-check it.
+
+    The claim (a CLAIMED record on the audit log, `detectors.abort.claim_holder`) makes concurrent executions
+    write one marker: the first claim in the audit partition goes on, verifying again; the others wait for its
+    ending and then find the transaction aborted (ALREADY_RESOLVED), or refuse. The caller publishes the
+    returned ending record, which releases the claim.
 
     Never raises for cluster trouble: every ending is an `AuditRecord` (outcome and message).
     """
@@ -290,10 +374,27 @@ def abort(
         "candidate_evidence": candidate.evidence,
     }
 
+    def record(outcome: AuditOutcome, message: str, **fields: Any) -> AuditRecord:
+        return AuditRecord(**base, **fields, at_ms=clock_ms(), outcome=outcome, message=message)
+
     def ending(outcome: AuditOutcome, message: str, **fields: Any) -> AbortAttempt:
-        return AbortAttempt(AuditRecord(**base, **fields, at_ms=clock_ms(), outcome=outcome, message=message))
+        return AbortAttempt(record(outcome, message, **fields))
+
+    def history() -> list[AuditRecord] | AbortAttempt:
+        try:
+            return audit_log.history(candidate.candidate_id)
+        except AdminError as exc:
+            return ending(AuditOutcome.FAILED, f"cannot read the audit log: {exc}; nothing written")
+
+    past = history()
+    if isinstance(past, AbortAttempt):
+        return past
+    done = prior_abort(past)
+    if done is not None:
+        return ending(AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _aborted_by(done))
 
     moves = 0
+    claimed = False
     before: LiveEvidence | None = None
     verify: VerifyResult | None = None
     while True:
@@ -306,8 +407,12 @@ def abort(
         verify = verify_abort(candidate, before)
         context: dict[str, Any] = {"before": before, "verify": verify, "leader_moves": moves}
         if verify.outcome is VerifyOutcome.ALREADY_RESOLVED:
+            # Not by us (an abort of ours would be in the audit log): the transaction ended since the plan.
             return ending(
-                AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + "; ".join(verify.changes), **context
+                AuditOutcome.REFUSED,
+                "refused, no marker written: the transaction changed since the plan: "
+                + "; ".join(verify.changes),
+                **context,
             )
         if verify.outcome is VerifyOutcome.REFUSED:
             return ending(
@@ -321,6 +426,22 @@ def abort(
                 AuditOutcome.DRY_RUN,
                 f"dry run: safe to abort now (leader {before.leader}, coordinator epoch "
                 f"{marker.coordinator_epoch}); nothing written, add --execute to abort",
+                **context,
+            )
+        if not claimed:
+            lost = _claim(
+                audit_log, record, candidate, clock_ms, sleep, claim_wait_s, claim_lease_ms, context
+            )
+            if lost is not None:
+                return lost
+            claimed = True
+            claimed_at = clock_ms()
+            continue  # verify again: the state may have moved while the claim was taken
+        if clock_ms() - claimed_at > claim_lease_ms // 2:
+            return ending(
+                AuditOutcome.REFUSED,
+                "refused, no marker written: verification took so long that the claim on this candidate could "
+                "expire and another execution take over; run it again",
                 **context,
             )
         error = _send_marker(wire, before.leader, marker)
@@ -381,6 +502,67 @@ def abort(
     return ending(AuditOutcome.FAILED, f"marker written, but the post-check failed: {why}", **fields)
 
 
+def _aborted_by(r: AuditRecord) -> str:
+    return f"aborted by {r.actor} at {iso(r.at_ms)} (audit {r.audit_id})"
+
+
+def _claim(
+    audit_log: AuditLog,
+    record: Callable[..., AuditRecord],
+    candidate: AbortCandidate,
+    clock_ms: Callable[[], int],
+    sleep: Callable[[float], None],
+    wait_s: float,
+    lease_ms: int,
+    context: dict[str, Any],
+) -> AbortAttempt | None:
+    """Claim the candidate on the audit log. None: this run holds it. Else how this run ends: the holder
+    aborted it meanwhile (ALREADY_RESOLVED), or it held on past `wait_s` (REFUSED), or the log failed."""
+    mine = record(AuditOutcome.CLAIMED, "claimed for --execute", **context)
+    try:
+        audit_log.append(mine)
+    except AdminError as exc:
+        return AbortAttempt(
+            record(
+                AuditOutcome.FAILED, f"cannot claim the candidate on the audit log: {exc}; nothing written"
+            )
+        )
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            past = audit_log.history(candidate.candidate_id)
+        except AdminError as exc:
+            return AbortAttempt(
+                record(AuditOutcome.FAILED, f"cannot read the audit log: {exc}; nothing written", **context)
+            )
+        done = prior_abort(past)
+        if done is not None:
+            return AbortAttempt(
+                record(AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _aborted_by(done), **context)
+            )
+        holder = claim_holder(past, now_ms=clock_ms(), lease_ms=lease_ms)
+        if holder is not None and holder.audit_id == mine.audit_id:
+            return None
+        if holder is None and any(r.audit_id == mine.audit_id for r in past):
+            # Our own claim is back but already expired: far too slow to be safe.
+            return AbortAttempt(
+                record(
+                    AuditOutcome.REFUSED, "refused, no marker written: this run's claim expired", **context
+                )
+            )
+        if time.monotonic() > deadline:
+            who = f"{holder.actor} since {iso(holder.at_ms)} (audit {holder.audit_id})" if holder else "?"
+            return AbortAttempt(
+                record(
+                    AuditOutcome.REFUSED,
+                    f"refused, no marker written: another execution holds this candidate: {who}; run "
+                    "`txnwatch proposals show` to see how it ended",
+                    **context,
+                )
+            )
+        sleep(0.5)
+
+
 def _send_marker(wire: ProposalWire, leader: int, marker: WriteTxnMarkersSpec) -> str | None:
     return wire.write_abort_marker(
         leader,
@@ -406,6 +588,34 @@ def publish_audit(
         )
     except Errors.KafkaError as exc:
         raise AdminError(explain("Produce", error_name(exc), topic, str(exc))) from exc
+
+
+class TopicAuditLog:
+    """`<prefix>.audit` on the cluster: records go out acks=all (one at a time), and every `history` reads the
+    topic again from the beginning to its end offsets, so it sees every record acknowledged before it began."""
+
+    def __init__(
+        self, producer: KafkaProducer, consumer: KafkaConsumer, topic: str, *, timeout_s: float = 30.0
+    ) -> None:
+        self._producer = producer
+        self._consumer = consumer
+        self.topic = topic
+        self._timeout_s = timeout_s
+
+    def history(self, candidate_id: str) -> list[AuditRecord]:
+        key = candidate_id.encode()
+        mine = (
+            (k, v) for k, v in read_topic(self._consumer, self.topic, timeout_s=self._timeout_s) if k == key
+        )
+        records, _malformed = audit_records(mine)
+        return records
+
+    def all_records(self) -> list[AuditRecord]:
+        records, _malformed = audit_records(read_topic(self._consumer, self.topic, timeout_s=self._timeout_s))
+        return records
+
+    def append(self, record: AuditRecord) -> None:
+        publish_audit(self._producer, self.topic, record, timeout_s=self._timeout_s)
 
 
 # ---------------------------------------------------------------------------------------- rendering

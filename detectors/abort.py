@@ -10,12 +10,14 @@ live in admin/.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 
 from detectors import lateness
 from detectors.contract import PREPARING_STATES
 from detectors.models import (
     AbortCandidate,
+    AuditOutcome,
+    AuditRecord,
     CandidateStatus,
     CoordinatorState,
     LiveEvidence,
@@ -255,6 +257,46 @@ def post_check(candidate: AbortCandidate, after: LiveEvidence) -> PostCheck:
         if not older or lso != min(older):
             problems.append(f"the last stable offset is {lso}, not past the start offset {start}")
     return PostCheck(ok=not problems, problems=tuple(problems))
+
+
+# ------------------------------------------------------------------------------ the audit log's answers
+
+
+def prior_abort(history: Iterable[AuditRecord]) -> AuditRecord | None:
+    """The attempt that aborted the candidate, if one did (`history`: its audit records, in topic order)."""
+    return next((r for r in history if r.outcome is AuditOutcome.ABORTED), None)
+
+
+def claim_holder(history: Sequence[AuditRecord], *, now_ms: int, lease_ms: int) -> AuditRecord | None:
+    """The execution that holds the candidate: the first CLAIMED record, in topic order, whose attempt has no
+    ending record yet and whose lease has not run out.
+
+    The audit topic's partition orders the claims of every execution: each reads it back after its own claim is
+    acknowledged, so all agree on who came first. A claim ends with its attempt's ending record (same audit id);
+    one left by a crashed run expires after `lease_ms`, and the run that takes over verifies again (a marker the
+    crashed run wrote shows as ALREADY_RESOLVED).
+
+    Args:
+        history: the candidate's audit records in topic order.
+        now_ms: the reader's clock; clocks of other machines differ, so leases are minutes, not seconds.
+        lease_ms: how long a claim without an ending holds.
+    """
+    ended = {r.audit_id for r in history if r.outcome is not AuditOutcome.CLAIMED}
+    for r in history:
+        if r.outcome is AuditOutcome.CLAIMED and r.audit_id not in ended and now_ms - r.at_ms < lease_ms:
+            return r
+    return None
+
+
+def resolved_by_audit(audits: Iterable[AuditRecord]) -> set[str]:
+    """Candidate ids that need nothing more by the audit log: aborted by an attempt, or found no longer open by
+    one (committed or aborted by someone else since the plan)."""
+    return {
+        a.candidate_id
+        for a in audits
+        if a.outcome in (AuditOutcome.ABORTED, AuditOutcome.ALREADY_RESOLVED)
+        or (a.verify is not None and a.verify.outcome is VerifyOutcome.ALREADY_RESOLVED)
+    }
 
 
 # ------------------------------------------------------------------------------------------- listing

@@ -657,6 +657,9 @@ class AuditOutcome(StrEnum):
     ALREADY_RESOLVED = "ALREADY_RESOLVED"  # the transaction was no longer open: no-op
     DENIED = "DENIED"  # the broker refused for want of an ACL (Alter/ClusterAction on the cluster)
     FAILED = "FAILED"  # an error: the marker may or may not have been written (see marker_written)
+    # Not an ending: an --execute run holds the candidate from here until its ending record (same audit_id), so
+    # that two concurrent executions write one marker (admin/proposals.py). A claim without an ending expires.
+    CLAIMED = "CLAIMED"
 
 
 class AuditRecord(Model):

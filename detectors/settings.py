@@ -229,6 +229,8 @@ class Settings(BaseSettings):
     output: OutputChoice = "auto"
     # stderr log level; None: each command's own (INFO, or WARNING for `inspect`).
     log_level: LogLevel | None = None
+    # Who runs `proposals abort`, for its audit record; None: `--actor`, else the login name.
+    actor: str | None = Field(default=None, min_length=1)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     detection: DetectionLimits = Field(default_factory=DetectionLimits)
     topics: TopicSettings = Field(default_factory=TopicSettings)

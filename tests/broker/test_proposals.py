@@ -1,6 +1,7 @@
 """`txnwatch proposals` against the real broker: a real orphan aborted with `--execute` (the LSO moves and a
 read_committed consumer reads past it), a dry run that writes nothing, a live transaction refused (and, once it
-committed, a no-op), a second execution that is a no-op, and an audit record for every attempt.
+committed, refused again: it changed since the plan), a second execution that is a no-op, two concurrent
+executions that write one marker, and an audit record for every attempt.
 
 No Spark here: each test plans its candidate with `detectors.abort.plan_abort` from what the leader reports and
 publishes it to the candidates topic itself, as the streaming job would.
@@ -45,29 +46,36 @@ class Bed:
         self.candidates = f"{self.prefix}.abort-candidates"
         self.audit = f"{self.prefix}.audit"
 
+    def command(self, *args: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "txnwatch_cli",
+            "proposals",
+            *args,
+            "--bootstrap-server",
+            self.bootstrap,
+            "--cluster",
+            CLUSTER,
+            "--topic-prefix",
+            self.prefix,
+            "--output",
+            "json",
+        ]
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if not k.startswith("TXNWATCH_")}
+
     def txnwatch(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "txnwatch_cli",
-                "proposals",
-                *args,
-                "--bootstrap-server",
-                self.bootstrap,
-                "--cluster",
-                CLUSTER,
-                "--topic-prefix",
-                self.prefix,
-                "--output",
-                "json",
-            ],
+            self.command(*args),
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
             cwd=ROOT,
-            env={k: v for k, v in os.environ.items() if not k.startswith("TXNWATCH_")},
+            env=self.env(),
         )
 
     def publish(self, candidate: AbortCandidate) -> None:
@@ -97,9 +105,12 @@ class Bed:
             consumer.assign([tp])
             consumer.seek_to_beginning(tp)
             deadline = time.monotonic() + timeout_s
-            while len(out) < expected and time.monotonic() < deadline:
+            # At least `expected` records, and everything up to the end offset once they are there.
+            while time.monotonic() < deadline:
                 for records in consumer.poll(timeout_ms=500).values():
                     out += [AuditRecord.model_validate_json(r.value) for r in records]
+                if len(out) >= expected and consumer.position(tp) >= consumer.end_offsets([tp])[tp]:
+                    break
         finally:
             consumer.close()
         return out
@@ -225,18 +236,21 @@ def test_orphan_aborted_with_execute_unblocks_read_committed(
     again = bed.txnwatch("abort", candidate.candidate_id, "--execute", "--actor", "on-call")
     assert again.returncode == 4, again.stderr
     assert json.loads(again.stdout)["outcome"] == "ALREADY_RESOLVED"
-    assert "no open transaction" in again.stderr
+    assert "aborted by on-call" in again.stderr
 
     # Aborted: no longer pending.
     listed = bed.txnwatch("list")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
 
-    audits = bed.audits(2)
+    # The execution claimed the candidate before its marker; the second run ended at the audit log.
+    audits = bed.audits(3)
     assert [(a.candidate_id, a.outcome.value, a.actor) for a in audits] == [
+        (candidate.candidate_id, "CLAIMED", "on-call"),
         (candidate.candidate_id, "ABORTED", "on-call"),
         (candidate.candidate_id, "ALREADY_RESOLVED", "on-call"),
     ]
-    assert audits[0].before is not None and audits[0].before.last_stable_offset == start
+    assert audits[0].audit_id == audits[1].audit_id
+    assert audits[1].before is not None and audits[1].before.last_stable_offset == start
 
 
 def test_dry_run_writes_nothing(bed: Bed, wire: KafkaWire, bootstrap: str, unique: str) -> None:
@@ -298,10 +312,53 @@ def test_live_transaction_is_refused(bed: Bed, wire: KafkaWire, bootstrap: str, 
         producer.close()
     assert b"in-flight" in read_committed(bootstrap, topic, 0, 0)
 
-    # Committed before execute: nothing to abort, a no-op, audited too.
+    # Committed between plan and execute: refused, nothing written, audited too; `list` no longer shows it.
     after_commit = lso(wire, topic, 0)
-    noop = bed.txnwatch("abort", candidate.candidate_id, "--execute", "--actor", "on-call")
-    assert noop.returncode == 4, noop.stderr
-    assert json.loads(noop.stdout)["marker_written"] is False
+    late = bed.txnwatch("abort", candidate.candidate_id, "--execute", "--actor", "on-call")
+    assert late.returncode == 3, late.stderr
+    record = json.loads(late.stdout)
+    assert record["marker_written"] is False and "changed since the plan" in record["message"]
+    assert record["verify"]["outcome"] == "ALREADY_RESOLVED"
     assert lso(wire, topic, 0) == after_commit
-    assert [a.outcome.value for a in bed.audits(2)] == ["REFUSED", "ALREADY_RESOLVED"]
+    assert [a.outcome.value for a in bed.audits(2)] == ["REFUSED", "REFUSED"]
+    listed = bed.txnwatch("list")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+
+def test_two_concurrent_executions_write_one_marker(
+    bed: Bed, wire: KafkaWire, bootstrap: str, unique: str
+) -> None:
+    h = orphan(bootstrap, unique)
+    topic, partition, start = h["topic"], h["partition"], h["start_offset"]
+    candidate = plan(wire, topic, partition, h["producer_id"])
+    bed.publish(candidate)
+    hw_before = leader_state(wire, topic, partition)[3].high_watermark
+
+    # Two on-call engineers press enter at the same moment.
+    procs = [
+        subprocess.Popen(
+            bed.command("abort", candidate.candidate_id, "--execute", "--actor", who),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=bed.env(),
+        )
+        for who in ("alice", "bob")
+    ]
+    results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 4], results
+    outcomes = sorted(json.loads(out)["outcome"] for _, out, _ in results)
+    assert outcomes == ["ABORTED", "ALREADY_RESOLVED"], results
+
+    # Exactly one control record (the ABORT marker) was appended: the high watermark moved by one.
+    after = leader_state(wire, topic, partition)[3]
+    assert after.high_watermark == hw_before + 1
+    assert after.last_stable_offset is not None and after.last_stable_offset > start
+    # Each run that verified SAFE claimed first; a run that started after the abort ended found it in the log.
+    audits = bed.audits(3)
+    endings = sorted(a.outcome.value for a in audits if a.outcome.value != "CLAIMED")
+    assert endings == ["ABORTED", "ALREADY_RESOLVED"]
+    assert 1 <= sum(1 for a in audits if a.outcome.value == "CLAIMED") <= 2
+    assert sum(1 for a in audits if a.marker_written) == 1

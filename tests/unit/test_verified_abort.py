@@ -12,6 +12,7 @@ from builders import HOUR, LIMITS, MINUTE, T0, open_txn, snapshot
 from collector_fakes import FakeCluster, FakeCoordinators, description, producer
 
 from admin.proposals import (
+    CLAIM_LEASE_MS,
     DENIED_MESSAGE,
     EXIT_ALREADY_RESOLVED,
     EXIT_DONE,
@@ -19,18 +20,20 @@ from admin.proposals import (
     EXIT_REFUSED,
     abort,
     audit_records,
-    done_candidates,
     latest_candidates,
 )
 from admin.seams import TP, ListingResult, Offsets
 from detectors.abort import (
     candidate_age_ms,
+    claim_holder,
     lso_lag,
     pending_candidates,
     plan_abort,
     post_check,
+    resolved_by_audit,
     verify_abort,
 )
+from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import (
     AbortCandidate,
     AuditOutcome,
@@ -275,6 +278,7 @@ class FakeProposalWire(FakeCluster):
     after_marker: dict[str, Any] = field(default_factory=dict)
     # Applied when metadata is read again after a leader move.
     on_move: dict[str, Any] = field(default_factory=dict)
+    deny_describe: bool = False
 
     def supports_duration_filter(self) -> bool:
         return True
@@ -283,7 +287,15 @@ class FakeProposalWire(FakeCluster):
         return self.coordinators.list_transactions(**kwargs)
 
     def describe_transactions(self, by_coordinator: Any) -> Any:
-        return self.coordinators.describe_transactions(by_coordinator)
+        answers = self.coordinators.describe_transactions(by_coordinator)
+        if self.deny_describe:  # a principal without Describe on ids it was not granted
+            return [
+                a._replace(error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+                if a.transactional_id not in self.coordinators.descriptions
+                else a
+                for a in answers
+            ]
+        return answers
 
     def write_abort_marker(self, broker: int, **marker: Any) -> str | None:
         self.markers.append((broker, marker))
@@ -300,7 +312,7 @@ class FakeProposalWire(FakeCluster):
 
 def scripted(**overrides: Any) -> FakeProposalWire:
     fields: dict[str, Any] = {
-        "leaders": {TPX: 1},
+        "leaders": {TPX: 1, **{(TRANSACTION_LOG_TOPIC, p): 1 for p in range(3)}},
         "producers": {TPX: [producer(coordinator_epoch=-1)]},
         "offsets": {TPX: Offsets(100, 250)},
         "coordinators": FakeCoordinators(
@@ -315,11 +327,30 @@ def scripted(**overrides: Any) -> FakeProposalWire:
     return FakeProposalWire(**fields)
 
 
-def run(wire: FakeProposalWire, *, execute: bool = True, **kwargs: Any) -> AuditRecord:
+@dataclass
+class FakeAuditLog:
+    """The audit topic in memory; `others` are appended by "another execution" before each history read."""
+
+    records: list[AuditRecord] = field(default_factory=list)
+    others: list[list[AuditRecord]] = field(default_factory=list)
+
+    def history(self, candidate_id: str) -> list[AuditRecord]:
+        if self.others:
+            self.records.extend(self.others.pop(0))
+        return [r for r in self.records if r.candidate_id == candidate_id]
+
+    def append(self, record: AuditRecord) -> None:
+        self.records.append(record)
+
+
+def run(
+    wire: FakeProposalWire, *, execute: bool = True, audit_log: FakeAuditLog | None = None, **kwargs: Any
+) -> AuditRecord:
     attempt = abort(
         wire,
         candidate(),
         execute=execute,
+        audit_log=audit_log if audit_log is not None else FakeAuditLog(),
         actor="alice",
         clock_ms=lambda: T0 + HOUR,
         sleep=lambda _s: None,
@@ -410,12 +441,101 @@ def test_live_transaction_is_refused_before_any_marker() -> None:
     assert "Ongoing with orders-0" in record.message
 
 
-def test_already_resolved_is_a_no_op() -> None:
+def test_transaction_ended_since_the_plan_is_refused_and_writes_nothing() -> None:
     wire = scripted(
         producers={TPX: [producer(current_txn_start_offset=-1)]}, offsets={TPX: Offsets(251, 251)}
     )
     record = run(wire)
+    assert record.outcome is AuditOutcome.REFUSED and wire.markers == []
+    assert "changed since the plan" in record.message and "committed or aborted" in record.message
+    assert record.verify is not None and record.verify.outcome is VerifyOutcome.ALREADY_RESOLVED
+    assert resolved_by_audit([record]) == {record.candidate_id}  # `list` stops showing it
+
+
+def test_second_execution_after_our_abort_is_a_no_op() -> None:
+    log = FakeAuditLog()
+    first = run(scripted(), audit_log=log)
+    log.append(first)
+    wire = scripted()
+    second = run(wire, audit_log=log)
+    assert first.outcome is AuditOutcome.ABORTED
+    assert second.outcome is AuditOutcome.ALREADY_RESOLVED and wire.markers == []
+    assert "aborted by alice" in second.message and first.audit_id in second.message
+
+
+def _other(outcome: AuditOutcome, audit_id: str = "other", at_ms: int = T0 + HOUR) -> AuditRecord:
+    template = run(scripted(), execute=False)
+    return template.model_copy(
+        update={"audit_id": audit_id, "actor": "bob", "outcome": outcome, "at_ms": at_ms}
+    )
+
+
+def test_execute_claims_before_the_marker_and_verifies_again() -> None:
+    log = FakeAuditLog()
+    record = run(scripted(), audit_log=log)
+    (claim,) = log.records
+    assert claim.outcome is AuditOutcome.CLAIMED and claim.audit_id == record.audit_id and claim.execute
+    assert record.outcome is AuditOutcome.ABORTED
+
+
+def test_dry_run_takes_no_claim() -> None:
+    log = FakeAuditLog()
+    run(scripted(), execute=False, audit_log=log)
+    assert log.records == []
+
+
+def test_concurrent_execution_waits_for_the_holder_and_writes_nothing() -> None:
+    # bob claimed first; by our second look at the log he has aborted it.
+    bob_claim = _other(AuditOutcome.CLAIMED)
+    log = FakeAuditLog(others=[[bob_claim], [], [_other(AuditOutcome.ABORTED)]])
+    wire = scripted()
+    record = run(wire, audit_log=log)
     assert record.outcome is AuditOutcome.ALREADY_RESOLVED and wire.markers == []
+    assert "aborted by bob" in record.message
+
+
+def test_concurrent_execution_refuses_when_the_holder_does_not_end() -> None:
+    log = FakeAuditLog(others=[[_other(AuditOutcome.CLAIMED)]])
+    wire = scripted()
+    record = run(wire, audit_log=log, claim_wait_s=0)
+    assert record.outcome is AuditOutcome.REFUSED and wire.markers == []
+    assert "another execution holds this candidate: bob" in record.message
+
+
+def test_holder_that_failed_releases_the_claim() -> None:
+    log = FakeAuditLog(others=[[_other(AuditOutcome.CLAIMED)], [], [_other(AuditOutcome.FAILED)]])
+    record = run(scripted(), audit_log=log)
+    assert record.outcome is AuditOutcome.ABORTED
+
+
+def test_expired_claim_of_a_crashed_run_does_not_block() -> None:
+    stale = _other(AuditOutcome.CLAIMED, at_ms=T0 + HOUR - CLAIM_LEASE_MS - 1)
+    record = run(scripted(), audit_log=FakeAuditLog(others=[[stale]]))
+    assert record.outcome is AuditOutcome.ABORTED
+
+
+def test_claim_holder_is_the_first_live_claim() -> None:
+    a, b = _other(AuditOutcome.CLAIMED, "a"), _other(AuditOutcome.CLAIMED, "b")
+    now = T0 + HOUR
+    assert claim_holder([a, b], now_ms=now, lease_ms=1000) == a
+    assert claim_holder([a, b, _other(AuditOutcome.REFUSED, "a")], now_ms=now, lease_ms=1000) == b
+    assert claim_holder([a], now_ms=now + 1000, lease_ms=1000) is None
+
+
+def test_no_owner_is_shown_by_a_describe_probe() -> None:
+    wire = scripted(coordinators=FakeCoordinators({}))  # nobody owns producer 1000
+    record = run(wire)
+    assert record.outcome is AuditOutcome.ABORTED
+    assert any(
+        any(i.startswith("txnwatch-describe-probe-") for i in ids) for ids in wire.coordinators.described
+    )
+
+
+def test_no_owner_without_describe_on_every_id_is_refused() -> None:
+    wire = scripted(coordinators=FakeCoordinators({}), deny_describe=True)
+    record = run(wire)
+    assert record.outcome is AuditOutcome.REFUSED and wire.markers == []
+    assert "grant the ACL Describe on TransactionalId '*'" in record.message
 
 
 def test_failed_post_check_is_an_error_with_the_marker_written() -> None:
@@ -438,7 +558,7 @@ def test_audit_records_round_trip_and_done_ids() -> None:
         [(b"k", aborted.model_dump_json().encode()), (b"k", refused.model_dump_json().encode()), (b"k", b"x")]
     )
     assert records == [aborted, refused] and malformed == 1
-    assert done_candidates(records) == {aborted.candidate_id}
+    assert resolved_by_audit(records) == {aborted.candidate_id}
 
 
 def test_marker_lost_in_flight_is_an_error_of_unknown_effect() -> None:
