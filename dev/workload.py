@@ -269,7 +269,9 @@ def hanging(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -
         )
     topic = f"{args.topic_prefix}hanging"
     ensure_topics(admin, [topic], args.partitions)
-    txn_id = new_transactional_id(f"{args.topic_prefix}hanging-")
+    # --transactional-id: run again as an existing transactional id (InitProducerId gives it the next epoch), so
+    # the orphan partition's producer entry moves to a newer epoch while an older orphan of it is still open.
+    txn_id = args.transactional_id or new_transactional_id(f"{args.topic_prefix}hanging-")
     producer = _producer(bootstrap, txn_id)
     pid, epoch = _pid_epoch(producer)
     producer.begin_transaction()
@@ -451,6 +453,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="P/N",
         help="make every transactional id live in __transaction_state partition P of N (N: the topic's partition "
         "count, transaction.state.log.num.partitions)",
+    )
+    p.add_argument(
+        "--transactional-id",
+        help="hanging: use this transactional id (e.g. one an earlier run made) instead of a fresh one; its "
+        "orphan then lands on the same partition with the producer's next epoch, and the truth's start offset is "
+        "this run's orphan batch (an older open orphan of the producer id still starts the transaction)",
     )
     p.add_argument("--hold-ms", type=int, default=30_000, help="late: how long the transaction stays open")
     p.add_argument(
