@@ -151,13 +151,14 @@ exit codes:
      is safe right now
   {EXIT_ERROR}  error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the cluster),
      the marker failed, or it was written but the post-check failed
-  {EXIT_REFUSED}  refused: the transaction changed since the plan (epoch, coordinator epoch, start offset), or its
-     coordinator owns it (Ongoing with this partition, or any Prepare state), or the coordinator cannot be
-     checked; no marker was written
-  {EXIT_ALREADY_RESOLVED}  already resolved: the transaction is no longer open (committed, aborted, or aborted by an earlier
-     run); nothing written
+  {EXIT_REFUSED}  refused, no marker written: the transaction changed since the plan (committed or aborted by someone
+     else, epoch, coordinator epoch or start offset moved), or its coordinator owns it (Ongoing with this
+     partition, or any Prepare state), or the coordinator side cannot be checked, or another execution holds
+     the candidate
+  {EXIT_ALREADY_RESOLVED}  nothing to do: an earlier (or concurrent) run of txnwatch aborted it; nothing written
 
-Every run (dry or not) publishes an audit record to <prefix>.audit. Details: docs/proposals.md."""
+--execute first claims the candidate on <prefix>.audit, so two concurrent executions write one marker. Every
+run (dry or not) publishes an audit record to <prefix>.audit. Details: docs/proposals.md."""
 
 
 def _register_proposals(subparsers: Any) -> None:
@@ -619,8 +620,10 @@ def cmd_proposals_show(args: argparse.Namespace) -> int:
         admin = connect_admin(settings.kafka)
     except AdminError as exc:
         return _fail("proposals show", str(exc))
+    wire = KafkaWire(admin)
     try:
-        live = observe(KafkaWire(admin), candidate)
+        live = observe(wire, candidate)
+        groups = wire.committed_offsets(candidate.topic, candidate.partition)
     except AdminError as exc:
         return _fail("proposals show", str(exc))
     finally:
@@ -634,9 +637,9 @@ def cmd_proposals_show(args: argparse.Namespace) -> int:
     )
     now = wall_clock_ms()
     if output == "json":
-        print(json.dumps(show_json(candidate, live, verify, act, now)))
+        print(json.dumps(show_json(candidate, live, verify, act, now, groups)))
     else:
-        print(render_show(candidate, live, verify, act, now))
+        print(render_show(candidate, live, verify, act, now, groups))
     return 0
 
 

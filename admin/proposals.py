@@ -30,7 +30,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from admin.client import AdminError, error_name, explain
 from admin.inspect import InspectWire, ask_coordinators, ask_leader, duration, format_table, iso
-from admin.seams import TransactionDescription, wall_clock_ms
+from admin.seams import GroupOffsets, TransactionDescription, wall_clock_ms
 from detectors.abort import (
     candidate_age_ms,
     claim_holder,
@@ -97,6 +97,8 @@ class ProposalWire(InspectWire, Protocol):
         producer_epoch: int,
         coordinator_epoch: int,
     ) -> str | None: ...
+
+    def committed_offsets(self, topic: str, partition: int) -> GroupOffsets: ...
 
 
 # ------------------------------------------------------------------------------------ reading topics
@@ -688,13 +690,29 @@ class ActWith:
         )
 
 
+def stuck_groups(live: LiveEvidence, groups: GroupOffsets) -> dict[str, int]:
+    """The consumer groups whose committed offset on the partition is at or past its LSO: a `read_committed`
+    member gets nothing beyond the LSO, so these wait on the hanging transaction (who is stuck)."""
+    lso = live.last_stable_offset
+    if lso is None:
+        return {}
+    return {g: o for g, o in sorted(groups.offsets.items()) if o >= lso}
+
+
 def show_json(
-    c: AbortCandidate, live: LiveEvidence, verify: VerifyResult, act: ActWith, now_ms: int
+    c: AbortCandidate,
+    live: LiveEvidence,
+    verify: VerifyResult,
+    act: ActWith,
+    now_ms: int,
+    groups: GroupOffsets,
 ) -> dict[str, Any]:
     return {
         "candidate": {**candidate_row(c, now_ms), "status": c.status.value},
         "live": live.model_dump(mode="json"),
         "live_lso_lag": _lag(live),
+        "stuck_groups": stuck_groups(live, groups),
+        "groups_error": groups.error,
         "verify": verify.model_dump(mode="json"),
         "act": {"txnwatch": act.txnwatch(c), "kafka_cli": act.kafka_cli(c)},
     }
@@ -707,7 +725,12 @@ def _lag(live: LiveEvidence) -> int | None:
 
 
 def render_show(
-    c: AbortCandidate, live: LiveEvidence, verify: VerifyResult, act: ActWith, now_ms: int
+    c: AbortCandidate,
+    live: LiveEvidence,
+    verify: VerifyResult,
+    act: ActWith,
+    now_ms: int,
+    groups: GroupOffsets,
 ) -> str:
     p = live.producer
     lines = [
@@ -740,6 +763,18 @@ def render_show(
         )
     if live.other_open:
         lines.append("  also open   " + ", ".join(f"producer {pid} at {off}" for pid, off in live.other_open))
+    stuck = stuck_groups(live, groups)
+    if groups.error is not None:
+        lines.append(f"  stuck       unknown: {explain('ListGroups/OffsetFetch', groups.error)}")
+    elif stuck:
+        lines.append(
+            "  stuck       consumer groups at the LSO (read_committed members wait here): "
+            + ", ".join(f"{g} (committed {o})" for g, o in stuck.items())
+        )
+    else:
+        lines.append(
+            f"  stuck       no consumer group has committed up to the LSO of {c.topic}-{c.partition}"
+        )
     lines.append(
         f"  verify now  {verify.outcome.value}" + (": " + "; ".join(verify.changes) if verify.changes else "")
     )

@@ -102,6 +102,14 @@ class Offsets(NamedTuple):
     high_watermark: int | None
 
 
+class GroupOffsets(NamedTuple):
+    """The consumer groups' committed offsets on one partition (group id -> offset; groups with no commit there
+    left out), or the error that kept them unknown (Kafka's error name)."""
+
+    offsets: Mapping[str, int]
+    error: str | None = None
+
+
 class EndOffset(NamedTuple):
     """A partition's high watermark (ListOffsets latest, read_uncommitted), or the error that kept it unknown."""
 

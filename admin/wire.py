@@ -23,6 +23,7 @@ from kafka.protocol.admin.transactions import (
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
+from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from admin.client import code_name, error_name
 from admin.fetch import fetch_request, parse_start_batch
@@ -35,6 +36,7 @@ from admin.seams import (
     DescribeBatch,
     EndOffset,
     FetchFailure,
+    GroupOffsets,
     ListingResult,
     Offsets,
     PartitionProducers,
@@ -78,6 +80,7 @@ class KafkaWire:
         requests: RequestLog | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
+        self._admin = admin
         self._manager = admin._manager
         self._timeout_ms = request_timeout_ms
         self._window = max(1, max_in_flight)
@@ -478,6 +481,26 @@ class KafkaWire:
                 )
             )
         return out
+
+    # ------------------------------------------------------------------------------ consumer groups
+
+    def committed_offsets(self, topic: str, partition: int) -> GroupOffsets:
+        """Every consumer group's committed offset on one partition (ListGroups, then OffsetFetch), through
+        kafka-python's public admin calls. Only groups this principal may Describe are listed."""
+        try:
+            groups = sorted({g["group_id"] for g in self._admin.list_groups()})
+            if not groups:
+                return GroupOffsets({})
+            wanted = [KafkaTopicPartition(topic, partition)]
+            answers = self._admin.list_group_offsets({g: wanted for g in groups})
+        except Errors.KafkaError as exc:
+            return GroupOffsets({}, error_name(exc))
+        offsets: dict[str, int] = {}
+        for group, by_tp in answers.items():
+            for tp, committed in by_tp.items():
+                if (tp.topic, tp.partition) == (topic, partition) and committed.offset >= 0:
+                    offsets[group] = committed.offset
+        return GroupOffsets(offsets)
 
     # ------------------------------------------------------------------------------ WriteTxnMarkers
 

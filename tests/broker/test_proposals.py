@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.structs import TopicPartition
+from kafka.structs import OffsetAndMetadata, TopicPartition
 from workloads import run_workload
 
 from admin.seams import open_transaction
@@ -186,6 +186,16 @@ def read_committed(
     return values
 
 
+def commit_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.commit({tp: OffsetAndMetadata(offset, "", -1)})
+    finally:
+        consumer.close()
+
+
 def orphan(bootstrap: str, unique: str) -> dict[str, Any]:
     truth = run_workload(bootstrap, "--scenario", "hanging", "--topic-prefix", unique)
     (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
@@ -206,6 +216,9 @@ def test_orphan_aborted_with_execute_unblocks_read_committed(
     assert candidate.spec.coordinator_epoch >= 0
     bed.publish(candidate)
     assert lso(wire, topic, partition) == start
+    # A read_committed application that consumed everything it could: its group sits at the LSO.
+    stuck_group = f"{unique}billing"
+    commit_offset(bootstrap, stuck_group, topic, partition, start)
 
     listed = bed.txnwatch("list")
     assert listed.returncode == 0, listed.stderr
@@ -219,6 +232,7 @@ def test_orphan_aborted_with_execute_unblocks_read_committed(
     assert show["live"]["coordinator"]["state"] == "CompleteCommit"
     assert show["live"]["coordinator"]["partition_listed"] is False
     assert show["verify"]["outcome"] == "SAFE"
+    assert show["stuck_groups"] == {stuck_group: start}
     assert (
         show["act"]["txnwatch"].endswith("--execute") and "kafka-transactions.sh" in show["act"]["kafka_cli"]
     )
