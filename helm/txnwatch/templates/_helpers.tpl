@@ -1,0 +1,172 @@
+{{/* Names, labels and the settings both apps share. */}}
+
+{{- define "txnwatch.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "txnwatch.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "txnwatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "txnwatch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "txnwatch.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "txnwatch.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "txnwatch.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "txnwatch.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "txnwatch.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The driver creates executor pods: a SparkApplication, or a driver Deployment with a k8s:// master. */}}
+{{- define "txnwatch.launchesExecutors" -}}
+{{- if and .Values.job.enabled (or (eq .Values.job.mode "sparkApplication") (hasPrefix "k8s://" .Values.job.deployment.master)) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "txnwatch.checkpointClaim" -}}
+{{- $pvc := .Values.job.checkpoint.persistentVolumeClaim -}}
+{{- if $pvc.create -}}
+{{- default (printf "%s-checkpoints" (include "txnwatch.fullname" .)) $pvc.claimName -}}
+{{- else -}}
+{{- $pvc.claimName -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where Spark keeps the job's offsets and state; fails the render unless exactly one place is given. */}}
+{{- define "txnwatch.checkpointLocation" -}}
+{{- $ck := .Values.job.checkpoint -}}
+{{- $claim := include "txnwatch.checkpointClaim" . -}}
+{{- if and $ck.uri $claim -}}
+{{- fail "job.checkpoint: set either uri or persistentVolumeClaim (claimName, or create: true), not both" -}}
+{{- else if $ck.uri -}}
+{{- $ck.uri -}}
+{{- else if $claim -}}
+{{- $ck.mountPath -}}
+{{- else -}}
+{{- fail "job.checkpoint: the streaming job needs durable checkpoint storage: set job.checkpoint.uri (e.g. s3a://bucket/txnwatch/checkpoints) or job.checkpoint.persistentVolumeClaim.claimName (or .create: true)" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "txnwatch.bootstrapServers" -}}
+{{- required "kafka.bootstrapServers is required: the Kafka cluster's bootstrap servers, host:port[,host:port...]" .Values.kafka.bootstrapServers -}}
+{{- end -}}
+
+{{- define "txnwatch.commandConfigPath" -}}
+{{- if .Values.kafka.clientProperties.secretName -}}
+{{- printf "/etc/txnwatch/kafka/%s" .Values.kafka.clientProperties.key -}}
+{{- end -}}
+{{- end -}}
+
+{{/* TXNWATCH_* settings both apps read (detectors/settings.py), as a name → value map. */}}
+{{- define "txnwatch.commonEnv" -}}
+HOME: /tmp
+TXNWATCH_CLUSTER: {{ .Values.cluster | quote }}
+TXNWATCH_KAFKA__BOOTSTRAP_SERVERS: {{ include "txnwatch.bootstrapServers" . | quote }}
+TXNWATCH_TOPICS__PREFIX: {{ .Values.topicPrefix | quote }}
+TXNWATCH_LOG_LEVEL: {{ .Values.logLevel | quote }}
+TXNWATCH_OUTPUT: json
+{{- end -}}
+
+{{/* The streaming job's settings (TXNWATCH_STREAM__*), as a name → value map. */}}
+{{- define "txnwatch.streamEnv" -}}
+{{ include "txnwatch.commonEnv" . }}
+TXNWATCH_STREAM__CHECKPOINT_LOCATION: {{ include "txnwatch.checkpointLocation" . | quote }}
+TXNWATCH_STREAM__STATE_BUCKETS: {{ .Values.job.stateBuckets | quote }}
+TXNWATCH_STREAM__TRIGGER: {{ .Values.job.trigger | quote }}
+TXNWATCH_STREAM__STARTING_OFFSETS: {{ .Values.job.startingOffsets | quote }}
+TXNWATCH_STREAM__COORDINATOR_SOURCE: {{ .Values.job.coordinatorSource | quote }}
+{{- with .Values.job.maxOffsetsPerTrigger }}
+TXNWATCH_STREAM__MAX_OFFSETS_PER_TRIGGER: {{ . | quote }}
+{{- end }}
+{{- with .Values.job.coordinatorMaxOffsetsPerTrigger }}
+TXNWATCH_STREAM__COORDINATOR_MAX_OFFSETS_PER_TRIGGER: {{ . | quote }}
+{{- end }}
+TXNWATCH_STREAM__METRICS_HOST: "0.0.0.0"
+TXNWATCH_STREAM__METRICS_PORT: {{ .Values.job.metricsPort | quote }}
+{{- end -}}
+
+{{/* `txnwatch stream` and its flags; Spark confs for the session go here (the session's builder sets them). */}}
+{{- define "txnwatch.streamArgs" -}}
+- stream
+{{- with include "txnwatch.commandConfigPath" . }}
+- --command-config
+- {{ . }}
+{{- end }}
+- --conf
+- {{ printf "spark.sql.shuffle.partitions=%v" .Values.job.shufflePartitions | quote }}
+{{- range $k, $v := .Values.job.sparkConf }}
+- --conf
+- {{ printf "%s=%v" $k $v | quote }}
+{{- end }}
+{{- range .Values.job.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A name → value map as a container's env list, followed by extra EnvVars. */}}
+{{- define "txnwatch.envList" -}}
+{{- range $k, $v := .env }}
+- name: {{ $k }}
+  value: {{ $v | quote }}
+{{- end }}
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "txnwatch.secretVolumes" -}}
+{{- with .Values.kafka.clientProperties.secretName }}
+- name: kafka-client-properties
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- range $i, $m := .Values.kafka.secretMounts }}
+- name: {{ printf "kafka-secret-%d" $i }}
+  secret:
+    secretName: {{ $m.secretName }}
+{{- end }}
+{{- end -}}
+
+{{- define "txnwatch.secretVolumeMounts" -}}
+{{- if .Values.kafka.clientProperties.secretName }}
+- name: kafka-client-properties
+  mountPath: /etc/txnwatch/kafka
+  readOnly: true
+{{- end }}
+{{- range $i, $m := .Values.kafka.secretMounts }}
+- name: {{ printf "kafka-secret-%d" $i }}
+  mountPath: {{ $m.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "txnwatch.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- end -}}
