@@ -10,15 +10,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kafka.errors import KafkaError
 from pydantic import ValidationError
 
 from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
 from detectors.client_properties import parse_properties
+from detectors.contract import stream_output_topics
 from detectors.settings import Settings, StreamSettings, overlay
 
 if TYPE_CHECKING:
@@ -226,6 +228,101 @@ def bootstrap_problem(client_kwargs: Mapping[str, Any], timeout_ms: int = BOOTST
     return None
 
 
+# Spark's Kafka source names the group of its consumer-based offset reader `<groupIdPrefix>-<uuid>-...`; the job
+# leaves groupIdPrefix at Spark's default, so the ACL is a prefixed one on this name plus "-".
+SPARK_GROUP_PREFIX = "spark-kafka-source"
+_READ, _WRITE = 3, 4  # Kafka's AclOperation codes, as kafka-python reports a topic's authorized operations
+
+
+def _denied(action: str, error: str, acl: str) -> str:
+    return f"{action} was denied ({error}): grant the ACL {acl} to txnwatch's principal"
+
+
+def access_problems(
+    client_kwargs: Mapping[str, Any],
+    *,
+    reads: Sequence[str],
+    writes: Sequence[str],
+    group_prefix: str = SPARK_GROUP_PREFIX,
+) -> list[str]:
+    """What the principal may not do that the job needs, one line per missing ACL (empty when all is granted).
+
+    Checked with kafka-python before Spark starts, like `bootstrap_problem`: inside Spark a denial surfaces as JVM
+    stack traces. One Metadata request asks for the principal's authorized operations on the job's topics (Read
+    on its inputs, Write on its outputs that exist; a missing output is created, and creation says what it lacks),
+    and one DescribeGroups on a name under the group prefix shows whether it may use the offset reader's groups.
+    """
+    from kafka import KafkaAdminClient
+    from kafka.errors import GroupAuthorizationFailedError, KafkaError
+    from kafka.protocol.metadata import MetadataRequest
+
+    kwargs = {k: v for k, v in client_kwargs.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    problems: list[str] = []
+    with _quiet("kafka"):
+        admin = KafkaAdminClient(**kwargs)
+        try:
+            names = list(dict.fromkeys([*reads, *writes]))
+            request = MetadataRequest(
+                topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in names],
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=True,
+            )
+
+            async def ask() -> Any:
+                return await admin._manager.send(request)
+
+            found = {t.name: t for t in admin._manager.run(ask).topics}
+            for name in names:
+                topic = found.get(name)
+                if topic is None or topic.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                allowed = topic.authorized_operations or set()
+                denied = topic.error_code == 29  # TOPIC_AUTHORIZATION_FAILED: not even Describe
+                if name in reads and (denied or _READ not in allowed):
+                    problems.append(
+                        _denied(f"reading {name}", "TOPIC_AUTHORIZATION_FAILED", f"Read on topic {name}")
+                    )
+                if name in writes and (denied or _WRITE not in allowed):
+                    problems.append(
+                        _denied(f"writing {name}", "TOPIC_AUTHORIZATION_FAILED", f"Write on topic {name}")
+                    )
+            try:
+                admin.describe_groups([f"{group_prefix}-txnwatch-access-check"])
+            except GroupAuthorizationFailedError:
+                problems.append(
+                    _denied(
+                        f"using the consumer groups {group_prefix}-* of Spark's Kafka source",
+                        "GROUP_AUTHORIZATION_FAILED",
+                        f"Read on group {group_prefix}- (--resource-pattern-type prefixed)",
+                    )
+                )
+            except KafkaError:  # no group coordinator yet and the like: not an ACL the job lacks
+                pass
+        finally:
+            admin.close()
+    return problems
+
+
+def create_problem(exc: BaseException, topics: Sequence[str]) -> str:
+    """One line for a failed creation of the job's output topics."""
+    from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
+
+    names = ", ".join(topics)
+    if isinstance(exc, TopicAuthorizationFailedError):
+        return _denied(
+            f"creating {names}",
+            "TOPIC_AUTHORIZATION_FAILED",
+            "Create on those topics (or create them beforehand)",
+        )
+    if isinstance(exc, ClusterAuthorizationFailedError):
+        return _denied(
+            f"creating {names}",
+            "CLUSTER_AUTHORIZATION_FAILED",
+            "Create on the cluster (or create them beforehand)",
+        )
+    return f"creating {names} failed: {exc}"
+
+
 def run_stream(args: argparse.Namespace) -> int:
     from streaming import job
     from streaming.session import build_session, connector_jars
@@ -248,12 +345,28 @@ def run_stream(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"txnwatch stream: {problem}", file=sys.stderr)
         return 1
+    stream, topics = settings.stream, settings.topics
+    reads = [topics.producer_state]
+    if stream.coordinator_source in ("log", "both"):
+        reads.append(stream.transaction_log_topic)
+    if stream.coordinator_source in ("describe", "both"):
+        reads.append(topics.coordinator_state)
+    outputs = [t.name for t in stream_output_topics(topics)]
+    problems = access_problems(client_kwargs, reads=reads, writes=outputs)
+    for line in problems:
+        print(f"txnwatch stream: {line}", file=sys.stderr)
+    if problems:
+        return 1
     try:
         jars = connector_jars(settings.stream.jars_dir)
     except RuntimeError as exc:
         print(f"txnwatch stream: {exc}", file=sys.stderr)
         return 1
-    job.ensure_topics(opts, client_kwargs)
+    try:
+        job.ensure_topics(opts, client_kwargs)
+    except KafkaError as exc:
+        print(f"txnwatch stream: {create_problem(exc, outputs)}", file=sys.stderr)
+        return 1
     # Each shuffle partition is a RocksDB instance and a Python worker in both stateful stages: Spark's default
     # of 200 makes every micro-batch slow for a job whose state is thousands of keys. Fixed by the first
     # checkpoint; --conf spark.sql.shuffle.partitions=N for large clusters.
