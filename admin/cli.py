@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +50,7 @@ from admin.proposals import (
     audit_json,
     audit_records,
     candidate_row,
+    follow_topic,
     latest_candidates,
     observe,
     read_topic,
@@ -58,11 +60,13 @@ from admin.proposals import (
 )
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
 from admin.seams import ClusterWire, SweepResult, wall_clock_ms
+from admin.watch import PolicyError, Watch, load_policy, policy_summary, printer
 from admin.wire import KafkaWire
 from detectors.abort import pending_candidates, resolved_by_audit, verify_abort
 from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
 from detectors.contract import TRANSACTION_LOG_TOPIC
-from detectors.models import AbortCandidate, CoordinatorLogPosition, CoordinatorRecord
+from detectors.models import AbortCandidate, AuditRecord, CoordinatorLogPosition, CoordinatorRecord
+from detectors.policy import AbortPolicy
 from detectors.settings import OutputTopicSettings, Settings
 
 log = logging.getLogger("txnwatch")
@@ -161,6 +165,17 @@ exit codes:
 run (dry or not) publishes an audit record to <prefix>.audit. Details: docs/proposals.md."""
 
 
+WATCH_EPILOG = """\
+example policy (every field but topics.deny is required):
+  reasons: [coordinator-completed, partition-not-in-transaction]
+  min_age_s: 900
+  min_lso_lag: 1
+  topics: {allow: ["orders-*"], deny: ["orders-audit"]}
+  max_aborts_per_hour: 3
+
+exit codes: 0 stopped (Ctrl-C, SIGTERM or --duration-s); 1 error; 2 bad flags or policy."""
+
+
 def _register_proposals(subparsers: Any) -> None:
     proposals = subparsers.add_parser(
         "proposals", help="abort candidates the job proposed: list them, show one live, abort one (verified)"
@@ -196,6 +211,28 @@ def _register_proposals(subparsers: Any) -> None:
     )
     ab.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
     ab.set_defaults(func=cmd_proposals_abort)
+    watch = psub.add_parser(
+        "watch",
+        help="follow new candidates and print them; with --auto-abort --policy FILE, abort the ones it allows",
+        description="Prints every pending candidate, then each new one the job proposes and each it resolves. "
+        "With --auto-abort and an explicit --policy file (reasons, min_age_s, min_lso_lag, topics allow/deny, "
+        "max_aborts_per_hour; see docs/proposals.md), each allowed candidate goes through the same verified abort "
+        "as `proposals abort --execute` (claim, verify live, marker, post-check, audit), once per run. Off by "
+        "default.",
+        epilog=WATCH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common_flags(watch)
+    watch.add_argument(
+        "--auto-abort", action="store_true", help="abort what --policy allows (needs --policy)"
+    )
+    watch.add_argument("--policy", type=Path, metavar="FILE", help="the auto-abort policy (YAML)")
+    watch.add_argument(
+        "--actor", help="who runs this, for the audit records (default: TXNWATCH_ACTOR, else the login name)"
+    )
+    watch.add_argument("--duration-s", type=float, help="stop after this long (default: until Ctrl-C)")
+    watch.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
+    watch.set_defaults(func=cmd_proposals_watch)
 
 
 # `txnwatch collect` flags → the fields of Settings.collector they set (the topic flags set both output topics).
@@ -690,3 +727,97 @@ def cmd_proposals_abort(args: argparse.Namespace) -> int:
     if attempt.exit_code != EXIT_DONE:
         print(f"txnwatch {command}: {record.message}", file=sys.stderr)
     return attempt.exit_code
+
+
+def cmd_proposals_watch(args: argparse.Namespace) -> int:
+    command = "proposals watch"
+    settings = _settings(command, args, log_level="WARNING")
+    if isinstance(settings, int):
+        return settings
+    policy: AbortPolicy | None = None
+    if args.auto_abort or args.policy is not None:
+        if not (args.auto_abort and args.policy is not None):
+            return _fail(
+                command, "--auto-abort and --policy FILE go together: the policy says what may be aborted", 2
+            )
+        try:
+            policy = load_policy(args.policy)
+        except PolicyError as exc:
+            return _fail(command, str(exc), 2)
+    output = output_format(settings.output, is_terminal=_is_terminal())
+    base_actor = args.actor or settings.actor or getpass.getuser()
+    actor = f"auto-abort:{base_actor}"
+    timeout_s = args.timeout_ms / 1000
+    kafka = settings.kafka
+    try:
+        admin = connect_admin(kafka)
+    except AdminError as exc:
+        return _fail(command, str(exc))
+    clients: list[Any] = []
+    try:
+        follower = consumer_for(kafka, client_id=f"{kafka.client_id}-proposals-watch")
+        clients.append(follower)
+        audit_log: TopicAuditLog | None = None
+        done: set[str] = set()
+        earlier: list[int] = []
+        try:
+            if policy is not None:
+                audit_topic = settings.topics.audit
+                ensure_topics(
+                    admin, {audit_topic: OutputTopicSettings(cleanup_policy="delete", partitions=1)}
+                )
+                producer = producer_for(kafka, linger_ms=0)
+                clients.append(producer)
+                reader = consumer_for(kafka, client_id=f"{kafka.client_id}-proposals")
+                clients.append(reader)
+                audit_log = TopicAuditLog(producer, reader, audit_topic, timeout_s=timeout_s)
+                past = audit_log.all_records()
+            else:
+                consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-proposals")
+                clients.append(consumer)
+                past, _ = audit_records(read_topic(consumer, settings.topics.audit, timeout_s=timeout_s))
+        except (AdminError, KafkaError) as exc:
+            return _fail(command, str(exc))
+        done = resolved_by_audit(past)
+        earlier = [a.at_ms for a in past if a.actor == actor and a.outcome.value == "ABORTED"]
+        wire = KafkaWire(admin)
+
+        def attempt(candidate: AbortCandidate, audit_log: TopicAuditLog) -> AuditRecord:
+            record = abort(wire, candidate, execute=True, actor=actor, audit_log=audit_log).audit
+            try:
+                audit_log.append(record)
+            except (AdminError, KafkaError) as exc:
+                print(audit_json(record), file=sys.stderr)
+                log.error("the audit record of %s was NOT published: %s", candidate.candidate_id, exc)
+            return record
+
+        emit = printer(output, lambda line: print(line, flush=True))
+        log_for_aborts = audit_log
+        tries = (lambda c: attempt(c, log_for_aborts)) if log_for_aborts is not None else _no_abort
+        state = Watch(settings.cluster, policy, tries, emit, done=done, aborts_at_ms=earlier)
+        if policy is not None and output != "json":
+            print(
+                f"auto-abort as {actor}, policy {args.policy}: " + "; ".join(policy_summary(policy)),
+                flush=True,
+            )
+        deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
+        with _stop_on_signals() as stop:
+            try:
+                for records in follow_topic(follower, settings.topics.abort_candidates, stop):
+                    now = wall_clock_ms()
+                    state.take(records, now)
+                    state.act(now)
+                    if deadline is not None and time.monotonic() > deadline:
+                        break
+            except (AdminError, KafkaError) as exc:
+                return _fail(command, str(exc))
+    finally:
+        for client in clients:
+            client.close()
+        admin.close()
+    return 0
+
+
+def _no_abort(candidate: AbortCandidate) -> AuditRecord:
+    # Watch calls `attempt` only with a policy, and a policy comes with an audit log.
+    raise RuntimeError(f"no auto-abort without a policy ({candidate.candidate_id})")

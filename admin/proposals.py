@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import shlex
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -131,6 +132,34 @@ def read_topic(consumer: KafkaConsumer, topic: str, *, timeout_s: float = 30.0) 
             for tp in list(remaining):
                 if consumer.position(tp) >= end[tp]:
                     remaining.discard(tp)
+    except Errors.KafkaError as exc:
+        raise AdminError(explain("Consume", error_name(exc), topic, str(exc))) from exc
+
+
+def follow_topic(
+    consumer: KafkaConsumer, topic: str, stop: threading.Event, *, poll_ms: int = 1000
+) -> Iterator[list[tuple[Any, Any]]]:
+    """Every (key, value) of `topic` from the beginning, then as it arrives: one list per poll (possibly empty),
+    until `stop` is set. A topic that does not exist yet is waited for (the job creates it).
+
+    Raises:
+        AdminError: reading was denied, or failed.
+    """
+    try:
+        partitions = None
+        while not partitions:
+            if stop.is_set():
+                return
+            partitions = consumer.partitions_for_topic(topic)
+            if not partitions:
+                yield []
+                stop.wait(poll_ms / 1000)
+        tps = [KafkaTopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        while not stop.is_set():
+            batch = consumer.poll(timeout_ms=poll_ms)
+            yield [(r.key, r.value) for records in batch.values() for r in records]
     except Errors.KafkaError as exc:
         raise AdminError(explain("Consume", error_name(exc), topic, str(exc))) from exc
 

@@ -1,0 +1,113 @@
+"""The auto-abort policy of `txnwatch proposals watch --auto-abort --policy policy.yaml` (pure).
+
+Nothing is aborted automatically unless an operator wrote down, in one file, exactly which candidates may be:
+which HANGING reasons, how old, how many records held back, which topics, and how many aborts an hour at most.
+Every field but `topics.deny` must be given; there are no defaults to inherit by accident. A candidate the
+policy allows still goes through the whole verified abort (admin/proposals.py): the policy only decides whether
+to try.
+
+    reasons: [coordinator-completed, partition-not-in-transaction]
+    min_age_s: 900            # open at least this long (the candidate's age, from its start)
+    min_lso_lag: 1            # at least this many records held back when the job proposed it
+    topics:
+      allow: ["orders-*", "payments"]   # shell-style patterns (fnmatch); at least one
+      deny: ["payments-audit*"]         # wins over allow
+    max_aborts_per_hour: 3    # across this policy's actor, counted on the audit topic
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
+
+from pydantic import Field
+
+from detectors.abort import candidate_age_ms, lso_lag
+from detectors.models import AbortCandidate, AuditOutcome, AuditRecord, HangingReason, Model
+
+HOUR_MS = 3_600_000
+
+
+class TopicRules(Model):
+    allow: tuple[str, ...] = Field(min_length=1)
+    deny: tuple[str, ...] = ()
+
+
+class AbortPolicy(Model):
+    """What `--auto-abort` may abort, as written by an operator (YAML or JSON, validated here)."""
+
+    reasons: tuple[HangingReason, ...] = Field(min_length=1)
+    min_age_s: float = Field(ge=0)
+    min_lso_lag: int = Field(ge=0)
+    topics: TopicRules
+    max_aborts_per_hour: int = Field(ge=1)
+
+
+class PolicyDecision(Model):
+    allowed: bool
+    why: str
+    # The policy field that holds the candidate back (None when allowed): `watch` prints a hold once per field.
+    held_by: str | None = None
+
+
+def topic_allowed(rules: TopicRules, topic: str) -> str | None:
+    """None when the topic may be aborted on, else why not."""
+    denied = next((p for p in rules.deny if fnmatchcase(topic, p)), None)
+    if denied is not None:
+        return f"topic {topic} matches deny pattern {denied!r}"
+    if not any(fnmatchcase(topic, p) for p in rules.allow):
+        return f"topic {topic} matches no allow pattern ({', '.join(rules.allow)})"
+    return None
+
+
+def aborts_in_last_hour(audits: Iterable[AuditRecord], *, actor: str, now_ms: int) -> int:
+    """Markers this actor wrote in the hour before `now_ms` (ABORTED records on the audit topic)."""
+    return sum(
+        1
+        for a in audits
+        if a.actor == actor and a.outcome is AuditOutcome.ABORTED and now_ms - a.at_ms < HOUR_MS
+    )
+
+
+def decide(
+    policy: AbortPolicy, candidate: AbortCandidate, *, now_ms: int, aborts_last_hour: int
+) -> PolicyDecision:
+    """May `--auto-abort` try this candidate now? Each refusal names the policy field that stops it.
+
+    Args:
+        policy: the operator's policy.
+        candidate: an OPENED candidate.
+        now_ms: the clock its age is measured on.
+        aborts_last_hour: `aborts_in_last_hour` for the watch's actor.
+    """
+    where = f"{candidate.topic}-{candidate.partition}@{candidate.start_offset}"
+    if candidate.reason not in policy.reasons:
+        allowed = ", ".join(r.value for r in policy.reasons)
+        why = f"{where}: reason {candidate.reason.value} is not in reasons ({allowed})"
+        return PolicyDecision(allowed=False, why=why, held_by="reasons")
+    topic = topic_allowed(policy.topics, candidate.topic)
+    if topic is not None:
+        return PolicyDecision(allowed=False, why=f"{where}: {topic}", held_by="topics")
+    age_ms = candidate_age_ms(candidate, now_ms)
+    if age_ms < policy.min_age_s * 1000:
+        return PolicyDecision(
+            allowed=False,
+            why=f"{where}: open {age_ms / 1000:.0f}s, under min_age_s {policy.min_age_s:g}",
+            held_by="min_age_s",
+        )
+    lag = lso_lag(candidate)
+    if (lag is None and policy.min_lso_lag > 0) or (lag is not None and lag < policy.min_lso_lag):
+        shown = "unknown" if lag is None else str(lag)
+        return PolicyDecision(
+            allowed=False,
+            why=f"{where}: LSO lag {shown}, under min_lso_lag {policy.min_lso_lag}",
+            held_by="min_lso_lag",
+        )
+    if aborts_last_hour >= policy.max_aborts_per_hour:
+        return PolicyDecision(
+            allowed=False,
+            why=f"{where}: {aborts_last_hour} aborts in the last hour, max_aborts_per_hour is "
+            f"{policy.max_aborts_per_hour}",
+            held_by="max_aborts_per_hour",
+        )
+    return PolicyDecision(allowed=True, why=f"{where}: {candidate.reason.value}, allowed by the policy")
