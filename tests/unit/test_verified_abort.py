@@ -21,8 +21,9 @@ from admin.proposals import (
     abort,
     audit_records,
     latest_candidates,
+    stuck_groups,
 )
-from admin.seams import TP, ListingResult, Offsets
+from admin.seams import TP, GroupOffsets, ListingResult, Offsets
 from detectors.abort import (
     candidate_age_ms,
     claim_holder,
@@ -565,3 +566,9 @@ def test_marker_lost_in_flight_is_an_error_of_unknown_effect() -> None:
     record = run(scripted(marker_errors=["REQUEST_TIMED_OUT"]))
     assert record.outcome is AuditOutcome.FAILED and record.marker_written is None
     assert "may or may not have been written" in record.message
+
+
+def test_stuck_groups_are_those_at_or_past_the_lso() -> None:
+    groups = GroupOffsets({"billing": 100, "reports": 250, "slow": 42})
+    assert stuck_groups(live(last_stable_offset=100), groups) == {"billing": 100, "reports": 250}
+    assert stuck_groups(live(last_stable_offset=None), groups) == {}
