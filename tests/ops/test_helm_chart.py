@@ -307,6 +307,8 @@ def test_client_mode_driver_deployment(renders: dict[str, Rendered], monkeypatch
         "3g",
     )
     assert conf["spark.kubernetes.driver.pod.name"] == "$(POD_NAME)"
+    assert conf["spark.kubernetes.container.image.pullSecrets"] == "registry-credentials"
+    assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
     assert {p["port"] for p in svc["spec"]["ports"]} == {9465, 7078, 7079}
     assert pod["automountServiceAccountToken"] is True
     binding = r.one("RoleBinding")
