@@ -130,6 +130,8 @@ def candidates(bootstrap: str, topic: str) -> list[AbortCandidate]:
     return [AbortCandidate.model_validate_json(r.value) for r in read_topic(bootstrap, topic)]
 
 
+# Its own bounds (start, first batches, detection, stops) add up to less than this; pytest's default is 600 s.
+@pytest.mark.timeout(900)
 def test_hanging_candidate_on_a_standalone_cluster(
     bootstrap: str, standalone: Cluster, tmp_path: Path
 ) -> None:
