@@ -1,5 +1,8 @@
 """`make demo`: a local Kafka broker, real traffic (steady, one late, one really hanging transaction), the
-collector and the streaming job, shown to a person. `DEMO_SECONDS` bounds it; Ctrl-C stops everything it started.
+collector and the streaming job, shown to a person; it ends by aborting the hanging transaction with `txnwatch
+proposals abort --execute` (verified, audited) and showing the partition unblocked. `DEMO_SECONDS` bounds it
+(at least 300 for the abort: Spark's first micro-batch alone takes a minute or two here); Ctrl-C stops everything
+it started.
 """
 
 from __future__ import annotations
@@ -54,12 +57,25 @@ def workload(bootstrap: str, *args: str, log: Path) -> subprocess.Popen[str]:
     )
 
 
+# While the demo runs commands at the end, the job's lines wait here, so the two do not interleave.
+HELD: list[str] = []
+HOLD = threading.Event()
+
+
+def flush_held() -> None:
+    while HELD:
+        say("  (the job) " + HELD.pop(0).strip())
+
+
 def relay(proc: subprocess.Popen[str]) -> None:
     """Copy the job's console to ours, minus Spark's start-up chatter."""
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.strip() and not any(n in line for n in NOISE):
-            say("  " + line.rstrip())
+            if HOLD.is_set():
+                HELD.append(line)
+            else:
+                say("  " + line.rstrip())
 
 
 def metric_lines(port: int, names: Sequence[str]) -> list[str]:
@@ -86,6 +102,86 @@ def read_candidates(bootstrap: str) -> list[dict[str, Any]]:
         consumer.close()
 
 
+def candidate_for(bootstrap: str, h: dict[str, Any]) -> str | None:
+    """The id of the candidate the job proposed for the demo's hanging transaction while it is OPENED (the
+    latest record of each id counts: RESOLVED follows OPENED on the same key)."""
+    latest = {c["candidate_id"]: c for c in read_candidates(bootstrap)}
+    for c in latest.values():
+        if (c["topic"], c["partition"], c["start_offset"], c["status"]) == (
+            h["topic"],
+            h["partition"],
+            h["start_offset"],
+            "OPENED",
+        ):
+            return str(c["candidate_id"])
+    return None
+
+
+def produce_plain(bootstrap: str, topic: str, partition: int, value: bytes) -> int:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        return int(producer.send(topic, value, partition=partition).get(timeout=30).offset)
+    finally:
+        producer.close()
+
+
+def last_stable_offset(bootstrap: str, topic: str, partition: int) -> int:
+    from kafka import KafkaConsumer
+    from kafka.structs import TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", group_id=None)
+    try:
+        tp = TopicPartition(topic, partition)
+        return int(consumer.end_offsets([tp])[tp])  # read_committed: the LSO
+    finally:
+        consumer.close()
+
+
+def run_shown(*args: str) -> int:
+    """Run one txnwatch command, printing it first as a person would type it, and its output indented."""
+    shown = " ".join(a if " " not in a else repr(a) for a in args)
+    say(f"$ txnwatch {shown}")
+    done = subprocess.run(txnwatch(*args), capture_output=True, text=True, timeout=120, check=False)
+    for line in (done.stdout + done.stderr).splitlines():
+        if line.strip() and not line.startswith("txnwatch stream: metrics on"):
+            say("  " + line)
+    say(f"  (exit {done.returncode})")
+    flush_held()
+    return done.returncode
+
+
+def abort_the_orphan(bootstrap: str, h: dict[str, Any], candidate_id: str, after: int) -> bool:
+    """list, show, dry run, --execute, the LSO before and after, the job resolving it, a second --execute.
+    True when the abort went through and the partition is unblocked."""
+    topic, partition = h["topic"], h["partition"]
+    HOLD.set()
+    common = ("--bootstrap-server", bootstrap, "--cluster", "demo", "--output", "table")
+    run_shown("proposals", "list", *common)
+    run_shown("proposals", "show", candidate_id, *common)
+    run_shown("proposals", "abort", candidate_id, *common)  # dry run: verify only
+    before = last_stable_offset(bootstrap, topic, partition)
+    code = run_shown("proposals", "abort", candidate_id, "--execute", "--actor", "demo", *common)
+    now = last_stable_offset(bootstrap, topic, partition)
+    say(
+        f"{topic}-{partition}: last stable offset {before} -> {now}; the record at offset {after} is "
+        + ("now readable by read_committed consumers" if now > after else "still held back")
+    )
+    if code == 0:
+        # The job sees the transaction gone on its next sweep and resolves the candidate.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and candidate_for(bootstrap, h) is not None:
+            time.sleep(1)
+        flush_held()
+        if candidate_for(bootstrap, h) is None:
+            say(f"the job resolved candidate {candidate_id} (RESOLVED on txnwatch.abort-candidates)")
+        say("running it again is a no-op:")
+        run_shown("proposals", "abort", candidate_id, "--execute", "--actor", "demo", *common)
+    HOLD.clear()
+    return code == 0 and now > after
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dev.demo", description=__doc__)
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("DEMO_SECONDS", "300")))
@@ -99,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     deadline = time.monotonic() + args.seconds
     try:
-        banner("1/5 Kafka")
+        banner("1/6 Kafka")
         cluster = start_cluster(TestBedConfig(partition_verification=False), state_dir)
         b = cluster.bootstrap_servers
         say(
@@ -107,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "so a buggy client can leave a real hanging transaction."
         )
 
-        banner("2/5 collector: txnwatch collect --interval 5")
+        banner("2/6 collector: txnwatch collect --interval 5")
         procs.append(
             subprocess.Popen(
                 txnwatch(
@@ -130,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Sweeps every partition leader (DescribeProducers) and publishes snapshots to txnwatch.producer-state."
         )
 
-        banner("3/5 streaming job: txnwatch stream (Spark, local)")
+        banner("3/6 streaming job: txnwatch stream (Spark, local)")
         stream = subprocess.Popen(
             txnwatch(
                 "stream",
@@ -162,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"Metrics: http://127.0.0.1:{args.metrics_port}/metrics   (logs: {log})")
         say("Spark's first micro-batch takes a minute on a small machine; verdict changes appear below.")
 
-        banner("4/5 traffic")
+        banner("4/6 traffic")
         steady = workload(
             b,
             "--scenario",
@@ -205,9 +301,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "close it."
         )
 
-        banner("5/5 what txnwatch sees (until DEMO_SECONDS or Ctrl-C)")
+        # Held back from read_committed readers until the orphan before it ends.
+        after = produce_plain(b, h["topic"], h["partition"], b"written-after-the-orphan")
+        say(f"one ordinary record after it, at offset {after}: read_committed consumers cannot read it")
+
+        banner("5/6 what txnwatch sees (until its abort candidate, DEMO_SECONDS or Ctrl-C)")
         started, said_ready = time.monotonic(), False
-        while time.monotonic() < deadline and not stop.is_set():
+        candidate_id: str | None = None
+        unblocked = False
+        abort_reserve_s = 90  # the verified abort at the end, and the job resolving the candidate
+        while time.monotonic() < deadline - abort_reserve_s and not stop.is_set():
             if stream.poll() is not None:
                 say(f"the streaming job exited with {stream.returncode}; see {log}")
                 return 1
@@ -220,6 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 said_ready = True
             elif not said_ready and int(time.monotonic() - started) % 30 == 29:
                 say(f"  (Spark is still on its first micro-batch: {time.monotonic() - started:.0f}s)")
+            if said_ready and candidate_id is None:
+                candidate_id = candidate_for(b, h)
+                if candidate_id is not None:
+                    time.sleep(3)  # let the job's lines reach the console before the next section
+                    break
             time.sleep(1)
         banner("abort candidates (txnwatch.abort-candidates)")
         for c in read_candidates(b):
@@ -227,6 +335,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  {c['status']:8} {c['topic']}-{c['partition']} producer {c['spec']['producer_id']} "
                 f"reason {c['reason']}\n           {c['kafka_cli']}"
             )
+        if candidate_id is None:
+            say(
+                "\nno abort candidate for the hanging transaction yet: run with a larger DEMO_SECONDS (>= 300)"
+            )
+        elif not stop.is_set():
+            banner("6/6 the verified abort (txnwatch proposals)")
+            unblocked = abort_the_orphan(b, h, candidate_id, after)
         banner("metrics now")
         for line in metric_lines(
             args.metrics_port,
@@ -238,7 +353,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
         ):
             say("  " + line)
-        return 0
+        if stop.is_set():
+            return 0
+        if not unblocked:
+            say("the demo did not end with the partition unblocked (see above)")
+        return 0 if unblocked else 1
     except KeyboardInterrupt:
         say("\nstopping")
         return 0
