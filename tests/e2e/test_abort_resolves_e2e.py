@@ -1,0 +1,158 @@
+"""End to end: the streaming job turns a candidate RESOLVED after `txnwatch proposals abort --execute`.
+
+Real broker, real `txnwatch collect`, the real job (Spark, real connector): a real orphan (dev/workload.py
+--scenario hanging) gets its OPENED candidate on `<prefix>.abort-candidates`; the real CLI (a subprocess, as
+on-call runs it) aborts it; the job then writes RESOLVED for that candidate id, and `proposals list` no longer
+shows it. Its own job, collector and prefix: it relies on no other module.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from pyspark.sql import SparkSession
+from test_stream_e2e import Console, first_batch_done, read_topic, wait_for
+from workloads import Proposals, produce_plain, read_committed_values, run_workload
+
+from detectors.models import AbortCandidate
+from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
+from streaming import job
+
+pytestmark = pytest.mark.e2e
+
+CLUSTER = "e2e-abort"
+DETECTION_TIMEOUT_S = 240.0
+# After the abort: the collector's next sweep (5 s) no longer lists the transaction, and the job's next
+# batches (5 s trigger) forget it. Generous on a shared 2-core machine; a RESOLVED that never comes fails.
+RESOLVE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Env:
+    bootstrap: str
+    settings: Settings
+    running: job.RunningJob
+    console: Console
+
+
+@pytest.fixture(scope="module")
+def env(spark: SparkSession, bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    prefix = f"e2eab{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        cluster=CLUSTER,
+        kafka=KafkaSettings(bootstrap_servers=bootstrap),
+        topics=TopicSettings(prefix=prefix),
+        stream=StreamSettings(
+            checkpoint_location=str(tmp_path_factory.mktemp("abort-checkpoints")),
+            trigger="5 seconds",
+            starting_offsets="earliest",
+            expire_after_ms=20_000,
+            metrics_port=0,
+        ),
+    )
+    log = (tmp_path_factory.mktemp("abort-collector") / "collector.log").open("w")
+    collector = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "txnwatch_cli",
+            "collect",
+            "--bootstrap-server",
+            bootstrap,
+            "--interval",
+            "5",
+            "--topic-prefix",
+            prefix,
+            "--cluster",
+            CLUSTER,
+            "--metrics-port",
+            "0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    running: job.RunningJob | None = None
+    try:
+        opts = job.StreamOptions(settings=settings, kafka_options={"bootstrap.servers": bootstrap})
+        job.ensure_topics(opts, settings.kafka.client_kwargs())
+        console = Console()
+        running = job.start(spark, opts, out=console)
+        started = running
+        wait_for(lambda: first_batch_done(started, "txnwatch-reconcile"), 240, "the job's first batch")
+        yield Env(bootstrap, settings, running, console)
+    finally:
+        if running is not None:
+            running.stop()
+        collector.terminate()
+        collector.wait(timeout=30)
+        log.close()
+
+
+def candidates(env: Env) -> list[AbortCandidate]:
+    return [
+        AbortCandidate.model_validate_json(r.value)
+        for r in read_topic(env.bootstrap, env.settings.topics.abort_candidates)
+        if r.value is not None
+    ]
+
+
+def test_candidate_resolved_after_the_cli_abort(env: Env) -> None:
+    truth = run_workload(
+        env.bootstrap, "--scenario", "hanging", "--topic-prefix", f"{env.settings.topics.prefix}-hang-"
+    )
+    (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
+    topic, partition, start = h["topic"], h["partition"], h["start_offset"]
+    produce_plain(env.bootstrap, topic, partition, b"after-the-orphan")
+    made = time.monotonic()
+
+    def opened() -> list[AbortCandidate]:
+        return [c for c in candidates(env) if c.topic == topic and c.status.value == "OPENED"]
+
+    (candidate,) = wait_for(opened, DETECTION_TIMEOUT_S, "the orphan's OPENED candidate")
+    detected = time.monotonic()
+    assert (candidate.partition, candidate.start_offset, candidate.spec.producer_id) == (
+        partition,
+        start,
+        h["producer_id"],
+    )
+
+    proposals = Proposals(env.bootstrap, env.settings.topics.prefix, cluster=CLUSTER)
+    assert proposals.candidates == env.settings.topics.abort_candidates
+    listed = proposals.run("list")
+    assert listed.returncode == 0, listed.stderr
+    assert candidate.candidate_id in [c["candidate_id"] for c in json.loads(listed.stdout)]
+
+    done = proposals.run("abort", candidate.candidate_id, "--execute", "--actor", "e2e")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outcome"] == "ABORTED"
+    aborted = time.monotonic()
+    assert b"after-the-orphan" in read_committed_values(env.bootstrap, topic, partition, start)
+
+    def resolved() -> list[AbortCandidate]:
+        return [
+            c
+            for c in candidates(env)
+            if c.candidate_id == candidate.candidate_id and c.status.value == "RESOLVED"
+        ]
+
+    (done_candidate,) = wait_for(resolved, RESOLVE_TIMEOUT_S, "the job's RESOLVED for the aborted candidate")
+    print(
+        f"\ndetected {detected - made:.1f}s after the orphan; RESOLVED {time.monotonic() - aborted:.1f}s "
+        "after the abort"
+    )
+    assert done_candidate.resolved_at_ms is not None
+    # Once per candidate: one OPENED, one RESOLVED, in that order, under one key.
+    mine = [c for c in candidates(env) if c.candidate_id == candidate.candidate_id]
+    assert [c.status.value for c in mine] == ["OPENED", "RESOLVED"]
+    assert "RESOLVED" in env.console.text() and candidate.candidate_id in env.console.text()
+    listed = proposals.run("list")
+    assert listed.returncode == 0, listed.stderr
+    assert candidate.candidate_id not in [c["candidate_id"] for c in json.loads(listed.stdout)]
