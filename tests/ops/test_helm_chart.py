@@ -232,6 +232,11 @@ def test_spark_application_streams_from_the_image_with_restart_always(
     # The session's builder sets the master itself: it must be the cluster's, not local[*].
     assert settings.stream.master.startswith("k8s://")
     assert settings.stream.checkpoint_location == "s3a://txnwatch-checkpoints/prod-eu"
+    assert (settings.stream.state_buckets, settings.stream.coordinator_max_offsets_per_trigger) == (
+        64,
+        100_000,
+    )
+    assert "spark.sql.shuffle.partitions=100" in spec["arguments"]
     assert (settings.stream.metrics_host, settings.stream.metrics_port) == ("0.0.0.0", 9465)
     assert spec["executor"]["instances"] == 3
     assert spec["driver"]["labels"]["app.kubernetes.io/component"] == "stream"
@@ -427,3 +432,22 @@ def test_bad_values_fail_the_render_with_a_clear_message(
     done = h.run(*args)
     assert done.returncode != 0, done.stdout[:2000]
     assert message in done.stderr, done.stderr
+
+
+def test_whole_numbers_stay_integers(h: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Helm reads numbers in values files as floats: 2000000 would print as 2e+06.
+    values = tmp_path / "big.yaml"
+    values.write_text(
+        "kafka: {bootstrapServers: 'kafka:9092'}\n"
+        "job:\n"
+        "  checkpoint: {uri: 's3a://b/c'}\n"
+        "  maxOffsetsPerTrigger: 2000000\n"
+        "  sparkConf: {spark.sql.streaming.stateStore.rocksdb.blockCacheSizeMB: 1000000, spark.x: 0.75}\n"
+        "  sparkApplication: {sparkConf: {spark.kubernetes.executor.request.cores: 2000000}}\n"
+    )
+    spec = rendered(h.template(values)).one("SparkApplication")["spec"]
+    settings = stream_settings_checked(spec["arguments"], spec["driver"]["envVars"], monkeypatch)
+    assert settings.stream.max_offsets_per_trigger == 2_000_000
+    assert "spark.sql.streaming.stateStore.rocksdb.blockCacheSizeMB=1000000" in spec["arguments"]
+    assert "spark.x=0.75" in spec["arguments"]
+    assert spec["sparkConf"]["spark.kubernetes.executor.request.cores"] == "2000000"

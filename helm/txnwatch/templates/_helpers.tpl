@@ -96,18 +96,18 @@ TXNWATCH_OUTPUT: json
 {{- define "txnwatch.streamEnv" -}}
 {{ include "txnwatch.commonEnv" . }}
 TXNWATCH_STREAM__CHECKPOINT_LOCATION: {{ include "txnwatch.checkpointLocation" . | quote }}
-TXNWATCH_STREAM__STATE_BUCKETS: {{ .Values.job.stateBuckets | quote }}
+TXNWATCH_STREAM__STATE_BUCKETS: {{ int64 .Values.job.stateBuckets | quote }}
 TXNWATCH_STREAM__TRIGGER: {{ .Values.job.trigger | quote }}
 TXNWATCH_STREAM__STARTING_OFFSETS: {{ .Values.job.startingOffsets | quote }}
 TXNWATCH_STREAM__COORDINATOR_SOURCE: {{ .Values.job.coordinatorSource | quote }}
 {{- with .Values.job.maxOffsetsPerTrigger }}
-TXNWATCH_STREAM__MAX_OFFSETS_PER_TRIGGER: {{ . | quote }}
+TXNWATCH_STREAM__MAX_OFFSETS_PER_TRIGGER: {{ int64 . | quote }}
 {{- end }}
 {{- with .Values.job.coordinatorMaxOffsetsPerTrigger }}
-TXNWATCH_STREAM__COORDINATOR_MAX_OFFSETS_PER_TRIGGER: {{ . | quote }}
+TXNWATCH_STREAM__COORDINATOR_MAX_OFFSETS_PER_TRIGGER: {{ int64 . | quote }}
 {{- end }}
 TXNWATCH_STREAM__METRICS_HOST: "0.0.0.0"
-TXNWATCH_STREAM__METRICS_PORT: {{ .Values.job.metricsPort | quote }}
+TXNWATCH_STREAM__METRICS_PORT: {{ int64 .Values.job.metricsPort | quote }}
 {{- end -}}
 
 {{/* `txnwatch stream` and its flags; Spark confs for the session go here (the session's builder sets them). */}}
@@ -118,14 +118,24 @@ TXNWATCH_STREAM__METRICS_PORT: {{ .Values.job.metricsPort | quote }}
 - {{ . }}
 {{- end }}
 - --conf
-- {{ printf "spark.sql.shuffle.partitions=%v" .Values.job.shufflePartitions | quote }}
+- {{ printf "spark.sql.shuffle.partitions=%d" (int64 .Values.job.shufflePartitions) | quote }}
 {{- range $k, $v := .Values.job.sparkConf }}
 - --conf
-- {{ printf "%s=%v" $k $v | quote }}
+- {{ printf "%s=%s" $k (include "txnwatch.confValue" $v) | quote }}
 {{- end }}
 {{- range .Values.job.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* A Spark conf value as text: Helm reads every number as a float, so whole numbers are printed as integers
+(1000000, not 1e+06). */}}
+{{- define "txnwatch.confValue" -}}
+{{- if and (eq (kindOf .) "float64") (eq . (float64 (int64 .))) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A name → value map as a container's env list, followed by extra EnvVars. */}}
