@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -59,6 +60,32 @@ class Helm:
         for key, value in (set_values or {}).items():
             args += ["--set-string", f"{key}={value}"]
         return self.run(*args)
+
+
+def notes(h: Helm, values: Path, workdir: Path) -> str:
+    """NOTES.txt rendered as `helm install` would print it (that needs a cluster; `helm template` skips NOTES):
+    a copy of the chart renders the same text into a ConfigMap."""
+    chart = workdir / "txnwatch"
+    shutil.copytree(CHART, chart, symlinks=False)
+    text = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" -}}\n' + text + "{{- end -}}\n")
+    (chart / "templates" / "notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+        '  notes: {{ include "test.notes" . | toJson }}\n'
+    )
+    args = [
+        "template",
+        "txnwatch",
+        str(chart),
+        "--namespace",
+        "monitoring",
+        "--kube-version",
+        KUBERNETES_VERSION,
+    ]
+    done = h.run(*args, "-f", str(values), "--show-only", "templates/notes.yaml")
+    assert done.returncode == 0, done.stderr
+    return str(yaml.safe_load(done.stdout)["data"]["notes"])
 
 
 def helm(home: Path) -> Helm:

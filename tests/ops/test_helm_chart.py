@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helm_support import CHART, CI_VALUES, ROOT, Helm, Rendered, helm, kubeconform, pod_specs, rendered
+from helm_support import CHART, CI_VALUES, ROOT, Helm, Rendered, helm, kubeconform, notes, pod_specs, rendered
 
 import txnwatch_cli
 from detectors.settings import Settings
@@ -451,3 +451,23 @@ def test_whole_numbers_stay_integers(h: Helm, tmp_path: Path, monkeypatch: pytes
     assert "spark.sql.streaming.stateStore.rocksdb.blockCacheSizeMB=1000000" in spec["arguments"]
     assert "spark.x=0.75" in spec["arguments"]
     assert spec["sparkConf"]["spark.kubernetes.executor.request.cores"] == "2000000"
+
+
+@pytest.mark.parametrize("values", ["spark-application-values.yaml", "deployment-local-values.yaml"])
+def test_notes_say_how_to_check_it_works(
+    h: Helm, renders: dict[str, Rendered], values: str, tmp_path: Path
+) -> None:
+    text = notes(h, CI_VALUES / values, tmp_path)
+    r = renders[values]
+    names = {o["metadata"]["name"] for o in r.objects}
+    for svc in ("txnwatch-collector", "txnwatch-stream"):
+        assert f"svc/{svc}" in text and svc in names
+    assert "deploy/txnwatch-collector" in text
+    if values.startswith("spark-application"):
+        assert "get sparkapplication txnwatch-stream" in text
+        assert "logs txnwatch-stream-driver" in text  # the operator names the driver pod <app>-driver
+        assert "Checkpoint: s3a://txnwatch-checkpoints/prod-eu" in text
+    else:
+        assert "deploy/txnwatch-stream" in text
+    assert "coordinator view current: HANGING verdicts can be proven" in text
+    assert "txnwatch proposals list" in text
