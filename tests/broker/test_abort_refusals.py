@@ -202,6 +202,11 @@ def test_epoch_moved_is_refused(bootstrap: str, wire: KafkaWire, unique: str) ->
     code, record, stderr = execute(proposals, fresh.candidate_id)
     assert code == 0, stderr
     assert (lso(wire, topic, partition) or 0) > start
+    # One ABORT marker at the moved epoch closes both orphan batches (the first epoch's and the second's).
+    batches = partition_batches(bootstrap, topic, partition)
+    assert [(b.marker, b.producer_epoch) for b in batches if b.control] == [("ABORT", moved)]
+    assert [b.producer_epoch for b in batches if b.values == (b"orphan",)] == [h["producer_epoch"], moved]
+    assert read_committed_values(bootstrap, topic, partition, start, timeout_s=3) == []
 
 
 def test_ongoing_with_the_partition_is_refused(bootstrap: str, wire: KafkaWire, unique: str) -> None:
