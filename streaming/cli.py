@@ -376,4 +376,9 @@ def run_stream(args: argparse.Namespace) -> int:
         master=settings.stream.master, app_name="txnwatch-stream", extra_conf=conf, jars=jars
     )
     spark.sparkContext.setLogLevel("WARN")
-    return job.run(spark, opts, seconds=args.seconds)
+    try:
+        return job.run(spark, opts, seconds=args.seconds)
+    except KeyboardInterrupt:
+        # Ctrl-C while the queries start (job.run handles it once they run): no traceback; Spark ends with us.
+        print("txnwatch stream: interrupted while starting", file=sys.stderr)
+        return 130
