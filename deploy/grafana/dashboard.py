@@ -103,38 +103,44 @@ def _series(
 
 def build() -> dict[str, Any]:
     """The dashboard as Grafana JSON (a plain dict)."""
+    each = (
+        "max by (cluster, topic, partition, reason, candidate_id) "
+        f"(txnwatch_hanging_transaction_open_since_timestamp_seconds{{{C}}})"
+    )
     hanging_table = (
         table.Panel()
-        .title("Hanging transactions now: partition, reason, since when, what to run")
+        .title("Hanging transactions now: which partition, why, since when, what to run")
         .description(
-            "One row per HANGING transaction with an open abort candidate. Run `txnwatch proposals show "
-            "<candidate_id>`, then docs/runbook.md."
+            "One row per HANGING transaction with an open abort candidate. The last column is the id for "
+            "`txnwatch proposals show <id>` (docs/runbook.md)."
         )
         .datasource(DATASOURCE)
-        .with_target(
-            _query(
-                "max by (cluster, topic, partition, reason, candidate_id) "
-                f"(txnwatch_hanging_transaction_open_since_timestamp_seconds{{{C}}}) * 1000",
-                instant=True,
-            )
-        )
-        .unit("dateTimeAsIso")
+        .with_target(_query(f"{each} * 1000", ref="A", instant=True))
+        .with_target(_query(f"time() - {each}", ref="B", instant=True))
+        .unit("s")
+        .override_by_name("open since", [dm.DynamicConfigValue(id_val="unit", value="dateTimeAsIso")])
         .no_value("no hanging transaction")
+        .sort_by([gc.TableSortByFieldState().display_name("hanging for").desc(True)])
         .grid_pos(_pos(0, 4, 12, 8))
+        .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(
             dm.DataTransformerConfig(
                 id_val="organize",
                 options={
-                    "excludeByName": {"Time": True},
+                    "excludeByName": {"Time": True, "cluster": True},
                     "indexByName": {
                         "topic": 0,
                         "partition": 1,
                         "reason": 2,
-                        "Value": 3,
-                        "candidate_id": 4,
-                        "cluster": 5,
+                        "Value #B": 3,
+                        "Value #A": 4,
+                        "candidate_id": 5,
                     },
-                    "renameByName": {"Value": "open since"},
+                    "renameByName": {
+                        "Value #A": "open since",
+                        "Value #B": "hanging for",
+                        "candidate_id": "txnwatch proposals show",
+                    },
                 },
             )
         )
@@ -233,12 +239,14 @@ def build() -> dict[str, Any]:
             "High watermark minus last stable offset: what read_committed consumers cannot read yet.",
         ),
         _series(
-            "Open transactions by verdict",
+            "Open transactions by verdict (stacked)",
             [_query(f"sum by (kind) (txnwatch_open_transactions{{{C}}})", "{{kind}}")],
             "none",
             _pos(16, 12, 8, 8),
             "OPEN, LATE, HANGING, STUCK_PREPARE, COORDINATOR_OVERDUE, UNCONFIRMED (docs/detection.md).",
-        ),
+        )
+        .stacking(gc.StackingConfig().mode(common.StackingMode.NORMAL))
+        .fill_opacity(60),
         _series(
             "Candidates by reason",
             [
@@ -432,18 +440,60 @@ def _legend(fmt: str, labels: dict[str, str]) -> str:
 
 def _fmt(value: float, unit: str) -> str:
     if unit == "s":
+        if value == 0:
+            return "0 s"
         if value >= 3600:
             return f"{value / 3600:.1f} h"
         if value >= 120:
-            return f"{value / 60:.1f} min"
+            return f"{value / 60:.0f} min" if value % 60 == 0 else f"{value / 60:.1f} min"
+        if value < 1:
+            return f"{value * 1000:.0f} ms"
         return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
     if unit == "dateTimeAsIso":
         return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value / 1000))
     if unit in ("cps", "reqps"):
-        return f"{value:.2f}/s"
+        return f"{value:.1f}/s" if value < 100 else f"{value:,.0f}/s"
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+
+
+def _unit(panel: dict[str, Any], field: str | None = None) -> str:
+    """The unit Grafana would use for `field` (overrides by name first, then the panel default)."""
+    config = panel.get("fieldConfig", {})
+    for override in config.get("overrides", []):
+        if override["matcher"] == {"id": "byName", "options": field}:
+            for prop in override["properties"]:
+                if prop["id"] == "unit":
+                    return str(prop["value"])
+    return str(config.get("defaults", {}).get("unit", ""))
+
+
+def _table_rows(panel: dict[str, Any], query: Any) -> tuple[list[str], list[list[str]]]:
+    """Instant table targets merged on their labels, organised as the panel's transformations say."""
+    merged: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+    for t in panel["targets"]:
+        for s in query(t["expr"]):
+            key = tuple(sorted(s["metric"].items()))
+            merged.setdefault(key, dict(key))[f"Value #{t['refId']}"] = s["value"][1]
+    options = next(x["options"] for x in panel.get("transformations", []) if x["id"] == "organize")
+    order, rename = options["indexByName"], options["renameByName"]
+    columns = sorted(order, key=order.get)
+    names = [rename.get(c, c) for c in columns]
+    sort = (panel.get("options", {}).get("sortBy") or [{}])[0]
+    if sort.get("displayName") in names:
+        by = columns[names.index(sort["displayName"])]
+        merged = dict(
+            sorted(merged.items(), key=lambda kv: float(kv[1].get(by) or 0), reverse=bool(sort.get("desc")))
+        )
+    rows = []
+    for row in merged.values():
+        cells = []
+        for c, n in zip(columns, names, strict=True):
+            v = row.get(c, "")
+            cells.append(_fmt(float(v), _unit(panel, n)) if c.startswith("Value") and v else v)
+        rows.append(cells)
+    return names, rows
 
 
 def render(
@@ -458,64 +508,100 @@ def render(
 ) -> list[str]:
     """Query every panel from Prometheus and draw the dashboard into `out` (PNG); returns one line per panel
     saying what it showed."""
+    from datetime import UTC, datetime
+
     import matplotlib
 
     matplotlib.use("Agg")
-    from datetime import UTC, datetime
-
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
+
+    def instant(expr: str) -> list[dict[str, Any]]:
+        q = substitute(expr, rate_interval=rate_interval)
+        data = _get(f"{prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": q, "time": end}))
+        return data["result"]  # type: ignore[no-any-return]
+
+    def ranged(expr: str) -> list[dict[str, Any]]:
+        q = substitute(expr, rate_interval=rate_interval)
+        params = {"query": q, "start": start, "end": end, "step": step}
+        return _get(f"{prometheus_url}/api/v1/query_range?" + urllib.parse.urlencode(params))["result"]  # type: ignore[no-any-return]
 
     panels = sorted(board["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
     rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
-    unit_h = 0.42  # inches per grid row
-    fig = plt.figure(figsize=(24 * 0.85, rows * unit_h + 0.8), facecolor="#111217")
-    fig.suptitle(
-        f"{board['title']}  ·  {datetime.fromtimestamp(start, UTC):%H:%M:%S}–{datetime.fromtimestamp(end, UTC):%H:%M:%S} UTC"
-        "  ·  cluster=All",
+    row_in, head_in = 0.45, 0.7  # inches per grid row; the title line
+    height_in = rows * row_in + head_in
+    fig = plt.figure(figsize=(24 * 0.85, height_in), facecolor="#111217")
+    span = f"{datetime.fromtimestamp(start, UTC):%H:%M:%S}-{datetime.fromtimestamp(end, UTC):%H:%M:%S} UTC"
+    fig.text(
+        0.005,
+        1 - 0.45 / height_in,
+        f"{board['title']}   ·   {span}   ·   cluster: All   ·   drawn from Prometheus by deploy/grafana/dashboard.py",
         color="#d8d9da",
         fontsize=15,
-        x=0.01,
-        ha="left",
-        y=1 - 0.15 / (rows * unit_h + 0.8),
     )
-    top = 0.8 / (rows * unit_h + 0.8)
-    avail = 1 - top
     summary: list[str] = []
     for p in panels:
         g = p["gridPos"]
-        left, width = g["x"] / 24 + 0.004, g["w"] / 24 - 0.008
-        height = g["h"] / rows * avail - 0.012
-        bottom = 1 - top - (g["y"] + g["h"]) / rows * avail + 0.006
-        ax = fig.add_axes((left, bottom, width, height), facecolor="#181b1f")
+        # panel box in inches from the top; leave room for the title above and the tick labels below
+        box_top = head_in + g["y"] * row_in + 0.32
+        box_bottom = head_in + (g["y"] + g["h"]) * row_in - (0.08 if p["type"] != "timeseries" else 0.3)
+        left = g["x"] / 24 + (0.004 if p["type"] != "timeseries" else 0.03)
+        width = g["w"] / 24 - 0.008 if p["type"] != "timeseries" else (g["w"] / 24 - 0.034) * 0.62
+        ax = fig.add_axes(
+            (left, 1 - box_bottom / height_in, width, (box_bottom - box_top) / height_in), facecolor="#181b1f"
+        )
         for side in ax.spines.values():
             side.set_color("#2c3235")
         ax.tick_params(colors="#9fa7b3", labelsize=8)
-        unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
-        ax.set_title(p["title"], color="#d8d9da", fontsize=10, loc="left")
+        unit = _unit(p)
+        fig.text(
+            g["x"] / 24 + 0.004, 1 - (box_top - 0.08) / height_in, p["title"], color="#d8d9da", fontsize=10.5
+        )
         if p["type"] == "timeseries":
-            drawn = 0
-            peak = 0.0
-            for t in p["targets"]:
-                q = substitute(t["expr"], rate_interval=rate_interval)
-                data = _get(
-                    f"{prometheus_url}/api/v1/query_range?"
-                    + urllib.parse.urlencode({"query": q, "start": start, "end": end, "step": step})
+            drawn, peak = 0, 0.0
+            found = [(t, s) for t in p["targets"] for s in ranged(t["expr"])]
+            stacked = (
+                p["fieldConfig"]["defaults"].get("custom", {}).get("stacking", {}).get("mode") == "normal"
+            )
+            if stacked and found:
+                stamps = sorted({float(ts) for _, s in found for ts, _ in s["values"]})
+                layers = [{float(ts): float(v) for ts, v in s["values"]} for _, s in found]
+                ys_all = [[layer.get(ts, 0.0) for ts in stamps] for layer in layers]
+                ax.stackplot(
+                    [datetime.fromtimestamp(ts, UTC) for ts in stamps],
+                    ys_all,
+                    labels=[_legend(t.get("legendFormat", ""), s["metric"]) for t, s in found],
+                    alpha=0.75,
                 )
-                for s in data["result"]:
-                    xs = [datetime.fromtimestamp(float(ts), UTC) for ts, _ in s["values"]]
-                    ys = [float(v) for _, v in s["values"]]
-                    ax.plot(xs, ys, linewidth=1.8, label=_legend(t.get("legendFormat", ""), s["metric"]))
-                    drawn += 1
-                    peak = max([peak, *ys])
-            ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))
+                drawn, peak = len(found), max(sum(col) for col in zip(*ys_all, strict=True))
+            for t, s in [] if stacked else found:
+                xs = [datetime.fromtimestamp(float(ts), UTC) for ts, _ in s["values"]]
+                ys = [float(v) for _, v in s["values"]]
+                ax.plot(xs, ys, linewidth=1.8, label=_legend(t.get("legendFormat", ""), s["metric"]))
+                drawn += 1
+                peak = max([peak, *ys])
+            ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=3, maxticks=7))
+            ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))
             ax.set_xlim(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC))
-            ax.set_ylim(bottom=0)
-            ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos, u=unit: _fmt(v, u)))
+            ax.set_ylim(0, peak * 1.15 if peak > 0 else 1)
+            if unit == "s" and peak > 120:  # whole minutes, hours
+                nice = [60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400]
+                ax.yaxis.set_major_locator(
+                    MultipleLocator(next((n for n in nice if peak / n <= 5), nice[-1]))
+                )
+            else:
+                ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=unit in ("none", "short")))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos, u=unit: _fmt(v, u)))
             ax.grid(color="#2c3235", linewidth=0.6)
             if drawn:
                 leg = ax.legend(
-                    loc="upper left", fontsize=7, facecolor="#181b1f", edgecolor="#2c3235", ncol=1
+                    loc="upper left",
+                    bbox_to_anchor=(1.01, 1.0),
+                    fontsize=7.5,
+                    facecolor="#181b1f",
+                    edgecolor="#2c3235",
+                    borderaxespad=0,
                 )
                 for text in leg.get_texts():
                     text.set_color("#d8d9da")
@@ -524,67 +610,50 @@ def render(
                     0.5, 0.5, "No data", color="#9fa7b3", ha="center", va="center", transform=ax.transAxes
                 )
             summary.append(f"{p['title']}: {drawn} series, max {_fmt(peak, unit)}")
+            continue
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if p["type"] == "stat":
+            result = instant(p["targets"][0]["expr"])
+            value = float(result[0]["value"][1]) if result else None
+            steps = p["fieldConfig"]["defaults"]["thresholds"]["steps"]
+            color = steps[0]["color"]
+            for st in steps[1:]:
+                if value is not None and value >= st["value"]:
+                    color = st["color"]
+            ax.set_facecolor(
+                {"green": "#1a7f37", "orange": "#b35c00", "red": "#a51d2d"}.get(color, "#181b1f")
+            )
+            text = "No data" if value is None else _fmt(value, unit)
+            ax.text(
+                0.5, 0.45, text, color="white", fontsize=28, ha="center", va="center", transform=ax.transAxes
+            )
+            summary.append(f"{p['title']}: {text}")
+            continue
+        names, cells = _table_rows(p, instant)
+        if cells:
+            # columns as wide as their longest text, the whole table as wide as the panel
+            chars = [max(len(str(x)) for x in [n, *(r[i] for r in cells)]) + 2 for i, n in enumerate(names)]
+            tbl = ax.table(
+                cellText=cells,
+                colLabels=names,
+                colWidths=[c / sum(chars) for c in chars],
+                loc="upper center",
+                cellLoc="left",
+                colLoc="left",
+            )
+            tbl.auto_set_font_size(False)
+            # a character of a font of size f points is about 0.6 f points wide
+            tbl.set_fontsize(min(10.5, width * 24 * 0.85 * 72 / (sum(chars) * 0.75)))
+            tbl.scale(1, 1.9)
+            for (r, _c), cell in tbl.get_celld().items():
+                cell.set_edgecolor("#2c3235")
+                cell.set_facecolor("#22252b" if r == 0 else "#3b1219")
+                cell.get_text().set_color("#ffffff" if r else "#9fa7b3")
         else:
-            ax.set_xticks([])
-            ax.set_yticks([])
-            q = substitute(p["targets"][0]["expr"], rate_interval=rate_interval)
-            data = _get(f"{prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": q, "time": end}))
-            result = data["result"]
-            if p["type"] == "stat":
-                value = float(result[0]["value"][1]) if result else None
-                steps = p["fieldConfig"]["defaults"]["thresholds"]["steps"]
-                color = steps[0]["color"]
-                for st in steps[1:]:
-                    if value is not None and value >= st["value"]:
-                        color = st["color"]
-                palette = {"green": "#1a7f37", "orange": "#b35c00", "red": "#a51d2d"}
-                ax.set_facecolor(palette.get(color, "#181b1f"))
-                text = "No data" if value is None else _fmt(value, unit)
-                ax.text(
-                    0.5,
-                    0.4,
-                    text,
-                    color="white",
-                    fontsize=26,
-                    ha="center",
-                    va="center",
-                    transform=ax.transAxes,
-                )
-                summary.append(f"{p['title']}: {text}")
-            else:  # table
-                order = p["transformations"][0]["options"]["indexByName"]
-                rename = p["transformations"][0]["options"]["renameByName"]
-                columns = sorted(order, key=order.get)
-                cells = []
-                for s in result:
-                    row = {**s["metric"], "Value": _fmt(float(s["value"][1]), unit)}
-                    cells.append([row.get(c, "") for c in columns])
-                if cells:
-                    tbl = ax.table(
-                        cellText=cells,
-                        colLabels=[rename.get(c, c) for c in columns],
-                        loc="upper center",
-                        cellLoc="left",
-                        colLoc="left",
-                    )
-                    tbl.auto_set_font_size(False)
-                    tbl.set_fontsize(9)
-                    tbl.scale(1, 1.6)
-                    for (r, _c), cell in tbl.get_celld().items():
-                        cell.set_edgecolor("#2c3235")
-                        cell.set_facecolor("#22252b" if r == 0 else "#181b1f")
-                        cell.get_text().set_color("#ffffff" if r else "#9fa7b3")
-                else:
-                    ax.text(
-                        0.5,
-                        0.5,
-                        p.get("fieldConfig", {}).get("defaults", {}).get("noValue", "No data"),
-                        color="#9fa7b3",
-                        ha="center",
-                        va="center",
-                        transform=ax.transAxes,
-                    )
-                summary.append(f"{p['title']}: {len(cells)} row(s) {cells}")
+            none = p["fieldConfig"]["defaults"].get("noValue", "No data")
+            ax.text(0.5, 0.5, none, color="#9fa7b3", ha="center", va="center", transform=ax.transAxes)
+        summary.append(f"{p['title']}: {len(cells)} row(s) {cells}")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80, facecolor=fig.get_facecolor())
     plt.close(fig)
