@@ -89,12 +89,17 @@ def ensure(name: str) -> Path:
         return target
     go = shutil.which("go")
     if go is None:
-        raise ToolBuildError(f"{name} is built from the Go module proxy and needs `go` on PATH (Debian: golang-go)")
+        raise ToolBuildError(
+            f"{name} is built from the Go module proxy and needs `go` on PATH (Debian: golang-go)"
+        )
     with _build_lock():
         if target.exists():  # built by another process while we waited
             return target
         tool = TOOLS[name]
-        print(f"building {name} {tool.version} from the Go module proxy (once; cached in {BIN_DIR})", file=sys.stderr)
+        print(
+            f"building {name} {tool.version} from the Go module proxy (once; cached in {BIN_DIR})",
+            file=sys.stderr,
+        )
         with tempfile.TemporaryDirectory(prefix=f"gobuild-{name}-") as gobin:
             cmd = [go, "install"]
             if tool.tags:
