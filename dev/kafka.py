@@ -489,6 +489,82 @@ def stop_cluster(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 30.0) -
     return alive
 
 
+def node_running(pid: int) -> bool:
+    """True while the JVM `pid` runs (a stopped JVM that was our child stays a zombie until reaped: not running)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stop_node(cluster: Cluster, node_id: int, *, kill: bool = False, timeout_s: float = 60.0) -> float:
+    """Stop one node of a running test bed: SIGTERM (controlled shutdown), or SIGKILL with `kill`; waits until its
+    JVM is gone and returns how long that took. Its ports, config and data dir stay for `start_node`."""
+    (node,) = [n for n in cluster.nodes if n.node_id == node_id]
+    began = time.monotonic()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(node.pid, signal.SIGKILL if kill else signal.SIGTERM)
+    deadline = began + timeout_s
+    while node_running(node.pid):
+        if time.monotonic() > deadline:
+            os.kill(node.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+        time.sleep(0.1)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(node.pid, os.WNOHANG)  # reap it if it was our child
+    return time.monotonic() - began
+
+
+def start_node(cluster: Cluster, node_id: int, *, wait: bool = True) -> Node:
+    """Start a stopped node again on the same ports, config and data dir (no format: the same cluster). With
+    `wait`, returns once every node of the bed is registered and unfenced. Updates `cluster` and its state.json."""
+    (node,) = [n for n in cluster.nodes if n.node_id == node_id]
+    if node_running(node.pid):
+        raise RuntimeError(f"node {node_id} still runs (pid {node.pid})")
+    node_dir = Path(node.directory)
+    state_dir = Path(cluster.state_dir)
+    heap = str(cluster.config.get("heap", "512m"))
+    with open(node_dir / "stdout.log", "ab") as out:
+        proc = subprocess.Popen(
+            [
+                java_binary(),
+                f"-Dlog4j2.configurationFile=file:{node_dir / 'log4j2.properties'}",
+                f"-Xms{heap}",
+                f"-Xmx{heap}",
+                "-Dcom.sun.management.jmxremote",
+                "-Dcom.sun.management.jmxremote.authenticate=false",
+                "-Dcom.sun.management.jmxremote.ssl=false",
+                f"-Dcom.sun.management.jmxremote.port={node.jmx_port}",
+                f"-Dcom.sun.management.jmxremote.rmi.port={node.jmx_port}",
+                "-Dcom.sun.management.jmxremote.host=127.0.0.1",
+                "-Djava.rmi.server.hostname=127.0.0.1",
+                f"-Dtxnwatch.testbed={state_dir}",
+                "-cp",
+                kafka_classpath(),
+                "kafka.Kafka",
+                str(node_dir / "server.properties"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    node.pid = proc.pid
+    (state_dir / "state.json").write_text(json.dumps(cluster.as_json(), indent=2))
+    if wait:
+        wait_for_nodes(cluster)
+    return node
+
+
+def wait_for_nodes(cluster: Cluster) -> None:
+    """Wait until every running node of the bed is registered and unfenced (after `start_node(wait=False)` of
+    several: a KRaft quorum of three needs two of them up before any answers)."""
+    alive = [n for n in cluster.nodes if node_running(n.pid)]
+    client = _scram_kwargs(cluster.client_properties(SUPER_USER)) if cluster.client_configs else None
+    _wait_ready(cluster.bootstrap_servers, len(alive), time.monotonic() + READY_TIMEOUT_S, [], client)
+
+
 @contextlib.contextmanager
 def running_cluster(cfg: TestBedConfig, state_dir: Path) -> Iterator[Cluster]:
     cluster = start_cluster(cfg, state_dir)

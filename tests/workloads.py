@@ -291,3 +291,38 @@ class Proposals:
         finally:
             consumer.close()
         return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fault tests (tests/e2e/test_faults_*.py, tests/broker/test_abort_races.py): moving a partition's leader on a
+# three-node test bed while its old leader keeps running.
+
+
+def partition_replicas(admin: KafkaAdminClient, topic: str, partition: int) -> tuple[int, list[int]]:
+    """(leader, replicas in preferred order) of one partition, from the cluster metadata."""
+    (p,) = [p for p in admin.describe_topics([topic])[0]["partitions"] if p["partition_index"] == partition]
+    return int(p["leader_id"]), [int(r) for r in p["replica_nodes"]]
+
+
+def move_leader(admin: KafkaAdminClient, topic: str, partition: int, to: int, timeout_s: float = 60) -> float:
+    """Make broker `to` (already a replica) the leader of one partition with the public admin APIs: the replica
+    list reordered so `to` is preferred (AlterPartitionReassignments, same set: no data moves), then a preferred
+    leader election (ElectLeaders). The old leader stays up as a follower. Returns the seconds it took."""
+    began = time.monotonic()
+    leader, replicas = partition_replicas(admin, topic, partition)
+    assert to in replicas, f"broker {to} is not a replica of {topic}-{partition} ({replicas})"
+    if leader == to:
+        return 0.0
+    order = [to] + [r for r in replicas if r != to]
+    admin.alter_partition_reassignments({TopicPartition(topic, partition): order})
+    deadline = time.monotonic() + timeout_s
+    while partition_replicas(admin, topic, partition)[1] != order:
+        assert time.monotonic() < deadline, f"{topic}-{partition} replicas never became {order}"
+        time.sleep(0.2)
+    while True:
+        with contextlib.suppress(Exception):  # ELECTION_NOT_NEEDED / not yet in the ISR: ask again
+            admin.elect_leaders(0, {topic: [partition]}, raise_errors=False)
+        if partition_replicas(admin, topic, partition)[0] == to:
+            return time.monotonic() - began
+        assert time.monotonic() < deadline, f"{topic}-{partition}: broker {to} never became leader"
+        time.sleep(0.3)

@@ -1,0 +1,264 @@
+"""`proposals abort --execute` racing the cluster on the real broker: the producer commits or aborts, or the
+partition's leader moves, after the abort verified the transaction and before its marker went out.
+
+A real race between verification and the marker is a few milliseconds wide. Each one here is made with a real
+`admin.wire.KafkaWire` whose `write_abort_marker` first does the racing act for real on the broker (the producer
+commits, the leader moves), then sends the marker as usual: a real broker race in a fixed order. The abort runs
+in this process through `admin.proposals.abort` (what `txnwatch proposals abort --execute` runs) and its ending
+is published to the audit topic as the CLI publishes it. The partition is read back to the byte (control batches
+included) to see which markers exist.
+
+Covered elsewhere: two concurrent executions of one proposal write one marker (tests/broker/test_proposals.py
+`test_two_concurrent_executions_write_one_marker`); resolved before execute (committed, or aborted with Kafka's
+tool), an epoch moved, Ongoing, PrepareCommit: refused (tests/broker/test_abort_refusals.py).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from workloads import (
+    lso,
+    move_leader,
+    partition_batches,
+    partition_replicas,
+    plan_by_hand,
+    read_committed_values,
+    run_workload,
+)
+
+from admin.proposals import AbortAttempt, TopicAuditLog, abort
+from admin.wire import KafkaWire
+from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster, stop_node
+
+pytestmark = pytest.mark.broker
+
+
+class RacingWire(KafkaWire):
+    """A real wire whose first `write_abort_marker` runs `race` (a real act on the broker) before sending."""
+
+    def __init__(self, admin: KafkaAdminClient, race: Callable[[int], None]) -> None:
+        super().__init__(admin)
+        self._race: Callable[[int], None] | None = race
+        self.sent: list[tuple[int, str | None]] = []  # (broker, its answer) per marker sent
+
+    def write_abort_marker(self, broker: int, **marker: Any) -> str | None:
+        if self._race is not None:
+            race, self._race = self._race, None
+            race(broker)
+        answer = super().write_abort_marker(broker, **marker)
+        self.sent.append((broker, answer))
+        return answer
+
+
+def execute_in_process(bootstrap: str, wire: KafkaWire, candidate: Any, prefix: str) -> AbortAttempt:
+    """`proposals abort --execute` as the CLI runs it: the audit topic, the claim, the abort, its ending
+    published."""
+    audit_topic = f"{prefix}.audit"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        if audit_topic not in admin.list_topics():
+            admin.create_topics([NewTopic(audit_topic, 1, -1)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        log = TopicAuditLog(producer, consumer, audit_topic)
+        attempt = abort(wire, candidate, execute=True, actor="race-test", audit_log=log)
+        log.append(attempt.audit)
+        return attempt
+    finally:
+        producer.close()
+        consumer.close()
+
+
+def orphan(bootstrap: str, prefix: str, transactional_id: str) -> dict[str, Any]:
+    truth = run_workload(
+        bootstrap, "--scenario", "hanging", "--topic-prefix", prefix, "--transactional-id", transactional_id
+    )
+    (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
+    return h  # type: ignore[no-any-return]
+
+
+def controls_from(batches: Any, offset: int) -> list[tuple[str, int, int]]:
+    """(marker, producer id, producer epoch) of every control batch at or after `offset`."""
+    return [
+        (b.marker, b.producer_id, b.producer_epoch) for b in batches if b.control and b.base_offset >= offset
+    ]
+
+
+# ------------------------------------------------------------------------ the producer ends it meanwhile
+
+
+@pytest.mark.parametrize("ending", ["commit", "abort"])
+def test_producer_ends_the_transaction_while_execute_runs(bootstrap: str, unique: str, ending: str) -> None:
+    """An orphan of transactional id T (its coordinator completed, the partition never added: verification
+    passes). After the abort verified it, T's producer comes back: InitProducerId (a newer epoch), a transaction
+    that adds the orphan's partition and writes to it (the batch joins the open transaction at the planned start
+    offset), then commits or aborts it; its marker ends the orphan's records too. Our marker, planned at the old
+    epoch, then reaches the leader: fenced (INVALID_PRODUCER_EPOCH). Refused, exit 3, nothing written by us: the
+    only control batch after the orphan is the producer's own, and the audit says so."""
+    txn_id = f"{unique}race-tx"
+    h = orphan(bootstrap, f"{unique}r-", txn_id)
+    topic, partition, start, pid = h["topic"], h["partition"], h["start_offset"], h["producer_id"]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        wire = RacingWire(admin, race=lambda _leader: None)
+        candidate = plan_by_hand(wire, topic, partition, pid)
+        producer_epochs: list[int] = []
+
+        def producer_ends_it(_leader: int) -> None:
+            producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id, acks="all")
+            try:
+                producer.init_transactions()
+                producer_epochs.append(int(producer._transaction_manager.producer_id_and_epoch.epoch))
+                producer.begin_transaction()
+                producer.send(topic, b"racing", partition=partition).get(timeout=30)
+                if ending == "commit":
+                    producer.commit_transaction()
+                else:
+                    producer.abort_transaction()
+            finally:
+                producer.close(timeout=10)
+
+        wire._race = producer_ends_it
+        before = partition_batches(bootstrap, topic, partition)
+        assert controls_from(before, start) == []
+        attempt = execute_in_process(bootstrap, wire, candidate, f"{unique}tw")
+        lso_after = lso(wire, topic, partition)
+    finally:
+        admin.close()
+
+    record = attempt.audit
+    assert attempt.exit_code == 3, record.message
+    assert record.outcome.value == "REFUSED" and record.marker_written is False
+    assert "INVALID_PRODUCER_EPOCH" in record.message and "nothing was written" in record.message
+    assert record.verify is not None and record.verify.outcome.value == "SAFE"  # it had verified: a real race
+    (leader, answer), *more = wire.sent
+    assert answer == "INVALID_PRODUCER_EPOCH" and not more
+    after = partition_batches(bootstrap, topic, partition)
+    assert after[: len(before)] == before  # nothing before it changed
+    # One control batch after the orphan: the producer's, at its newer epoch; none at the planned epoch.
+    ((marker, marker_pid, marker_epoch),) = controls_from(after, start)
+    assert marker == ending.upper() and marker_pid == pid
+    assert marker_epoch > candidate.spec.producer_epoch and marker_epoch >= producer_epochs[0]
+    assert (lso_after or 0) > start
+    visible = read_committed_values(bootstrap, topic, partition, start, timeout_s=3)
+    if ending == "commit":
+        # Kafka's behaviour, not ours: the producer's COMMIT covers the orphan's records (one open transaction).
+        assert visible[:2] == [b"orphan", b"racing"]
+    else:
+        assert b"orphan" not in visible and b"racing" not in visible
+    print(
+        f"\n{ending}: marker planned at epoch {candidate.spec.producer_epoch} fenced by the leader "
+        f"(broker {leader}); the producer's {marker} at epoch {marker_epoch}"
+    )
+
+
+# --------------------------------------------------------------------------------- the leader moves meanwhile
+
+
+@pytest.fixture(scope="module")
+def three_node_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    state_dir: Path = tmp_path_factory.mktemp("race-testbed")
+    cluster = start_cluster(TestBedConfig(nodes=3, partition_verification=False), state_dir)
+    try:
+        yield cluster
+    finally:
+        stop_cluster(state_dir)
+
+
+def test_leader_moves_between_verify_and_marker_is_followed(three_node_bed: Cluster) -> None:
+    """The orphan's partition has three replicas. After verification, its leader is moved to another replica
+    (preferred-leader election; the old leader stays up as a follower). The marker sent to the old leader is
+    answered NOT_LEADER_OR_FOLLOWER (nothing written there); the abort reads metadata again, verifies again, and
+    the marker goes to the new leader: exactly one ABORT control batch on the partition, written by it."""
+    bootstrap = three_node_bed.bootstrap_servers
+    unique = f"m{uuid.uuid4().hex[:8]}-"
+    h = orphan(bootstrap, f"{unique}r-", f"{unique}tx")
+    topic, partition, start, pid = h["topic"], h["partition"], h["start_offset"], h["producer_id"]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    moved: dict[str, Any] = {}
+    try:
+        old, replicas = partition_replicas(admin, topic, partition)
+        assert len(replicas) == 3
+        new = next(r for r in replicas if r != old)
+
+        def move(to_broker: int) -> None:
+            assert to_broker == old
+            moved["seconds"] = move_leader(admin, topic, partition, new)
+
+        wire = RacingWire(admin, race=move)
+        candidate = plan_by_hand(wire, topic, partition, pid)
+        attempt = execute_in_process(bootstrap, wire, candidate, f"{unique}tw")
+        record = attempt.audit
+        assert attempt.exit_code == 0, record.message
+        assert record.outcome.value == "ABORTED" and record.leader_moves == 1
+        assert wire.sent == [(old, "NOT_LEADER_OR_FOLLOWER"), (new, None)]
+        assert f"marker written by broker {new}" in record.message
+        assert record.before is not None and record.before.leader == new  # verified again at the new leader
+        batches = partition_batches(bootstrap, topic, partition)
+        assert controls_from(batches, start) == [("ABORT", pid, candidate.spec.producer_epoch)]
+        assert partition_replicas(admin, topic, partition)[0] == new
+        assert (lso(wire, topic, partition) or 0) > start
+    finally:
+        admin.close()
+    print(f"\nleader {old} -> {new} in {moved['seconds']:.1f}s between verify and marker; followed")
+
+
+def test_leader_stopped_between_verify_and_marker_writes_nothing(three_node_bed: Cluster) -> None:
+    """The same, but the old leader is stopped (controlled shutdown) after verification: the marker cannot reach
+    it. The attempt fails without a marker anywhere (no control batch on the partition); a second run then
+    verifies at the new leader and aborts there, once."""
+    bootstrap = three_node_bed.bootstrap_servers
+    unique = f"s{uuid.uuid4().hex[:8]}-"
+    h = orphan(bootstrap, f"{unique}r-", f"{unique}tx")
+    topic, partition, start, pid = h["topic"], h["partition"], h["start_offset"], h["producer_id"]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    old = -1
+    try:
+        old, _ = partition_replicas(admin, topic, partition)
+
+        def stop_the_leader(to_broker: int) -> None:
+            assert to_broker == old
+            stop_node(three_node_bed, old)
+            deadline = time.monotonic() + 60
+            while partition_replicas(admin, topic, partition)[0] in (old, -1):
+                assert time.monotonic() < deadline, "no new leader after the old one stopped"
+                time.sleep(0.3)
+
+        wire = RacingWire(admin, race=stop_the_leader)
+        candidate = plan_by_hand(wire, topic, partition, pid)
+        first = execute_in_process(bootstrap, wire, candidate, f"{unique}tw")
+        print(f"\nold leader stopped: {first.audit.outcome.value}: {first.audit.message}; sent {wire.sent}")
+        assert first.audit.outcome.value in ("FAILED", "REFUSED", "ABORTED")
+        new = partition_replicas(admin, topic, partition)[0]
+        assert new != old
+        if first.audit.outcome.value != "ABORTED":
+            assert [b for b, _ in wire.sent] == [old]
+            assert controls_from(partition_batches(bootstrap, topic, partition), start) == []
+            again = execute_in_process(
+                bootstrap, RacingWire(admin, race=lambda _b: None), candidate, f"{unique}tw"
+            )
+            assert again.audit.outcome.value == "ABORTED", again.audit.message
+            assert f"marker written by broker {new}" in again.audit.message
+        else:
+            assert wire.sent[-1] == (new, None)
+        assert controls_from(partition_batches(bootstrap, topic, partition), start) == [
+            ("ABORT", pid, candidate.spec.producer_epoch)
+        ]
+    finally:
+        admin.close()
+        from dev.kafka import node_running, start_node
+
+        (node,) = [n for n in three_node_bed.nodes if n.node_id == old] or [None]
+        if node is not None and not node_running(node.pid):
+            start_node(three_node_bed, old)
