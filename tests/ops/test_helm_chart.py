@@ -8,6 +8,7 @@ Helm and kubeconform come from dev/gotools.py; the schemas from tests/ops/k8s_sc
 from __future__ import annotations
 
 import json
+import os
 import re
 import tarfile
 from pathlib import Path
@@ -112,8 +113,6 @@ def renders(h: Helm) -> dict[str, Rendered]:
 
 def settings_from_env(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
     """The Settings the apps would build from this environment (and nothing else of ours)."""
-    import os
-
     for name in list(os.environ):
         if name.startswith("TXNWATCH_"):
             monkeypatch.delenv(name)
