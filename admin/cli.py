@@ -26,7 +26,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from admin.client import AdminError, connect_admin, consumer_for, describe_denied, explain, producer_for
+from admin.client import AdminError, connect_admin, consumer_for, explain, producer_for
 from admin.collector import Collector, run
 from admin.coordinator import CoordinatorPoll, CoordinatorPoller
 from admin.inspect import (
@@ -264,9 +264,9 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("kafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
 
 
-def _denied(admin: Any, topic: str) -> bool:
+def _denied(wire: KafkaWire, topic: str) -> bool:
     try:
-        return describe_denied(admin, topic)
+        return wire.describe_denied(topic)
     except KafkaError:  # the sweep reports an unreachable cluster in its own words
         return False
 
@@ -329,14 +329,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
         admin = connect_admin(kafka, request_timeout_ms=cs.request_timeout_ms)
     except AdminError as exc:
         return _fail("collect", str(exc))
-    if cs.coordinator_source == "log" and _denied(admin, TRANSACTION_LOG_TOPIC):
-        # Left out of the sweep's metadata without a word, the topic would silently get no position, and the
-        # job would withhold every HANGING verdict for ever.
-        log.error(
-            "%s; without it no coordinator log position is measured and the streaming job never proves a "
-            "transaction HANGING (or run both with --coordinator-source describe)",
-            explain("Metadata", "TOPIC_AUTHORIZATION_FAILED", TRANSACTION_LOG_TOPIC),
-        )
     publisher: Publisher | None = None
     server: Any = None
     try:
@@ -349,6 +341,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
             fetch_rounds=cs.start_batch_fetch_rounds,
             requests=requests,
         )
+        if cs.coordinator_source == "log" and _denied(wire, TRANSACTION_LOG_TOPIC):
+            # Left out of the sweep's metadata without a word, the topic would silently get no position, and the
+            # job would withhold every HANGING verdict for ever.
+            log.error(
+                "%s; without it no coordinator log position is measured and the streaming job never proves a "
+                "transaction HANGING (or run both with --coordinator-source describe)",
+                explain("Metadata", "TOPIC_AUTHORIZATION_FAILED", TRANSACTION_LOG_TOPIC),
+            )
         open_partitions: set[tuple[str, int]] | None = set()
         if publish:
             wanted: dict[str, OutputTopicSettings] = {topics.producer_state: cs.producer_state_topic}

@@ -165,38 +165,16 @@ def connect_admin(kafka: KafkaSettings, *, request_timeout_ms: int = 15_000) -> 
     return admin
 
 
-def describe_denied(admin: KafkaAdminClient, topic: str) -> bool:
-    """True if the principal may not Describe `topic` (Metadata for it answers TOPIC_AUTHORIZATION_FAILED).
-
-    Asked by name: a Metadata request for all topics silently leaves out the topics the principal may not
-    describe, so their absence alone cannot tell a missing ACL from a topic that does not exist.
-    """
-    from kafka.protocol.metadata import MetadataRequest
-
-    request = MetadataRequest(
-        topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False
-    )
-
-    async def ask() -> Any:
-        return await admin._manager.send(request)
-
-    response = admin._manager.run(ask)
-    return any(
-        t.name == topic and code_name(t.error_code) == "TOPIC_AUTHORIZATION_FAILED" for t in response.topics
-    )
-
-
 def require_kip_664(admin: KafkaAdminClient) -> None:
     """Raises AdminError unless the bootstrap broker offers DescribeProducers (Kafka 2.8+; admin use 3.0+)."""
     from kafka.protocol.admin.transactions import DescribeProducersRequest
 
-    data = admin._manager.broker_version_data
-    if data is None:
-        return
     try:
-        data.api_version(DescribeProducersRequest)
-    except Errors.IncompatibleBrokerVersion as exc:
-        raise AdminError(KIP_664_MESSAGE) from exc
+        offered = {int(key) for key in admin.api_versions()}
+    except AttributeError:  # no versions negotiated yet: the first request will say
+        return
+    if DescribeProducersRequest.API_KEY not in offered:
+        raise AdminError(KIP_664_MESSAGE)
 
 
 def producer_for(kafka: KafkaSettings, **overrides: Any) -> KafkaProducer:

@@ -482,6 +482,24 @@ class KafkaWire:
             )
         return out
 
+    def describe_denied(self, topic: str) -> bool:
+        """True if the principal may not Describe `topic` (Metadata for it answers TOPIC_AUTHORIZATION_FAILED).
+
+        Asked by name: a Metadata request for all topics silently leaves out the topics the principal may not
+        describe, so their absence alone cannot tell a missing ACL from a topic that does not exist.
+        """
+        return self._run(self._describe_denied, topic)  # type: ignore[no-any-return]
+
+    async def _describe_denied(self, topic: str) -> bool:
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False
+        )
+        response = await self._send("Metadata", None, request)
+        return any(
+            t.name == topic and code_name(t.error_code) == "TOPIC_AUTHORIZATION_FAILED"
+            for t in response.topics
+        )
+
     # ------------------------------------------------------------------------------ consumer groups
 
     def committed_offsets(self, topic: str, partition: int) -> GroupOffsets:

@@ -85,7 +85,11 @@ class FakeCluster:
     offsets_calls: list[dict[int, list[TP]]] = field(default_factory=list)
     end_offsets_calls: list[tuple[int, dict[int, list[TP]]]] = field(default_factory=list)  # (clock, asked)
     metadata_topics: list[list[str] | None] = field(default_factory=list)
+    denied_topics: set[str] = field(default_factory=set)  # Metadata by name: TOPIC_AUTHORIZATION_FAILED
     timeout_calls: list[list[int]] = field(default_factory=list)
+
+    def describe_denied(self, topic: str) -> bool:
+        return topic in self.denied_topics
 
     def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
         self.metadata_calls += 1
