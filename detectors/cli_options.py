@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from pydantic import ValidationError
+
 from detectors.client_properties import ClientPropertiesError
 from detectors.settings import (
     LogLevel,
@@ -114,10 +116,14 @@ def settings_from(
         The settings and the client.properties keys kafka-python does not use (for a warning).
 
     Raises:
-        SettingsError: the properties file cannot be read or holds settings kafka-python cannot honour.
-        pydantic.ValidationError: the environment or a flag gives a value the settings reject.
+        SettingsError: the properties file cannot be read or holds settings kafka-python cannot honour, or the
+            environment or a flag gives a value the settings reject (one line naming the flag or field).
     """
-    base = Settings() if environment is None else environment
+    targets = {**COMMON_FLAGS, **(flags or {})}
+    try:
+        base = Settings() if environment is None else environment
+    except ValidationError as exc:
+        raise SettingsError(f"environment: {_one_line(exc, args, {})}") from exc
     ignored: tuple[str, ...] = ()
     path: Path | None = getattr(args, "command_config", None)
     if path is not None:
@@ -127,12 +133,63 @@ def settings_from(
             text = read_text(path)
         except OSError as exc:
             raise SettingsError(f"--command-config {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise SettingsError(
+                f"--command-config {path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from exc
         try:
             kafka, ignored = kafka_settings_from_properties(text, base=base.kafka)
-        except ClientPropertiesError as exc:
-            raise SettingsError(f"--command-config {path}: {exc}") from exc
+        except (ClientPropertiesError, ValidationError) as exc:
+            what = _one_line(exc, args, {}) if isinstance(exc, ValidationError) else str(exc)
+            raise SettingsError(f"--command-config {path}: {what}") from exc
+        file_problem = bootstrap_problem(kafka.bootstrap_servers)
+        if file_problem is not None and kafka.bootstrap_servers != base.kafka.bootstrap_servers:
+            raise SettingsError(f"--command-config {path}: bootstrap.servers {file_problem}")
         base = base.model_copy(update={"kafka": kafka})
-    return overlay(base, flag_overrides(args, {**COMMON_FLAGS, **(flags or {})})), ignored
+    try:
+        settings = overlay(base, flag_overrides(args, targets))
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc, args, targets)) from exc
+    problem = bootstrap_problem(settings.kafka.bootstrap_servers)
+    if problem is not None:
+        given = getattr(args, "bootstrap_server", None) is not None
+        where = "--bootstrap-server" if given else "TXNWATCH_KAFKA__BOOTSTRAP_SERVERS"
+        raise SettingsError(f"{where} {problem}")
+    return settings, ignored
+
+
+def _one_line(exc: ValidationError, args: argparse.Namespace, flags: FlagTargets) -> str:
+    """pydantic's error list (several lines per error) as one line, each error named by the flag that set the
+    field when one did, else by the field."""
+    by_field: dict[str, str] = {}
+    for dest, targets in flags.items():
+        if getattr(args, dest, None) is None:
+            continue
+        for target in (targets,) if isinstance(targets, str) else targets:
+            by_field.setdefault(target.rsplit(".", 1)[-1], "--" + dest.replace("_", "-"))
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or exc.title
+        flag = by_field.get(str(err["loc"][-1]) if err["loc"] else "")
+        name = f"{flag} ({loc})" if flag else loc
+        got = repr(err.get("input"))
+        parts.append(f"{name}: {err['msg']} (got {got[:60] + '...' if len(got) > 60 else got})")
+    return "; ".join(parts)
+
+
+def bootstrap_problem(servers: str) -> str | None:
+    """What is wrong with a bootstrap server list (`host[:port][,...]`), or None; kafka-python would raise a
+    bare ValueError for a port that is not a number at its first connection."""
+    for entry in servers.split(","):
+        entry = entry.strip()
+        if not entry:
+            return f"{servers!r}: an empty address"
+        host, sep, port = entry.rpartition(":") if not entry.endswith("]") else ("", "", "")
+        if sep and (not port.isdigit() or not 0 < int(port) < 65536):
+            return f"{servers!r}: port {port!r} of {entry!r} is not a number from 1 to 65535"
+        if sep and not host:
+            return f"{servers!r}: {entry!r} has no host"
+    return None
 
 
 def output_format(choice: OutputChoice, *, is_terminal: bool) -> Literal["table", "json"]:

@@ -66,6 +66,8 @@ _HARMLESS = frozenset(
     }
 )
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# The SASL mechanisms kafka-python 3.0 implements (kafka.net.sasl); any other fails only at the first connection.
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER", "AWS_MSK_IAM")
 _JAAS_ENTRY = re.compile(
     r"^\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)\s*(?P<options>.*?)\s*;?\s*$",
     re.S,
@@ -77,7 +79,11 @@ _JAAS_OPTION = re.compile(
 
 def parse_properties(text: str) -> dict[str, str]:
     """Parse Java `.properties` text: `key=value`, `key: value` or `key value`; `#`/`!` comments; a trailing
-    backslash continues a line; `\\t \\n \\r \\f \\uXXXX` and escaped separators are unescaped."""
+    backslash continues a line; `\\t \\n \\r \\f \\uXXXX` and escaped separators are unescaped.
+
+    Raises:
+        ClientPropertiesError: a malformed `\\uXXXX` escape (as Java's `Properties.load`).
+    """
     out: dict[str, str] = {}
     logical: list[str] = []
     for raw in text.splitlines():
@@ -123,8 +129,12 @@ def _unescape(s: str) -> str:
             i += 1
             continue
         nxt = s[i + 1]
-        if nxt == "u" and i + 6 <= n:
-            out.append(chr(int(s[i + 2 : i + 6], 16)))
+        if nxt == "u":
+            digits = s[i + 2 : i + 6]
+            if len(digits) < 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                # Java's Properties.load refuses it too ("Malformed \\uxxxx encoding")
+                raise ClientPropertiesError(f"malformed \\uxxxx escape {s[i : i + 6]!r}")
+            out.append(chr(int(digits, 16)))
             i += 6
             continue
         out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
@@ -172,7 +182,8 @@ def parse_client_properties(text: str) -> ParsedClientProperties:
     Raises:
         ClientPropertiesError: for settings that would silently connect differently under kafka-python, with
             what to use instead: JKS/PKCS12 stores (give PEM files: ssl.truststore.type=PEM or ssl.cafile),
-            inline PEM certificates, OAUTHBEARER, an unknown security.protocol.
+            inline PEM certificates, OAUTHBEARER, an unknown security.protocol or sasl.mechanism, a
+            malformed `\\uXXXX` escape.
     """
     props = parse_properties(text)
     kwargs: dict[str, ClientValue] = {}
@@ -180,6 +191,8 @@ def parse_client_properties(text: str) -> ParsedClientProperties:
     for key, value in props.items():
         if key in _DIRECT:
             kwargs[_DIRECT[key]] = coerce_value(value) if key.endswith((".ms", ".bytes")) else value
+            if key.endswith((".ms", ".bytes")) and type(kwargs[_DIRECT[key]]) is not int:
+                raise ClientPropertiesError(f"{key}: {value!r} is not a whole number")
         elif key == "sasl.jaas.config":
             kwargs.update(_jaas_kwargs(value, ignored))
         elif key == "ssl.endpoint.identification.algorithm":
@@ -205,7 +218,10 @@ def parse_client_properties(text: str) -> ParsedClientProperties:
     protocol = kwargs.get("security_protocol")
     if protocol is not None and protocol not in _PROTOCOLS:
         raise ClientPropertiesError(f"security.protocol: {protocol!r} is not one of {', '.join(_PROTOCOLS)}")
-    if kwargs.get("sasl_mechanism") == "OAUTHBEARER":
+    mechanism = kwargs.get("sasl_mechanism")
+    if mechanism is not None and mechanism not in _MECHANISMS:
+        raise ClientPropertiesError(f"sasl.mechanism: {mechanism!r} is not one of {', '.join(_MECHANISMS)}")
+    if mechanism == "OAUTHBEARER":
         raise ClientPropertiesError(
             "sasl.mechanism=OAUTHBEARER: kafka-python needs a token provider object, which a properties file "
             "cannot give; use PLAIN or SCRAM credentials for txnwatch"
