@@ -173,7 +173,9 @@ class StreamSettings(Model):
     # Where Spark keeps offsets and state; keep it to resume after a restart. A relative path is taken from the
     # working directory. Also read from TXNWATCH_CHECKPOINT_LOCATION (its name before this section existed).
     checkpoint_location: str = Field(default="txnwatch-checkpoints", min_length=1)
-    master: str = Field(default="local[*]", min_length=1)
+    # None: the master spark-submit gives (`spark.master`), else local[*]. Set it only when txnwatch starts Spark
+    # itself (`txnwatch stream`, not under spark-submit): a master set here overrides spark-submit's.
+    master: str | None = Field(default=None, min_length=1)
     trigger: str = "5 seconds"
     # Of the snapshot topic; the transaction log is always read from earliest (it is compacted).
     starting_offsets: str = "latest"

@@ -88,7 +88,7 @@ def register(subparsers: Any) -> None:
         help="where Spark keeps offsets and state; keep it to resume after a restart "
         f"{_default('checkpoint_location')}",
     )
-    p.add_argument("--master", help=f"Spark master {_default('master')}")
+    p.add_argument("--master", help="Spark master (default: the one spark-submit gives, else local[*])")
     p.add_argument(
         "--conf",
         action="append",

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,17 +49,33 @@ def connector_jars(jars_dir: Path | None = None) -> list[str]:
 
 
 def build_session(
-    master: str = "local[*]",
+    master: str | None = "local[*]",
     app_name: str = "txnwatch",
     extra_conf: Mapping[str, str] | None = None,
     jars: list[str] | None = None,
 ) -> SparkSession:
+    """The session. `master` None: the master `spark-submit` gave (its `spark.master`), else `local[*]`; a master
+    given here would override spark-submit's and silently run everything inside the driver. Jars given to
+    spark-submit (`--jars`) are kept beside the connector's."""
     # Python workers must run this interpreter so they can import detectors/ and streaming/.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    builder = SparkSession.builder.master(master).appName(app_name)
+    # Under spark-submit, its JVM is already up and holds the configuration (PythonRunner hands the driver the
+    # gateway's port). A plain `python` start has no JVM yet, and must not start one here: the connector jars
+    # have to be on the command line of the JVM the session below launches.
+    submitted = SparkConf(loadDefaults=False)
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        SparkContext._ensure_initialized()
+        submitted = SparkConf()
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    elif not submitted.contains("spark.master"):
+        builder = builder.master("local[*]")
     conf = dict(BASE_CONF)
-    conf["spark.jars"] = ",".join(connector_jars() if jars is None else jars)
+    given = [j for j in submitted.get("spark.jars", "").split(",") if j]
+    ours = connector_jars() if jars is None else jars
+    conf["spark.jars"] = ",".join(dict.fromkeys([*given, *ours]))
     conf.update(extra_conf or {})
     for key, value in conf.items():
         builder = builder.config(key, value)
