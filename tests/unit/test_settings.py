@@ -51,9 +51,10 @@ def test_defaults() -> None:
     assert (s.output, s.log_level) == ("auto", None)
     assert s.collector == CollectorSettings() and s.collector.interval_s == 10.0
     assert s.stream == StreamSettings()
+    # master None: spark-submit's, else local[*] (streaming/session.py)
     assert (s.stream.checkpoint_location, s.stream.master, s.stream.trigger) == (
         "txnwatch-checkpoints",
-        "local[*]",
+        None,
         "5 seconds",
     )
     assert (s.stream.transaction_log_topic, s.stream.metrics_port, s.stream.jars_dir) == (
