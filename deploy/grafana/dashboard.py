@@ -581,7 +581,7 @@ def render(
                 ax.plot(xs, ys, linewidth=1.8, label=_legend(t.get("legendFormat", ""), s["metric"]))
                 drawn += 1
                 peak = max([peak, *ys])
-            ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=3, maxticks=7))
+            ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=2, maxticks=max(3, g["w"] // 2)))
             ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))
             ax.set_xlim(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC))
             ax.set_ylim(0, peak * 1.15 if peak > 0 else 1)
@@ -644,7 +644,7 @@ def render(
             )
             tbl.auto_set_font_size(False)
             # a character of a font of size f points is about 0.6 f points wide
-            tbl.set_fontsize(min(10.5, width * 24 * 0.85 * 72 / (sum(chars) * 0.75)))
+            tbl.set_fontsize(max(8.0, min(10.5, width * 24 * 0.85 * 72 / (sum(chars) * 0.65))))
             tbl.scale(1, 1.9)
             for (r, _c), cell in tbl.get_celld().items():
                 cell.set_edgecolor("#2c3235")
