@@ -26,7 +26,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from admin.client import AdminError, connect_admin, consumer_for, explain, producer_for
+from admin.client import AdminError, connect_admin, consumer_for, explain, hide_secrets_in_logs, producer_for
 from admin.collector import Collector, run
 from admin.coordinator import CoordinatorPoll, CoordinatorPoller
 from admin.inspect import (
@@ -286,6 +286,7 @@ def _settings(
     except (SettingsError, ValidationError) as exc:
         return _fail(command, str(exc), 2)
     _setup_logging(settings.log_level or log_level)
+    hide_secrets_in_logs(settings.kafka)
     for item in ignored:
         log.warning("--command-config %s: %s", args.command_config, item)
     return settings
