@@ -32,7 +32,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.structs import TopicPartition
 
-from benchmarks.bench_stream import coordinator_records, log, produce
+from benchmarks.bench_stream import RECONCILE, coordinator_records, log, produce, state_figures, state_per_id
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import CoordinatorLogPosition
 from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
@@ -86,6 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heap", default="1g", help="broker heap")
     parser.add_argument("--bootstrap", help="use this running broker instead of starting a test bed")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--last-record-only",
+        action="store_true",
+        help="write only each id's last record (CompleteCommit): --records ids, one record each (state size at "
+        "many ids without 4x the log)",
+    )
+    parser.add_argument(
+        "--state",
+        action="store_true",
+        help="after the view is current, read the state back (state data source) and report bytes per id",
+    )
     args = parser.parse_args(argv)
 
     run = uuid.uuid4().hex[:6]
@@ -115,8 +126,19 @@ def main(argv: list[str] | None = None) -> int:
             admin.create_topics([NewTopic(log_topic, args.log_partitions, 1), NewTopic(snapshot_topic, 1, 1)])
         finally:
             admin.close()
-        ids = max(1, args.records // 4)  # 1 + 3 records per id (one transaction each)
-        result["produced"] = produce(bootstrap, log_topic, coordinator_records(ids, 1, 1_000, args.seed, run))
+        if args.last_record_only:
+            ids = args.records
+            records = (
+                r
+                for i, r in enumerate(coordinator_records(ids, 1, 1_000, args.seed, run))
+                if (i // 1_000) % 4 == 3
+            )
+        else:
+            ids = max(1, args.records // 4)  # 1 + 3 records per id (one transaction each)
+            records = coordinator_records(ids, 1, 1_000, args.seed, run)
+        result["ids"] = ids
+        result["last_record_only"] = args.last_record_only
+        result["produced"] = produce(bootstrap, log_topic, records)
         position = publish_position(bootstrap, log_topic, snapshot_topic, args.log_partitions)
         result["position_records"] = sum(position.end_offsets.values())
 
@@ -167,7 +189,13 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError(running.failed())
                 time.sleep(0.25)
         finally:
+            last_progress = running.queries[0].lastProgress
             running.stop()
+        if args.state and last_progress is not None:
+            states = state_figures(spark, workdir / "checkpoint" / RECONCILE, last_progress)
+            result["state"] = states
+            result["state_per_transactional_id"] = state_per_id([{"phase": "coordinator", "state": states}])
+            log(f"state per transactional id: {result['state_per_transactional_id']}")
         result.update(
             first_batch_s=None if first_batch_s is None else round(first_batch_s, 1),
             current_after_s=None if current_s is None else round(current_s, 1),

@@ -1,10 +1,12 @@
 """Real transactional workloads for the test bed, with their ground truth.
 
-`python -m dev.workload --bootstrap-server B --scenario steady|late|hanging|hanging-offsets [--json]` runs real
-kafka-python transactional producers. `hanging` makes a real orphan the way a buggy or delayed client does
-(KIP-890's motivating case): with partition verification off, a transactional batch is written with Produce v9
-to a partition the coordinator never added, then the transaction commits; the coordinator writes markers only to
-the partitions it knows, so the orphan pins the last stable offset until someone aborts it.
+`python -m dev.workload --bootstrap-server B --scenario steady|late|hanging|hanging-offsets|hanging-after-abort|
+hanging-multi [--json]` runs real kafka-python transactional producers. `hanging` makes a real orphan the way a
+buggy or delayed client does (KIP-890's motivating case): with partition verification off, a transactional batch is
+written with Produce v9 to a partition the coordinator never added, then the transaction commits; the coordinator
+writes markers only to the partitions it knows, so the orphan pins the last stable offset until someone aborts it.
+`hanging-after-abort` is the late produce: the write arrives after the transaction aborted. `hanging-multi` leaves
+orphans on `--orphan-partitions` partitions of one producer.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from kafka.protocol.producer.transaction import TxnOffsetCommitRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 from kafka.structs import TopicPartition
 
-SCENARIOS = ("steady", "late", "hanging", "hanging-offsets")
+SCENARIOS = ("steady", "late", "hanging", "hanging-offsets", "hanging-after-abort", "hanging-multi")
 
 
 @dataclass(frozen=True)
@@ -406,6 +408,90 @@ def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Name
     )
 
 
+def hanging_after_abort(
+    bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace
+) -> list[TruthRecord]:
+    """A real orphan from a late produce: the transaction aborts, then a write of it arrives at a partition it never
+    added (a delayed Produce request of the aborted transaction, with the epoch it had), so no marker ever comes."""
+    if _verification_enabled(admin):
+        raise WorkloadError(
+            "transaction.partition.verification.enable is true on this cluster; start the test bed "
+            "with `python -m dev.kafka up --no-verification`"
+        )
+    partitions = max(2, args.partitions)
+    topic = f"{args.topic_prefix}hanging-after-abort"
+    ensure_topics(admin, [topic], partitions)
+    txn_id = new_transactional_id(f"{args.topic_prefix}hanging-after-abort-")
+    producer = _producer(bootstrap, txn_id)
+    pid, epoch = _pid_epoch(producer)
+    producer.begin_transaction()
+    md = producer.send(topic, value=b"aborted", partition=0).get(timeout=30)
+    producer.abort_transaction()
+    producer.close(timeout=10)
+    ts = int(time.time() * 1000) - args.backdate_ms
+    orphan_partition = partitions - 1
+    offset = raw_transactional_produce(
+        admin,
+        topic=topic,
+        partition=orphan_partition,
+        transactional_id=txn_id,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        timestamp_ms=ts,
+        value=b"late-after-abort",
+    )
+    _log(
+        f"hanging-after-abort: {txn_id} (producer id {pid}, epoch {epoch}) aborted on {topic}-0; late write open "
+        f"on {topic}-{orphan_partition} at offset {offset}"
+    )
+    return [
+        TruthRecord("aborted", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
+        TruthRecord("hanging", topic, orphan_partition, pid, epoch, offset, txn_id, ts),
+    ]
+
+
+def hanging_multi(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
+    """Several orphans of one producer: unverified writes to `--orphan-partitions` partitions the coordinator never
+    added, then a commit (markers reach partition 0 only)."""
+    if _verification_enabled(admin):
+        raise WorkloadError(
+            "transaction.partition.verification.enable is true on this cluster; start the test bed "
+            "with `python -m dev.kafka up --no-verification`"
+        )
+    orphans = max(1, args.orphan_partitions)
+    partitions = max(args.partitions, orphans + 1)
+    topic = f"{args.topic_prefix}hanging-multi"
+    ensure_topics(admin, [topic], partitions)
+    txn_id = new_transactional_id(f"{args.topic_prefix}hanging-multi-")
+    producer = _producer(bootstrap, txn_id)
+    pid, epoch = _pid_epoch(producer)
+    producer.begin_transaction()
+    md = producer.send(topic, value=b"committed", partition=0).get(timeout=30)
+    truth = [TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp)]
+    for partition in range(partitions - orphans, partitions):
+        ts = int(time.time() * 1000) - args.backdate_ms
+        offset = raw_transactional_produce(
+            admin,
+            topic=topic,
+            partition=partition,
+            transactional_id=txn_id,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            timestamp_ms=ts,
+            value=b"orphan",
+        )
+        truth.append(TruthRecord("hanging", topic, partition, pid, epoch, offset, txn_id, ts))
+    producer.commit_transaction()
+    producer.close(timeout=10)
+    _log(
+        f"hanging-multi: {txn_id} (producer id {pid}, epoch {epoch}) committed on {topic}-0; orphans open on "
+        f"partitions {[t.partition for t in truth[1:]]}"
+    )
+    return truth
+
+
 def run(args: argparse.Namespace, emit: Callable[[list[TruthRecord]], None]) -> list[TruthRecord]:
     admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="txnwatch-workload")
     try:
@@ -415,6 +501,10 @@ def run(args: argparse.Namespace, emit: Callable[[list[TruthRecord]], None]) -> 
             return late(args.bootstrap_server, admin, args, emit)
         if args.scenario == "hanging":
             return hanging(args.bootstrap_server, admin, args)
+        if args.scenario == "hanging-after-abort":
+            return hanging_after_abort(args.bootstrap_server, admin, args)
+        if args.scenario == "hanging-multi":
+            return hanging_multi(args.bootstrap_server, admin, args)
         return hanging_offsets(args.bootstrap_server, admin, args)
     finally:
         admin.close()
@@ -459,6 +549,12 @@ def parser() -> argparse.ArgumentParser:
         help="hanging: use this transactional id (e.g. one an earlier run made) instead of a fresh one; its "
         "orphan then lands on the same partition with the producer's next epoch, and the truth's start offset is "
         "this run's orphan batch (an older open orphan of the producer id still starts the transaction)",
+    )
+    p.add_argument(
+        "--orphan-partitions",
+        type=int,
+        default=3,
+        help="hanging-multi: partitions of one producer left with an orphan (default %(default)s)",
     )
     p.add_argument("--hold-ms", type=int, default=30_000, help="late: how long the transaction stays open")
     p.add_argument(

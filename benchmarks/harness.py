@@ -1,0 +1,344 @@
+"""What the detection benchmarks share: a one-node test bed, `txnwatch collect` as a subprocess, the streaming job
+(all three queries, in this process, on `local[2]` with the job's own conf), a watcher of the candidates topic,
+the orphan makers of dev/workload.py called in-process, and small statistics helpers.
+
+Nothing here is a test: bench_latency and bench_peers drive it, and tests/e2e/test_bench_smoke.py runs a tiny
+part of it (the orphan makers and the figures) against the session's broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.structs import TopicPartition
+
+from dev import workload
+from dev.kafka import ROOT, Cluster, TestBedConfig, start_cluster, stop_cluster
+
+Json = dict[str, Any]
+
+# The orphan kinds the test bed can make (dev/workload.py scenario, orphans per run).
+ORPHAN_KINDS: dict[str, tuple[str, int]] = {
+    "after-commit": ("hanging", 1),
+    "after-abort": ("hanging-after-abort", 1),
+    "consumer-offsets": ("hanging-offsets", 1),
+    "multi-partition": ("hanging-multi", 3),
+}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def machine() -> Json:
+    import kafka
+    import pyspark
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "java": java[0] if java else "?",
+        "pyspark": pyspark.__version__,
+        "kafka_python": kafka.__version__,
+        "kafka_broker": next((p.name for p in (ROOT / ".cache/jars/kafka").glob("kafka_2.13-*.jar")), "?"),
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary(values: list[float]) -> Json:
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "p50": round(percentile(values, 50), 1),
+        "p95": round(percentile(values, 95), 1),
+        "max": round(max(values), 1),
+        "min": round(min(values), 1),
+    }
+
+
+def make_orphans(bootstrap: str, kind: str, prefix: str) -> list[Json]:
+    """Run one dev/workload.py orphan scenario in-process; returns its ground truth (dicts), orphans first."""
+    scenario, _ = ORPHAN_KINDS[kind]
+    args = workload.parser().parse_args(
+        ["--bootstrap-server", bootstrap, "--scenario", scenario, "--topic-prefix", prefix, "--json"]
+    )
+    truth = workload.run(args, lambda _t: None)
+    return [t.__dict__ | {"orphan_kind": kind} for t in truth if t.kind == "hanging"]
+
+
+def scenario_args(bootstrap: str, scenario: str, prefix: str, *extra: str) -> argparse.Namespace:
+    return workload.parser().parse_args(
+        ["--bootstrap-server", bootstrap, "--scenario", scenario, "--topic-prefix", prefix, *extra]
+    )
+
+
+@dataclass
+class Seen:
+    """One record of the candidates topic as the watcher read it."""
+
+    candidate: Any  # detectors.models.AbortCandidate
+    record_ts_ms: int  # CreateTime: when the job's driver wrote it
+    seen_ms: int
+
+
+@dataclass
+class CandidateWatcher:
+    """Follows `<prefix>.abort-candidates` from the beginning in a thread."""
+
+    bootstrap: str
+    topic: str
+    seen: list[Seen] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True, name="candidate-watcher")
+        self._thread.start()
+
+    def _run(self) -> None:
+        from detectors.models import AbortCandidate
+
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap, enable_auto_commit=False, client_id="bench-watcher"
+        )
+        try:
+            parts = [TopicPartition(self.topic, p) for p in consumer.partitions_for_topic(self.topic) or []]
+            consumer.assign(parts)
+            consumer.seek_to_beginning(*parts)
+            while not self._stop.is_set():
+                for records in consumer.poll(timeout_ms=500).values():
+                    for r in records:
+                        if r.value is None:
+                            continue
+                        self.seen.append(
+                            Seen(
+                                AbortCandidate.model_validate_json(r.value),
+                                r.timestamp,
+                                int(time.time() * 1000),
+                            )
+                        )
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def opened(self) -> dict[tuple[str, int, int, int], Seen]:
+        """The first OPENED record per (topic, partition, producer id, start offset)."""
+        out: dict[tuple[str, int, int, int], Seen] = {}
+        for s in list(self.seen):
+            c = s.candidate
+            if c.status.value != "OPENED":
+                continue
+            out.setdefault((c.topic, c.partition, c.spec.producer_id, c.start_offset), s)
+        return out
+
+
+def orphan_key(t: Json) -> tuple[str, int, int, int]:
+    return (t["topic"], t["partition"], t["producer_id"], t["start_offset"])
+
+
+@dataclass
+class Pipeline:
+    """A test bed, the collector and the job. `up()` as a context manager."""
+
+    cluster: Cluster
+    prefix: str
+    collector: subprocess.Popen[str]
+    running: Any  # streaming.job.RunningJob
+    spark: Any
+    watcher: CandidateWatcher
+    settings: Any
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    def reconcile_durations_s(self) -> list[float]:
+        q = next(q for q in self.running.queries if q.name == "txnwatch-reconcile")
+        return [p["batchDuration"] / 1000 for p in q.recentProgress if p.get("numInputRows", 0) > 0]
+
+    def first_batches_done(self, n: int) -> bool:
+        q = next(q for q in self.running.queries if q.name == "txnwatch-reconcile")
+        return len(q.recentProgress) >= n
+
+
+@contextmanager
+def pipeline(
+    workdir: Path,
+    *,
+    interval_s: float = 5.0,
+    trigger: str = "5 seconds",
+    bed: TestBedConfig | None = None,
+    stream_overrides: Json | None = None,
+    detection_overrides: Json | None = None,
+    collector_args: tuple[str, ...] = (),
+) -> Iterator[Pipeline]:
+    """Start bed → collector → job → watcher; stop all of it (by pid / handle) on exit."""
+    from detectors.models import DetectionLimits
+    from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
+
+    state_dir = workdir / "testbed"
+    bed = bed or TestBedConfig(nodes=1, partition_verification=False, heap="1g")
+    log(f"starting a one-node test bed in {state_dir} (load {loadavg()})")
+    cluster = start_cluster(bed, state_dir)
+    collector = None
+    spark = None
+    running = None
+    watcher = None
+    collector_log = (workdir / "collector.log").open("w")
+    try:
+        prefix = "bench"
+        settings = Settings(
+            cluster="bench",
+            kafka=KafkaSettings(bootstrap_servers=cluster.bootstrap_servers),
+            topics=TopicSettings(prefix=prefix),
+            detection=DetectionLimits(**(detection_overrides or {})),
+            stream=StreamSettings(
+                checkpoint_location=str(workdir / "checkpoint"),
+                master="local[2]",
+                trigger=trigger,
+                starting_offsets="earliest",
+                metrics_port=0,
+                **(stream_overrides or {}),
+            ),
+        )
+        from streaming import job
+        from streaming.session import build_session
+
+        opts = job.StreamOptions(
+            settings=settings, kafka_options={"bootstrap.servers": cluster.bootstrap_servers}
+        )
+        job.ensure_topics(opts, settings.kafka.client_kwargs())
+        collector = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "txnwatch_cli",
+                "collect",
+                "--bootstrap-server",
+                cluster.bootstrap_servers,
+                "--interval",
+                str(interval_s),
+                "--topic-prefix",
+                prefix,
+                "--cluster",
+                "bench",
+                "--metrics-port",
+                "0",
+                *collector_args,
+            ],
+            stdout=collector_log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # As `txnwatch stream` builds it (streaming/cli.py): 4 shuffle partitions and the job's conf.
+        spark = build_session(
+            master="local[2]",
+            app_name="txnwatch-bench",
+            extra_conf={
+                "spark.sql.shuffle.partitions": "4",
+                **job.spark_conf(),
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+            },
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        running = job.start(spark, opts, out=(workdir / "job-console.log").open("w"))
+        watcher = CandidateWatcher(cluster.bootstrap_servers, settings.topics.abort_candidates)
+        watcher.start()
+        yield Pipeline(cluster, prefix, collector, running, spark, watcher, settings)
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        if running is not None:
+            running.stop()
+        if spark is not None:
+            spark.stop()
+        if collector is not None:
+            collector.terminate()
+            try:
+                collector.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                collector.kill()
+        collector_log.close()
+        stop_cluster(state_dir)
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+class Steady(threading.Thread):
+    """dev/workload.py's steady scenario in a thread, in slices, until stopped: committed and aborted
+    transactions, never an orphan."""
+
+    def __init__(self, bootstrap: str, prefix: str, rate: float = 5.0) -> None:
+        super().__init__(daemon=True, name="steady")
+        self.bootstrap, self.prefix, self.rate = bootstrap, prefix, rate
+        self.stopping = threading.Event()
+        self.transactions = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="bench-steady")
+        try:
+            seed = 0
+            while not self.stopping.is_set():
+                seed += 1
+                args = scenario_args(
+                    self.bootstrap,
+                    "steady",
+                    self.prefix,
+                    "--seconds",
+                    "20",
+                    "--rate",
+                    str(self.rate),
+                    "--seed",
+                    str(seed),
+                )
+                truth = workload.steady(self.bootstrap, admin, args)
+                self.transactions += len({(t.transactional_id, t.start_offset) for t in truth})
+        except BaseException as exc:  # reported by the benchmark
+            self.error = exc
+        finally:
+            admin.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=60)

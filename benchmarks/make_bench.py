@@ -1,0 +1,467 @@
+"""`make bench`: run the benchmarks, keep their raw figures, rewrite the tables of docs/BENCHMARKS.md.
+
+`python -m benchmarks.make_bench [--only latency,peers] [--render-only] [--smoke]` runs each benchmark as
+`python -m benchmarks.<module> ARGS` from the checkout, one after the other (never two at once: they share two
+cores), takes the JSON object each prints last, and writes it with the run's facts (command, UTC start, wall time,
+load average before and after, exit code) to `benchmarks/results/<name>.json`. It then rewrites every block
+between `<!-- bench:<name> -->` and `<!-- /bench:<name> -->` in docs/BENCHMARKS.md from those files, so a table is
+always the last run of its command. A benchmark that fails keeps its previous result file, and the exit code says
+so. `--render-only` rewrites the tables from the files without running anything; `--smoke` runs the cheap ones
+with tiny arguments into a temporary directory and renders a copy of the document there (tests use it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DOC = ROOT / "docs" / "BENCHMARKS.md"
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    module: str
+    args: tuple[str, ...]
+    smoke_args: tuple[str, ...] | None  # None: not part of --smoke (needs a broker or minutes)
+
+
+BENCHES: tuple[Bench, ...] = (
+    Bench("codec", "bench_codec", (), ("--records", "300", "--repeat", "1")),
+    Bench("rules", "bench_rules", ("--repeat", "7"), ("--n", "2000", "--model-n", "200", "--repeat", "1")),
+    Bench("collector", "bench_collector", (), None),
+    Bench(
+        "stream",
+        "bench_stream",
+        (
+            "--coordinator-batch",
+            "100000",
+            "--snapshot-batch",
+            "50000",
+            "--warmup-batches",
+            "5",
+            "--steady-batches",
+            "6",
+        ),
+        None,
+    ),
+    Bench("catchup", "bench_catchup", ("--records", "1000000"), None),
+    Bench("state1m", "bench_catchup", ("--records", "1000000", "--last-record-only", "--state"), None),
+    Bench("latency", "bench_latency", ("--per-kind", "20"), None),
+    Bench("peers", "bench_peers", (), None),
+)
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def run_one(bench: Bench, args: tuple[str, ...], results: Path) -> bool:
+    command = [sys.executable, "-m", f"benchmarks.{bench.module}", *args]
+    shown = f"python -m benchmarks.{bench.module} {shlex.join(args)}".strip()
+    print(f"[make bench] {bench.name}: {shown} (load {loadavg()})", file=sys.stderr, flush=True)
+    meta: Json = {"command": shown, "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    meta["loadavg_before"] = loadavg()
+    began = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    meta.update(
+        wall_s=round(time.monotonic() - began, 1), loadavg_after=loadavg(), returncode=done.returncode
+    )
+    last = next((line for line in reversed(done.stdout.splitlines()) if line.startswith("{")), None)
+    if last is None:
+        print(f"[make bench] {bench.name}: no JSON result (exit {done.returncode})", file=sys.stderr)
+        return False
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{bench.name}.json").write_text(
+        json.dumps({"meta": meta, "result": json.loads(last)}, indent=1) + "\n"
+    )
+    print(f"[make bench] {bench.name}: done in {meta['wall_s']} s (exit {done.returncode})", file=sys.stderr)
+    return done.returncode == 0
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def _n(v: Any, fmt: str = ",") -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float) and fmt == ",":
+        return f"{v:,.1f}"
+    return format(v, fmt)
+
+
+def _load1(s: str | None) -> str:
+    return s.split()[0] if s else "?"
+
+
+def _meta_line(meta: Json) -> str:
+    return (
+        f"`{meta['command']}`, {meta['started_utc']} UTC, {meta['wall_s']:.0f} s, load average "
+        f"{_load1(meta.get('loadavg_before'))} → {_load1(meta.get('loadavg_after'))}"
+        + ("" if meta.get("returncode", 0) == 0 else f", exit {meta['returncode']}")
+    )
+
+
+def render_run(all_results: dict[str, Json]) -> str:
+    machine: Json = {}
+    for name in ("latency", "peers"):
+        if name in all_results:
+            machine = all_results[name]["result"].get("machine", {})
+    lines = []
+    if machine:
+        lines.append(
+            f"Machine: {machine.get('cpus')} cores; Python {machine.get('python')}; {machine.get('java')}; "
+            f"PySpark {machine.get('pyspark')}; kafka-python {machine.get('kafka_python')}; broker "
+            f"{str(machine.get('kafka_broker', '')).removesuffix('.jar')} (one KRaft node from the Maven jars)."
+        )
+        lines.append("")
+    lines += ["| benchmark | command, start, wall, load average (1 min, before → after) |", "|---|---|"]
+    for b in BENCHES:
+        if b.name in all_results:
+            lines.append(f"| {b.name} | {_meta_line(all_results[b.name]['meta'])} |")
+    return "\n".join(lines)
+
+
+def render_latency(r: Json) -> str:
+    lines = [
+        "| orphans | found | false positives | p50 | p95 | max | min | reconcile batch p50 / p95 | load average "
+        "start → during → end |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    a, batch = r.get("all", {}), r.get("reconcile_batch_s", {})
+    during = r.get("loadavg_during") or []
+    lines.append(
+        f"| {r.get('orphans')} | {r.get('found')} | {r.get('false_positives')} | **{a.get('p50')} s** | "
+        f"**{a.get('p95')} s** | {a.get('max')} s | {a.get('min')} s | {batch.get('p50')} / {batch.get('p95')} s | "
+        f"{_load1(r.get('loadavg_start'))} → {max((float(x.split()[0]) for x in during), default=0):.1f} (max) → "
+        f"{_load1(r.get('loadavg_end'))} |"
+    )
+    lines += ["", "| kind | orphans | found | p50 | p95 | max |", "|---|---|---|---|---|---|"]
+    for kind, k in (r.get("per_kind") or {}).items():
+        lines.append(
+            f"| {kind} | {k.get('orphans')} | {k.get('orphans', 0) - k.get('missed', 0)} | {k.get('p50')} s | "
+            f"{k.get('p95')} s | {k.get('max')} s |"
+        )
+    lines += ["", f"Reasons given: {', '.join(r.get('reasons') or []) or 'none'}."]
+    return "\n".join(lines)
+
+
+PEER_SCENARIOS = (
+    "steady",
+    "late",
+    "long legit",
+    "hanging",
+    "hanging-after-abort",
+    "hanging-offsets",
+    "live under coordinator lag",
+)
+HANGING = ("hanging", "hanging-after-abort", "hanging-offsets")
+PEER_LABEL = {
+    "hanging": "hanging after commit",
+    "hanging-after-abort": "hanging after abort (late produce)",
+    "hanging-offsets": "hanging on `__consumer_offsets`",
+}
+
+
+def render_peers(r: Json) -> str:
+    tools = (
+        "find-hanging 15 min",
+        "find-hanging 0 min",
+        "kafka-python 15 min",
+        "kafka-python 0 min",
+        "JMX late",
+        "txnwatch",
+    )
+    first, fps = r.get("first_found_s", {}), r.get("false_positives", {})
+    scenarios = r.get("scenarios", {})
+    scen_keys: dict[str, set[tuple[str, int, int]]] = {
+        s: {(t["topic"], t["partition"], t["producer_id"]) for t in v.get("truth", [])}
+        for s, v in scenarios.items()
+    }
+    duration = r.get("duration_s")
+    header = (
+        "| scenario | " + " | ".join(f"`{t}`" if t != "txnwatch" else "**txnwatch**" for t in tools) + " |"
+    )
+    lines = [header, "|---|" + "---|" * len(tools)]
+    for s in PEER_SCENARIOS:
+        if s not in scenarios and s != "steady":
+            continue
+        cells = []
+        for t in tools:
+            if s in HANGING:
+                v = first.get(t, {}).get(s)
+                cells.append(f"found at {v:.0f} s" if v is not None else f"not in {duration:.0f} s")
+            else:
+                wrong = [k for k in fps.get(t, []) if tuple(k) in scen_keys.get(s, set())]
+                if s == "steady":
+                    named = {tuple(k) for v in scen_keys.values() for k in v}
+                    wrong = [k for k in fps.get(t, []) if tuple(k) not in named]
+                cells.append(f"**{len(wrong)} false**" if wrong else "none (correct)")
+        lines.append(f"| {PEER_LABEL.get(s, s)} | " + " | ".join(cells) + " |")
+    walls, reqs = r.get("wall_s", {}), r.get("requests_per_run", {})
+    lines.append(
+        "| wall time per run (median) | "
+        + " | ".join(
+            (f"{walls.get(t, {}).get('p50')} s" if walls.get(t, {}).get("n") else "continuous")
+            if t != "txnwatch"
+            else f"continuous (batch p50 {r.get('reconcile_batch_s', {}).get('p50')} s)"
+            for t in tools
+        )
+        + " |"
+    )
+    lines.append(
+        "| requests per run | "
+        + " | ".join(
+            (str(reqs.get(t)) if reqs.get(t) is not None else "JMX read (no Kafka request)")
+            if t != "txnwatch"
+            else "see below"
+            for t in tools
+        )
+        + " |"
+    )
+    bd = r.get("backdated", {}).get("found", {})
+    if bd:
+        lines.append(
+            "| backdated 21 min: found | "
+            + " | ".join(
+                ", ".join(bd[t])
+                if isinstance(bd.get(t), list) and bd.get(t)
+                else ("—" if t not in bd else "none")
+                for t in tools
+            )
+            + " |"
+        )
+    by_owner = r.get("requests_by_owner", {})
+    mins = (duration or 1) / 60
+    lines += [
+        "",
+        "Requests the broker logged per client over the run ("
+        + f"{duration:.0f} s): "
+        + "; ".join(
+            f"{k} {v:,} ({v / mins:,.0f}/min)" for k, v in sorted(by_owner.items(), key=lambda kv: -kv[1])
+        )
+        + ".",
+        "",
+        f"Outcomes: {r.get('outcomes')}; steady transactions {r.get('steady_transactions')}; burst transactions "
+        f"{r.get('burst_transactions')}. Load average {_load1(r.get('loadavg_start'))} at the start, "
+        f"{_load1(r.get('loadavg_observation_end'))} at the end of the observation.",
+    ]
+    lag = r.get("view_lag_samples") or []
+    if lag:
+        behind = [x["records_behind"] for x in lag if x.get("records_behind") is not None]
+        not_current = sum(1 for x in lag if not x.get("current"))
+        lines.append(
+            f"While the live transaction was open, the job's view was not current in {not_current} of {len(lag)} "
+            f"samples (records behind up to {max(behind, default=0):,})."
+        )
+    return "\n".join(lines)
+
+
+def render_stream(r: Json) -> str:
+    lines = [
+        "| input | batch (rows) | sustained rows/s | batch p50 | batch p99 | CPU ms per 1k rows | rows/s the CPU allows on "
+        "2 idle cores | target met | load average before → after |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    target = r.get("targets", {})
+    for ph in r.get("phases", []):
+        met = (ph.get("sustained_rows_per_s") or 0) >= target.get("rows_per_s", 20_000) and (
+            ph.get("batch_s_p99") or 1e9
+        ) < target.get("p99_below_s", 5)
+        lines.append(
+            f"| {ph['phase']} | {_n(ph.get('max_offsets_per_trigger'))} | **{_n(ph.get('sustained_rows_per_s'))}** | "
+            f"{ph.get('batch_s_p50')} s | {ph.get('batch_s_p99')} s | {_n(ph.get('cpu_ms_per_1k_rows'))} | "
+            f"{_n(ph.get('idle_2core_rows_per_s'))} | {'yes' if met else 'no'} | {_load1(ph.get('loadavg_before'))} → "
+            f"{_load1(ph.get('loadavg_after'))} |"
+        )
+    for ph in r.get("phases", []):
+        lines.append("")
+        lines.append(f"{ph['phase']} steady batches (s): {', '.join(str(x) for x in ph.get('batch_s', []))}.")
+    per_id = r.get("state_per_transactional_id")
+    if per_id:
+        lines += [
+            "",
+            f"State per transactional id at {_n(per_id.get('transactional_ids'))} ids: payload "
+            f"{per_id.get('payload_bytes_per_id')} B, checkpoint {per_id.get('checkpoint_bytes_per_id')} B.",
+        ]
+    return "\n".join(lines)
+
+
+def render_catchup(r: Json, state: Json | None) -> str:
+    lines = [
+        "| run | records | ids | first batch | current after | records/s | load average start → end |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, x in (("1M-record log", r), ("1M ids, last record each", state)):
+        if not x:
+            continue
+        lines.append(
+            f"| {label} | {_n(x.get('position_records'))} | {_n(x.get('ids'))} | {x.get('first_batch_s')} s | "
+            f"**{x.get('current_after_s')} s** | {_n(x.get('records_per_s'))} | {_load1(x.get('loadavg_start'))} → "
+            f"{_load1(x.get('loadavg_end'))} |"
+        )
+    per_id = (state or {}).get("state_per_transactional_id")
+    if per_id:
+        lines += [
+            "",
+            f"State at {_n(per_id.get('transactional_ids'))} ids: payload **{per_id.get('payload_bytes_per_id')} B** per "
+            f"id (stage 1 {per_id.get('stage1_payload_bytes_per_id')} B, stage 2 view "
+            f"{per_id.get('stage2_view_payload_bytes_per_id')} B), checkpoint {per_id.get('checkpoint_bytes_per_id')} "
+            f"B per id, RocksDB memory {per_id.get('rocksdb_memory_bytes_per_id')} B per id.",
+        ]
+    return "\n".join(lines)
+
+
+def render_codec(r: Json) -> str:
+    lines = [
+        "| records/s | `decode_value` | `decode_values` (batch) | engine `decode` | engine, compiled |",
+        "|---|---|---|---|---|",
+    ]
+    for row in r.get("results", []):
+        lines.append(
+            f"| {row['dataset']} | **{_n(row.get('decode_value_per_s'))}** | {_n(row.get('decode_values_per_s'))} | "
+            f"{_n(row.get('engine_decode_per_s'))} | {_n(row.get('engine_compiled_per_s'))} |"
+        )
+    return "\n".join(lines)
+
+
+def render_rules(r: Json) -> str:
+    lines = ["| path | CPU best /s | CPU median /s |", "|---|---|---|"]
+    for row in r.get("results", []):
+        lines.append(
+            f"| {row['path']} | {_n(row.get('cpu_best_per_s'))} | {_n(row.get('cpu_median_per_s'))} |"
+        )
+    return "\n".join(lines)
+
+
+def render_collector(r: Json) -> str:
+    rows = [
+        ("partitions swept", r.get("partitions")),
+        ("first sweep", f"{r.get('first_sweep_s')} s"),
+        (
+            "steady sweep, median (min / max)",
+            f"**{r.get('steady_sweep_s_median')} s** ({r.get('steady_sweep_s_min')} / {r.get('steady_sweep_s_max')})",
+        ),
+        ("`txnwatch collect --once`", f"{r.get('collect_once_cli_s')} s"),
+        (
+            "`TransactionsCommand find-hanging --broker-id 1`, median",
+            f"{r.get('find_hanging_broker_id_s_median')} s",
+        ),
+        (
+            "`TransactionsCommand list` (JVM start and connect)",
+            f"{r.get('transactions_command_list_s_median')} s",
+        ),
+        (
+            "DescribeProducers requests per broker per sweep (limit)",
+            f"{r.get('describe_producers_requests_per_broker')} ({r.get('describe_producers_request_limit')})",
+        ),
+        (
+            "open transactions found (txnwatch / find-hanging)",
+            f"{r.get('open_transactions_seen')} / {r.get('find_hanging_rows')}",
+        ),
+    ]
+    return "\n".join(["| measurement | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
+
+
+RENDERERS: dict[str, Callable[[dict[str, Json]], str | None]] = {
+    "run": lambda res: render_run(res) if res else None,
+    "latency": lambda res: render_latency(res["latency"]["result"]) if "latency" in res else None,
+    "peers": lambda res: render_peers(res["peers"]["result"]) if "peers" in res else None,
+    "stream": lambda res: render_stream(res["stream"]["result"]) if "stream" in res else None,
+    "catchup": lambda res: (
+        render_catchup(
+            res["catchup"]["result"] if "catchup" in res else {}, res.get("state1m", {}).get("result")
+        )
+        if ("catchup" in res or "state1m" in res)
+        else None
+    ),
+    "codec": lambda res: render_codec(res["codec"]["result"]) if "codec" in res else None,
+    "rules": lambda res: render_rules(res["rules"]["result"]) if "rules" in res else None,
+    "collector": lambda res: render_collector(res["collector"]["result"]) if "collector" in res else None,
+}
+
+
+def load_results(results: Path) -> dict[str, Json]:
+    out = {}
+    for b in BENCHES:
+        f = results / f"{b.name}.json"
+        if f.exists():
+            out[b.name] = json.loads(f.read_text())
+    return out
+
+
+def render(doc: Path, results: Path) -> list[str]:
+    """Rewrite every marked block of `doc` that has results; returns the blocks rewritten."""
+    res = load_results(results)
+    text = doc.read_text()
+    done = []
+    for name, fn in RENDERERS.items():
+        begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+        if begin not in text or end not in text:
+            continue
+        body = fn(res)
+        if body is None:
+            continue
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{body}\n{end}{tail}"
+        done.append(name)
+    doc.write_text(text)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.make_bench", description=__doc__)
+    parser.add_argument("--only", help="comma-separated names: " + ",".join(b.name for b in BENCHES))
+    parser.add_argument("--render-only", action="store_true", help="rewrite the tables from the result files")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny runs of the cheap benchmarks into a temp dir"
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--doc", type=Path, default=DOC)
+    args = parser.parse_args(argv)
+    names = [b.name for b in BENCHES]
+    only = args.only.split(",") if args.only else names
+    unknown = set(only) - set(names)
+    if unknown:
+        parser.error(f"unknown benchmark(s) {sorted(unknown)}; known: {names}")
+    ok = True
+    results, doc = args.results, args.doc
+    if args.smoke:
+        tmp = Path(tempfile.mkdtemp(prefix="txnwatch-make-bench-"))
+        results = tmp / "results"
+        doc = tmp / "BENCHMARKS.md"
+        doc.write_text(args.doc.read_text())
+    if not args.render_only:
+        for b in BENCHES:
+            if b.name not in only:
+                continue
+            if args.smoke:
+                if b.smoke_args is None:
+                    continue
+                ok &= run_one(b, b.smoke_args, results)
+            else:
+                ok &= run_one(b, b.args, results)
+    rewritten = render(doc, results)
+    print(f"[make bench] rewrote {', '.join(rewritten) or 'nothing'} in {doc}", file=sys.stderr)
+    if args.smoke:
+        print(json.dumps({"doc": str(doc), "results": str(results), "rewritten": rewritten}))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    raise SystemExit(main())

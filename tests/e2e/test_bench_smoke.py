@@ -1,0 +1,117 @@
+"""Smoke runs of benchmarks/ (benchmarks are not tests; this only checks that their parts still run).
+
+Tiny: `make_bench --smoke` (the codec and rules benchmarks with a few hundred records, tables rendered into a
+copy of docs/BENCHMARKS.md), one orphan of each kind on the session's broker with the makers the latency and peers
+benchmarks use, one call of each one-shot peer, and the peers/latency tables rendered from canned figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient
+from kafka.structs import TopicPartition
+
+from benchmarks import bench_peers, make_bench
+from benchmarks.harness import ORPHAN_KINDS, make_orphans, percentile, summary
+from dev.kafka import Cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.jars]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_make_bench_smoke_renders_tables() -> None:
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.make_bench", "--smoke"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"codec", "rules", "run"} <= set(out["rewritten"])
+    doc = Path(out["doc"]).read_text()
+    assert "decode_value" in doc and "python -m benchmarks.bench_codec --records 300" in doc
+    assert time.monotonic() - began < 120
+
+
+def test_orphan_makers_leave_open_transactions(bootstrap: str, unique: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        for kind, (_, per_run) in ORPHAN_KINDS.items():
+            orphans = make_orphans(bootstrap, kind, unique)
+            assert len(orphans) == per_run, kind
+            for o in orphans:
+                tp = TopicPartition(o["topic"], o["partition"])
+                state = admin.describe_producers([tp])[tp]
+                open_ = {
+                    (p.producer_id, p.current_transaction_start_offset)
+                    for p in state.active_producers
+                    if p.current_transaction_start_offset >= 0
+                }
+                assert (o["producer_id"], o["start_offset"]) in open_, (kind, o)
+    finally:
+        admin.close()
+
+
+def test_one_shot_peers_run(kafka_cluster: Cluster, bootstrap: str, tmp_path: Path, unique: str) -> None:
+    (orphan,) = make_orphans(bootstrap, "after-commit", unique)
+    key = {"topic": orphan["topic"], "partition": orphan["partition"], "producer_id": orphan["producer_id"]}
+    rows, wall = bench_peers.find_hanging_rows(bootstrap, 0, f"peer-fh0-{unique}smoke", tmp_path)
+    assert key in rows and wall > 0
+    rows, _ = bench_peers.kafka_python_rows(bootstrap, 0, f"peer-kp0-{unique}smoke")
+    assert key not in rows  # it asks only the coordinators, which completed this transaction
+    if not kafka_cluster.nodes:
+        pytest.skip("TXNWATCH_TEST_BOOTSTRAP: an external test bed, no JMX port known")
+    value, _ = bench_peers.jmx_late(kafka_cluster.jmx_urls[kafka_cluster.nodes[0].node_id])
+    assert value >= 0
+
+
+def test_tables_render_from_canned_figures(tmp_path: Path) -> None:
+    assert percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 95) == 10
+    assert summary([3.0, 1.0, 2.0]) == {"n": 3, "p50": 2.0, "p95": 3.0, "max": 3.0, "min": 1.0}
+    latency = {
+        "orphans": 2,
+        "found": 2,
+        "false_positives": 0,
+        "all": summary([18.0, 21.0]),
+        "per_kind": {"after-commit": summary([18.0, 21.0]) | {"orphans": 2, "missed": 0}},
+        "reconcile_batch_s": summary([2.0, 3.0]),
+        "loadavg_start": "1.0 1.0 1.0",
+        "loadavg_during": ["2.0 1.0 1.0"],
+        "loadavg_end": "1.5 1.0 1.0",
+        "reasons": ["coordinator-completed"],
+    }
+    k = ("t", 0, 7)
+    peers = {
+        "duration_s": 420.0,
+        "scenarios": {
+            "late": {"truth": [{"topic": "t", "partition": 0, "producer_id": 7, "start_offset": 0}]},
+            "hanging": {"truth": [{"topic": "h", "partition": 2, "producer_id": 1, "start_offset": 0}]},
+        },
+        "first_found_s": {"txnwatch": {"hanging": 19.0}, "find-hanging 0 min": {"hanging": 4.0}},
+        "false_positives": {"find-hanging 0 min": [list(k)]},
+        "wall_s": {"find-hanging 0 min": summary([3.5])},
+        "requests_per_run": {"find-hanging 0 min": 6.0},
+        "requests_by_owner": {"peer-fh0": 6},
+    }
+    results = tmp_path / "results"
+    results.mkdir()
+    meta = {"command": "python -m x", "started_utc": "2026-11-23 17:00:00", "wall_s": 1.0}
+    for name, r in (("latency", latency), ("peers", peers)):
+        (results / f"{name}.json").write_text(json.dumps({"meta": meta, "result": r}))
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "a\n<!-- bench:latency -->\nold\n<!-- /bench:latency -->\nb\n<!-- bench:peers -->\n<!-- /bench:peers -->\n"
+    )
+    assert make_bench.render(doc, results) == ["latency", "peers"]
+    text = doc.read_text()
+    assert "old" not in text and "**21.0 s**" in text
+    assert "found at 19 s" in text and "found at 4 s" in text and "**1 false**" in text
