@@ -624,11 +624,11 @@ def render(
             ax.set_facecolor(
                 {"green": "#1a7f37", "orange": "#b35c00", "red": "#a51d2d"}.get(color, "#181b1f")
             )
-            text = "No data" if value is None else _fmt(value, unit)
+            shown = "No data" if value is None else _fmt(value, unit)
             ax.text(
-                0.5, 0.45, text, color="white", fontsize=28, ha="center", va="center", transform=ax.transAxes
+                0.5, 0.45, shown, color="white", fontsize=28, ha="center", va="center", transform=ax.transAxes
             )
-            summary.append(f"{p['title']}: {text}")
+            summary.append(f"{p['title']}: {shown}")
             continue
         names, cells = _table_rows(p, instant)
         if cells:

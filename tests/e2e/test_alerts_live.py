@@ -234,7 +234,7 @@ def test_hanging_alert_fires_in_a_real_prometheus(
         def firing() -> list[dict[str, Any]]:
             return [
                 a
-                for a in hanging_alerts(prom)  # type: ignore[arg-type]
+                for a in hanging_alerts(prom)
                 if a["state"] == "firing" and a["labels"]["topic"] == h["topic"]
             ]
 
@@ -266,7 +266,7 @@ def test_hanging_alert_fires_in_a_real_prometheus(
         assert f"{h['topic']}-{h['partition']}" in text
         assert f"`txnwatch proposals show {candidate.candidate_id}`" in text
         opened = float(alert["value"])
-        assert abs(opened * 1000 - candidate.evidence.first_seen_ms) < 120_000  # type: ignore[operator]
+        assert abs(opened * 1000 - candidate.evidence.first_seen_ms) < 120_000
         assert all(a["labels"]["topic"] != late["topic"] for a in hanging_alerts(prom))
         # The pipeline itself is healthy: none of its alerts fires. (The transaction alerts, and the view's while
         # the job catches up on a transaction log other tests filled, depend on what ran before on the broker.)
