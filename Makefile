@@ -10,12 +10,13 @@ JARS   := .cache/jars
 MVN    := mvn -q -B -s dev/jvm/settings.xml
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv jars tools lint typecheck test test-unit testbed-up testbed-down clean demo
+.PHONY: help deps venv jars tools lint typecheck test test-unit testbed-up testbed-down clean demo bench
 
 help:
 	@echo "make demo          a local broker, real traffic incl. a hanging transaction, the collector and the streaming job (DEMO_SECONDS=300)"
 	@echo "make test          lint, type-check and run every test tier against a real local Kafka broker and Spark"
 	@echo "make test-unit     the pure tier only (no JVM)"
+	@echo "make bench         every benchmark (about 40 min, BENCH=latency,peers for some); rewrites docs/BENCHMARKS.md's tables"
 	@echo "make testbed-up    start a local KRaft broker (python -m dev.kafka up --no-verification)"
 	@echo "make testbed-down  stop it"
 
@@ -80,3 +81,8 @@ clean:
 # to a person. DEMO_SECONDS bounds it (default 300); Ctrl-C stops everything it started.
 demo: deps venv jars
 	$(PY) -m dev.demo --seconds $${DEMO_SECONDS:-300}
+
+# Benchmarks are not tests: one after the other (they share the cores), raw figures to benchmarks/results/, then the
+# tables of docs/BENCHMARKS.md rewritten from them. BENCH=name[,name] runs some (python -m benchmarks.make_bench -h).
+bench: deps venv jars
+	$(PY) -m benchmarks.make_bench $(if $(BENCH),--only $(BENCH))
