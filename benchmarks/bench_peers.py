@@ -381,6 +381,7 @@ def run(args: argparse.Namespace) -> Json:
                 )
             time.sleep(1.0)
         result["loadavg_observation_end"] = loadavg()
+        result["observation_s"] = round(time.time() - t0, 1)
         sampling.set()
         # txnwatch: when the job wrote each OPENED candidate (the record's CreateTime), not when we looked.
         for (topic, partition, pid, _), seen in p.watcher.opened().items():
@@ -414,6 +415,8 @@ def run(args: argparse.Namespace) -> Json:
         old_found: dict[str, list[str]] = {}
         fh15, _ = find_hanging_rows(b, 15, "peer-fh15-old", config_dir)
         kp, _ = kafka_python_rows(b, 900_000, "peer-kp15-old")
+        runs["find-hanging 15 min"] += 1  # their requests count with the others of the same client id prefix
+        runs["kafka-python 15 min"] += 1
         for tool, rows in (("find-hanging 15 min", fh15), ("kafka-python 15 min", kp)):
             keys = {(r["topic"], r["partition"], r["producer_id"]) for r in rows}
             old_found[tool] = [

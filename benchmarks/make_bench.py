@@ -169,6 +169,7 @@ PEER_SCENARIOS = (
     "live under coordinator lag",
 )
 HANGING = ("hanging", "hanging-after-abort", "hanging-offsets")
+JOB_CLIENTS = "txnwatch job (Spark's Kafka clients)"  # bench_peers.request_owner's name for them
 PEER_LABEL = {
     "hanging": "hanging after commit",
     "hanging-after-abort": "hanging after abort (late produce)",
@@ -191,7 +192,7 @@ def render_peers(r: Json) -> str:
         s: {(t["topic"], t["partition"], t["producer_id"]) for t in v.get("truth", [])}
         for s, v in scenarios.items()
     }
-    duration = r.get("duration_s")
+    duration = r.get("observation_s") or r.get("duration_s") or 0.0
     header = (
         "| scenario | " + " | ".join(f"`{t}`" if t != "txnwatch" else "**txnwatch**" for t in tools) + " |"
     )
@@ -212,6 +213,13 @@ def render_peers(r: Json) -> str:
                 cells.append(f"**{len(wrong)} false**" if wrong else "none (correct)")
         lines.append(f"| {PEER_LABEL.get(s, s)} | " + " | ".join(cells) + " |")
     walls, reqs = r.get("wall_s", {}), r.get("requests_per_run", {})
+    by_owner = r.get("requests_by_owner", {})
+    total_s = r.get("duration_s") or duration or 60.0
+    ours = (
+        f"{by_owner.get('txnwatch collector and job driver', 0) / (total_s / 5):.1f} per 5 s sweep (collector and "
+        f"driver) + {by_owner.get(JOB_CLIENTS, 0) / (total_s / 60):,.0f}/min "
+        "(Spark's Kafka source and sink)"
+    )
     lines.append(
         "| wall time per run (median) | "
         + " | ".join(
@@ -227,7 +235,7 @@ def render_peers(r: Json) -> str:
         + " | ".join(
             (str(reqs.get(t)) if reqs.get(t) is not None else "JMX read (no Kafka request)")
             if t != "txnwatch"
-            else "see below"
+            else ours
             for t in tools
         )
         + " |"
@@ -244,12 +252,11 @@ def render_peers(r: Json) -> str:
             )
             + " |"
         )
-    by_owner = r.get("requests_by_owner", {})
-    mins = (duration or 1) / 60
+    mins = total_s / 60
     lines += [
         "",
         "Requests the broker logged per client over the run ("
-        + f"{duration:.0f} s): "
+        + f"{r.get('duration_s') or duration:.0f} s): "
         + "; ".join(
             f"{k} {v:,} ({v / mins:,.0f}/min)" for k, v in sorted(by_owner.items(), key=lambda kv: -kv[1])
         )

@@ -17,12 +17,13 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.structs import TopicPartition
 
+from dev.kafka import ROOT, Cluster
+
+sys.path.insert(0, str(ROOT))  # benchmarks/ is not an installed package: it runs from the checkout
 from benchmarks import bench_peers, make_bench
 from benchmarks.harness import ORPHAN_KINDS, make_orphans, percentile, summary
-from dev.kafka import Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.jars]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_make_bench_smoke_renders_tables() -> None:
