@@ -145,7 +145,10 @@ class RedactSecrets(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self._secrets:
-            message = record.getMessage()
+            try:
+                message = record.getMessage()
+            except Exception:  # a malformed record: the handler reports it as it would have
+                return True
             if any(s in message for s in self._secrets):
                 for secret in self._secrets:
                     message = message.replace(secret, "[hidden]")

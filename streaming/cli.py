@@ -332,7 +332,10 @@ class _RedactSecrets(logging.Filter):
         self._secrets = secrets
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: the handler reports it as it would have
+            return True
         if any(s in message for s in self._secrets):
             for secret in self._secrets:
                 message = message.replace(secret, "[hidden]")
@@ -405,6 +408,10 @@ def run_stream(args: argparse.Namespace) -> int:
     spark.sparkContext.setLogLevel("WARN")
     try:
         return job.run(spark, opts, seconds=args.seconds)
+    except (IllegalArgumentException, AnalysisException) as exc:
+        # A --trigger, --window or --watermark Spark cannot read is refused when the query is planned.
+        print(f"txnwatch stream: Spark refused the query: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         # Ctrl-C while the queries start (job.run handles it once they run): no traceback; Spark ends with us.
         print("txnwatch stream: interrupted while starting", file=sys.stderr)
