@@ -52,6 +52,7 @@ from admin.proposals import (
     candidate_row,
     follow_topic,
     latest_candidates,
+    look_around,
     observe,
     read_topic,
     render_list,
@@ -661,7 +662,7 @@ def cmd_proposals_show(args: argparse.Namespace) -> int:
     wire = KafkaWire(admin)
     try:
         live = observe(wire, candidate)
-        groups = wire.committed_offsets(candidate.topic, candidate.partition)
+        around = look_around(wire, candidate, live)
     except AdminError as exc:
         return _fail("proposals show", str(exc))
     finally:
@@ -675,9 +676,9 @@ def cmd_proposals_show(args: argparse.Namespace) -> int:
     )
     now = wall_clock_ms()
     if output == "json":
-        print(json.dumps(show_json(candidate, live, verify, act, now, groups)))
+        print(json.dumps(show_json(candidate, live, verify, act, now, around)))
     else:
-        print(render_show(candidate, live, verify, act, now, groups))
+        print(render_show(candidate, live, verify, act, now, around))
     return 0
 
 

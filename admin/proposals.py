@@ -719,6 +719,32 @@ class ActWith:
         )
 
 
+@dataclass(frozen=True)
+class Surroundings:
+    """What `show` reads besides the verification's evidence: the consumer groups' committed offsets (who is
+    stuck), and the current record of the transactional id the candidate's evidence names, when it no longer owns
+    the producer id (or why it could not be read)."""
+
+    groups: GroupOffsets
+    named: TransactionDescription | None = None
+    named_error: str | None = None
+
+
+def look_around(wire: ProposalWire, candidate: AbortCandidate, live: LiveEvidence) -> Surroundings:
+    groups = wire.committed_offsets(candidate.topic, candidate.partition)
+    named = candidate.evidence.coordinator.transactional_id if candidate.evidence.coordinator else None
+    if named is None or (live.coordinator is not None and live.coordinator.transactional_id == named):
+        return Surroundings(groups)
+    try:
+        d = describe_by_id(wire, [named]).get(named)
+    except (AdminError, Errors.KafkaError) as exc:
+        return Surroundings(groups, named_error=f"DescribeTransactions {named}: {exc}")
+    if d is None or d.error is not None:
+        error = "NOT_DESCRIBED" if d is None else d.error or ""
+        return Surroundings(groups, named_error=explain("DescribeTransactions", error, named))
+    return Surroundings(groups, named=d)
+
+
 def stuck_groups(live: LiveEvidence, groups: GroupOffsets) -> dict[str, int]:
     """The consumer groups whose committed offset on the partition is at or past its LSO: a `read_committed`
     member gets nothing beyond the LSO, so these wait on the hanging transaction (who is stuck)."""
@@ -734,14 +760,25 @@ def show_json(
     verify: VerifyResult,
     act: ActWith,
     now_ms: int,
-    groups: GroupOffsets,
+    around: Surroundings,
 ) -> dict[str, Any]:
+    named = around.named
     return {
         "candidate": {**candidate_row(c, now_ms), "status": c.status.value},
         "live": live.model_dump(mode="json"),
         "live_lso_lag": _lag(live),
-        "stuck_groups": stuck_groups(live, groups),
-        "groups_error": groups.error,
+        "stuck_groups": stuck_groups(live, around.groups),
+        "groups_error": around.groups.error,
+        "named_transactional_id": None
+        if named is None
+        else {
+            "transactional_id": named.transactional_id,
+            "state": named.state,
+            "producer_id": named.producer_id,
+            "producer_epoch": named.producer_epoch,
+            "partition_listed": (c.topic, c.partition) in named.partitions,
+        },
+        "named_error": around.named_error,
         "verify": verify.model_dump(mode="json"),
         "act": {"txnwatch": act.txnwatch(c), "kafka_cli": act.kafka_cli(c)},
     }
@@ -759,7 +796,7 @@ def render_show(
     verify: VerifyResult,
     act: ActWith,
     now_ms: int,
-    groups: GroupOffsets,
+    around: Surroundings,
 ) -> str:
     p = live.producer
     lines = [
@@ -790,8 +827,17 @@ def render_show(
             f"{co.producer_id} epoch {co.producer_epoch}, {c.topic}-{c.partition} "
             f"{'listed' if co.partition_listed else 'not listed'}"
         )
+    if around.named is not None:
+        n = around.named
+        lines.append(
+            f"  named id    {n.transactional_id} (named by the evidence) now: {n.state}, producer {n.producer_id} "
+            f"epoch {n.producer_epoch}; it no longer owns producer {c.spec.producer_id}"
+        )
+    elif around.named_error is not None:
+        lines.append(f"  named id    unknown: {around.named_error}")
     if live.other_open:
         lines.append("  also open   " + ", ".join(f"producer {pid} at {off}" for pid, off in live.other_open))
+    groups = around.groups
     stuck = stuck_groups(live, groups)
     if groups.error is not None:
         lines.append(f"  stuck       unknown: {explain('ListGroups/OffsetFetch', groups.error)}")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from builders import HOUR, LIMITS, MINUTE, T0, open_txn, snapshot
+from builders import HOUR, LIMITS, MINUTE, T0, coord, open_txn, snapshot
 from collector_fakes import FakeCluster, FakeCoordinators, description, producer
 
 from admin.proposals import (
@@ -18,9 +18,13 @@ from admin.proposals import (
     EXIT_DONE,
     EXIT_ERROR,
     EXIT_REFUSED,
+    ActWith,
     abort,
     audit_records,
     latest_candidates,
+    look_around,
+    observe,
+    render_show,
     stuck_groups,
 )
 from admin.seams import TP, GroupOffsets, ListingResult, Offsets
@@ -39,6 +43,7 @@ from detectors.models import (
     AbortCandidate,
     AuditOutcome,
     AuditRecord,
+    CoordinatorState,
     LeaderProducer,
     LiveCoordinator,
     LiveEvidence,
@@ -297,6 +302,9 @@ class FakeProposalWire(FakeCluster):
                 for a in answers
             ]
         return answers
+
+    def committed_offsets(self, topic: str, partition: int) -> GroupOffsets:
+        return GroupOffsets({})
 
     def write_abort_marker(self, broker: int, **marker: Any) -> str | None:
         self.markers.append((broker, marker))
@@ -572,3 +580,24 @@ def test_stuck_groups_are_those_at_or_past_the_lso() -> None:
     groups = GroupOffsets({"billing": 100, "reports": 250, "slow": 42})
     assert stuck_groups(live(last_stable_offset=100), groups) == {"billing": 100, "reports": 250}
     assert stuck_groups(live(last_stable_offset=None), groups) == {}
+
+
+def test_show_reads_the_named_id_when_it_no_longer_owns_the_producer() -> None:
+    txn = open_txn(coordinator_epoch=-1, start_timestamp_ms=T0, last_timestamp_ms=T0)
+    s = snapshot(txn)
+    record = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 + 1)
+    verdict = classify(
+        txn, s, record, now_ms=s.observed_at_ms, limits=LIMITS, view_current_ms=s.observed_at_ms
+    )
+    c = plan_abort(s, txn, verdict, first_detected_ms=s.observed_at_ms)
+    assert c.evidence.coordinator is not None and c.evidence.coordinator.transactional_id == "tx-1"
+    # tx-1 has moved on to another producer id: nobody owns producer 1000 now.
+    wire = scripted(coordinators=FakeCoordinators({"tx-1": description(producer_id=2000, state="Ongoing")}))
+    live_now = observe(wire, c, sleep=lambda _s: None)
+    assert live_now.coordinator is None and live_now.coordinator_error is None
+    around = look_around(wire, c, live_now)
+    assert around.named is not None and (around.named.producer_id, around.named.state) == (2000, "Ongoing")
+    shown = render_show(
+        c, live_now, verify_abort(c, live_now), ActWith("b:9092", "prod", "txnwatch"), T0, around
+    )
+    assert "tx-1 (named by the evidence) now: Ongoing, producer 2000" in shown
