@@ -86,3 +86,10 @@ demo: deps venv jars
 # tables of docs/BENCHMARKS.md rewritten from them. BENCH=name[,name] runs some (python -m benchmarks.make_bench -h).
 bench: deps venv jars
 	$(PY) -m benchmarks.make_bench $(if $(BENCH),--only $(BENCH))
+
+# Five minutes of load (200 transactional ids, 20 transactions/s in total) and three real orphans on its own test
+# bed, with the collector and the job; samples memory, state and lag every 10 s into .cache/soak/soak.json and
+# docs/soak.png (docs/reliability.md). Not part of `make test`: about 12 minutes.
+.PHONY: soak
+soak: deps venv jars
+	$(PY) -m benchmarks.soak

@@ -1,0 +1,696 @@
+"""`make soak`: five minutes of steady transactional load on a loopback test bed, with a few real orphans made at
+known times, while the collector and the streaming job run; does everything keep up, is every orphan found, is
+nothing else named, and does memory stay flat?
+
+    python -m benchmarks.soak [--seconds 300] [--ids 200] [--rate 20] [--orphans 3] [--sample-s 10]
+
+It starts its own one-node test bed (partition verification off, for the orphans), `txnwatch collect` as a
+subprocess, the streaming job in this process (as `txnwatch stream` runs it: local[2], RocksDB, its three
+queries), and the load as a subprocess (`python -m benchmarks.soak load`): `--ids` transactional producers taking
+turns, `--rate` transactions per second in total (so each id runs one transaction every ids/rate seconds), one to
+three records each, 10 % aborted. The orphans are dev/workload.py's `hanging` scenario (a batch the coordinator
+never added, then a commit), spread over the load. Every `--sample-s` seconds it records the RSS of the collector,
+the driver JVM, the driver's Python process and the Python workers (their PSS summed: forked workers share
+pages), the stateful operators' rows and memory, the checkpoint's size on disk, the job's coordinator view lag and
+offsets behind, the collector's sweep time, and the load average. At the end it stops everything it started,
+writes the samples and verdicts to JSON and plots them (docs/soak.png). Exit code 0 when every orphan was found and
+nothing else was named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# ------------------------------------------------------------------------------------------------ the load
+
+
+def run_load(args: argparse.Namespace) -> int:
+    """The load process: `--ids` producers, `--rate` transactions/s in total, paced to a schedule (a slow
+    transaction is caught up, not dropped), for `--seconds`; prints a JSON summary."""
+    from kafka import KafkaProducer
+
+    topics = args.topics.split(",")
+    threads = max(1, min(args.threads, args.ids))
+    totals = {"committed": 0, "aborted": 0, "failed": 0, "max_behind_s": 0.0}
+    lock = threading.Lock()
+    initialised = threading.Semaphore(0)
+    go = threading.Event()
+    clock: dict[str, float] = {}
+
+    def worker(k: int) -> None:
+        rng = random.Random(k)
+        ids = [f"{args.prefix}id-{i:04d}" for i in range(k, args.ids, threads)]
+        producers = []
+        for tid in ids:
+            p = KafkaProducer(
+                bootstrap_servers=args.bootstrap_server,
+                transactional_id=tid,
+                client_id=f"soak-{tid}",
+                linger_ms=0,
+            )
+            p.init_transactions()
+            producers.append(p)
+        initialised.release()
+        go.wait()
+        stop_at = clock["stop_at"]
+        period = threads / args.rate
+        next_at = clock["start"] + k * period / threads
+        n = 0
+        while True:
+            now = time.monotonic()
+            if next_at >= stop_at:
+                break
+            if next_at > now:
+                time.sleep(next_at - now)
+            behind = time.monotonic() - next_at
+            p = producers[n % len(producers)]
+            try:
+                p.begin_transaction()
+                futures = [
+                    p.send(rng.choice(topics), value=b"soak", partition=rng.randrange(args.partitions))
+                    for _ in range(rng.randint(1, 3))
+                ]
+                for f in futures:
+                    f.get(timeout=30)
+                commit = rng.random() >= 0.1
+                (p.commit_transaction if commit else p.abort_transaction)()
+                outcome = "committed" if commit else "aborted"
+            except Exception as exc:  # counted and reported; the load goes on with the next id
+                print(f"[load] {exc!r}", file=sys.stderr, flush=True)
+                outcome = "failed"
+                with contextlib.suppress(Exception):
+                    p.abort_transaction()
+            with lock:
+                totals[outcome] += 1
+                totals["max_behind_s"] = max(totals["max_behind_s"], behind)
+            n += 1
+            next_at += period
+        for p in producers:
+            p.close(timeout=10)
+
+    started = time.monotonic()
+    pool = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(threads)]
+    for t in pool:
+        t.start()
+    # Every producer initialised first (InitProducerId for 200 ids takes a while), then the clock starts.
+    for _ in pool:
+        if not initialised.acquire(timeout=300):
+            print(json.dumps({"event": "failed", "error": "producers not initialised in 300 s"}), flush=True)
+            return 1
+    clock["start"] = time.monotonic()
+    clock["stop_at"] = clock["start"] + args.seconds
+    go.set()
+    print(json.dumps({"event": "started", "init_s": round(clock["start"] - started, 1)}), flush=True)
+    for t in pool:
+        t.join(timeout=args.seconds + 120)
+    totals["seconds"] = args.seconds
+    totals["rate"] = round((totals["committed"] + totals["aborted"]) / args.seconds, 2)
+    print(json.dumps({"event": "done", **totals}), flush=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- measurements
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        out.setdefault(ppid, []).append(int(d.name))
+    return out
+
+
+def _descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (
+            (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+def _kb(pid: int, field: str, file: str) -> int:
+    try:
+        for line in (Path("/proc") / str(pid) / file).read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def rss_mb(pid: int) -> float:
+    return _kb(pid, "VmRSS", "status") / 1024
+
+
+def pss_mb(pid: int) -> float:
+    return _kb(pid, "Pss", "smaps_rollup") / 1024
+
+
+def memory(collector_pid: int, load_pid: int | None, broker_pid: int) -> dict[str, float]:
+    """RSS (MB) of the collector, the driver's JVM and Python, the broker and the load; PSS sum of the workers."""
+    children = _children()
+    mine = _descendants(os.getpid(), children)
+    jvms = [p for p in mine if "java" in _cmdline(p).split(" ")[0] and "SparkSubmit" in _cmdline(p)]
+    workers = [p for p in mine if "pyspark.daemon" in _cmdline(p) or "pyspark.worker" in _cmdline(p)]
+    return {
+        "collector_rss_mb": rss_mb(collector_pid),
+        "driver_jvm_rss_mb": sum(rss_mb(p) for p in jvms),
+        "driver_python_rss_mb": rss_mb(os.getpid()),
+        "python_workers_pss_mb": sum(pss_mb(p) for p in workers),
+        "python_workers": len(workers),
+        "broker_rss_mb": rss_mb(broker_pid),
+        "load_rss_mb": rss_mb(load_pid) if load_pid else 0.0,
+    }
+
+
+def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def _total(m: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float | None:
+    values = [v for _, v in m.get(name, [])]
+    return sum(values) if values else None
+
+
+def dir_mb(path: Path) -> float:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += (Path(root) / f).stat().st_size
+    return total / 1e6
+
+
+def state_of(running: Any) -> dict[str, float]:
+    """Rows and memory of every stateful operator, from each query's last progress."""
+    rows, mem = 0, 0
+    for q in running.queries:
+        p = q.lastProgress
+        if not p:
+            continue
+        for op in p.get("stateOperators", []):
+            rows += int(op.get("numRowsTotal") or 0)
+            mem += int(op.get("memoryUsedBytes") or 0)
+    reconcile = next(q for q in running.queries if q.name == "txnwatch-reconcile")
+    p = reconcile.lastProgress or {}
+    batch_ms = (p.get("durationMs") or {}).get("triggerExecution")
+    return {
+        "state_rows": rows,
+        "state_memory_mb": mem / 1e6,
+        "reconcile_batch_s": (batch_ms or 0) / 1000,
+        "reconcile_input_rows": int(p.get("numInputRows") or 0),
+        "reconcile_batch_id": int(p.get("batchId", -1)),
+    }
+
+
+def backlog(consumer: Any, running: Any) -> dict[str, float]:
+    """Records the reconcile query has not processed yet, per input (the topics' end offsets now minus the end
+    offsets of its last batch), and how long ago its last batch ended."""
+    from kafka.structs import TopicPartition
+
+    reconcile = next(q for q in running.queries if q.name == "txnwatch-reconcile")
+    p = reconcile.lastProgress or {}
+    out: dict[str, float] = {}
+    for source in p.get("sources", []):
+        done = (
+            json.loads(source["endOffset"]) if isinstance(source["endOffset"], str) else source["endOffset"]
+        )
+        for topic, parts in (done or {}).items():
+            tps = [TopicPartition(topic, int(k)) for k in parts]
+            now = consumer.end_offsets(tps)
+            name = "log_behind" if topic == "__transaction_state" else "snapshots_behind"
+            out[name] = out.get(name, 0) + sum(max(0, now[tp] - parts[str(tp.partition)]) for tp in tps)
+    if p.get("timestamp"):  # the batch's start, UTC
+        start = calendar.timegm(time.strptime(p["timestamp"][:19], "%Y-%m-%dT%H:%M:%S"))
+        took = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+        out["last_batch_age_s"] = time.time() - start - took
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------------------- the soak
+
+
+def candidates(bootstrap: str, topic: str) -> list[Any]:
+    from kafka import KafkaConsumer
+    from kafka.structs import TopicPartition
+
+    from detectors.models import AbortCandidate
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=2000)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        return [AbortCandidate.model_validate_json(r.value) for r in consumer if r.value is not None]
+    finally:
+        consumer.close()
+
+
+def soak(args: argparse.Namespace) -> int:
+    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka.admin import NewTopic
+
+    from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
+    from dev.kafka import TestBedConfig, start_cluster, stop_cluster
+    from streaming import job
+    from streaming.session import build_session
+
+    work = Path(tempfile.mkdtemp(prefix="txnwatch-soak-"))
+    out_json = Path(args.json)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f"soak{uuid.uuid4().hex[:6]}"
+    started_procs: list[subprocess.Popen[Any]] = []
+    running = None
+    spark = None
+    samples: list[dict[str, Any]] = []
+    orphans: list[dict[str, Any]] = []
+    found_at: dict[int, float] = {}
+    load_summary: dict[str, Any] = {}
+    log = (work / "soak.log").open("w")
+
+    def say(msg: str) -> None:
+        line = f"[soak {time.strftime('%H:%M:%S')}] {msg}"
+        print(line, flush=True)
+        print(line, file=log, flush=True)
+
+    def stop_all(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_all)
+    cluster = start_cluster(TestBedConfig(nodes=1, partition_verification=False), work / "testbed")
+    bootstrap = cluster.bootstrap_servers
+    broker_pid = cluster.nodes[0].pid
+    say(f"test bed {bootstrap} (pid {broker_pid}), work dir {work}")
+    try:
+        load_topics = [f"{prefix}-load-{i}" for i in range(args.topics)]
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.create_topics([NewTopic(t, args.partitions, 1) for t in load_topics])
+        admin.close()
+        collector_port = free_port()
+        collector_log = (work / "collector.log").open("w")
+        collector = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "txnwatch_cli",
+                "collect",
+                "--bootstrap-server",
+                bootstrap,
+                "--interval",
+                str(args.collector_interval),
+                "--topic-prefix",
+                prefix,
+                "--cluster",
+                "soak",
+                "--metrics-port",
+                str(collector_port),
+            ],
+            stdout=collector_log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        started_procs.append(collector)
+        settings = Settings(
+            cluster="soak",
+            kafka=KafkaSettings(bootstrap_servers=bootstrap),
+            topics=TopicSettings(prefix=prefix),
+            stream=StreamSettings(
+                checkpoint_location=str(work / "checkpoints"),
+                starting_offsets="earliest",
+                expire_after_ms=4 * int(args.collector_interval * 1000),
+                metrics_port=0,
+            ),
+        )
+        opts = job.StreamOptions(settings=settings, kafka_options={"bootstrap.servers": bootstrap})
+        job.ensure_topics(opts, settings.kafka.client_kwargs())
+        spark = build_session(
+            master="local[2]",
+            app_name="txnwatch-soak",
+            extra_conf={
+                "spark.sql.shuffle.partitions": "4",
+                "spark.ui.enabled": "false",
+                **job.spark_conf(),
+            },
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        console = (work / "stream-console.log").open("w")
+        t_job = time.monotonic()
+        running = job.start(spark, opts, out=console)
+        reconcile = next(q for q in running.queries if q.name == "txnwatch-reconcile")
+        deadline = time.monotonic() + 600
+        while reconcile.lastProgress is None:
+            if time.monotonic() > deadline or running.failed():
+                raise RuntimeError(f"the job did not complete a first batch: {running.failed()}")
+            time.sleep(1)
+        say(f"job up in {time.monotonic() - t_job:.0f}s (metrics on :{running.metrics_port})")
+
+        load = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.soak",
+                "load",
+                "--bootstrap-server",
+                bootstrap,
+                "--prefix",
+                f"{prefix}-",
+                "--topics",
+                ",".join(load_topics),
+                "--partitions",
+                str(args.partitions),
+                "--ids",
+                str(args.ids),
+                "--rate",
+                str(args.rate),
+                "--seconds",
+                str(args.seconds),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=(work / "load.log").open("w"),
+            text=True,
+            cwd=ROOT,
+        )
+        started_procs.append(load)
+        assert load.stdout is not None
+        first = json.loads(load.stdout.readline() or "{}")
+        say(f"load: {args.ids} ids initialised in {first.get('init_s')}s; {args.rate}/s for {args.seconds}s")
+        ends = KafkaConsumer(bootstrap_servers=bootstrap)
+        t0 = time.monotonic()
+        orphan_times = [args.seconds * (i + 1) / (args.orphans + 1) for i in range(args.orphans)]
+        pending_orphans = list(orphan_times)
+        orphan_proc: subprocess.Popen[str] | None = None
+        orphan_made_at = 0.0
+        next_sample = t0
+        last_sweeps: tuple[float, float] | None = None
+        load_done_at: float | None = None
+        tail_deadline: float | None = None
+        while True:
+            now = time.monotonic()
+            if running.failed():
+                raise RuntimeError(running.failed())
+            if pending_orphans and orphan_proc is None and now - t0 >= pending_orphans[0]:
+                pending_orphans.pop(0)
+                orphan_made_at = now - t0
+                orphan_proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "dev.workload",
+                        "--bootstrap-server",
+                        bootstrap,
+                        "--json",
+                        "--scenario",
+                        "hanging",
+                        "--topic-prefix",
+                        f"{prefix}-orphan{len(orphans)}-",
+                    ],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    cwd=ROOT,
+                )
+                started_procs.append(orphan_proc)
+            if orphan_proc is not None and orphan_proc.poll() is not None:
+                out, err = orphan_proc.communicate()
+                if orphan_proc.returncode != 0:
+                    raise RuntimeError(f"the orphan workload failed: {err}")
+                orphan_proc = None
+                (h,) = [t for t in json.loads(out)["transactions"] if t["kind"] == "hanging"]
+                # when the orphan's batch was written (the scenario's last step but its commit)
+                h["made_at_s"] = round(orphan_made_at, 1)
+                orphans.append(h)
+                say(
+                    f"orphan {len(orphans)}: {h['topic']}-{h['partition']} offset {h['start_offset']} "
+                    f"(workload started at +{h['made_at_s']}s, done at +{time.monotonic() - t0:.0f}s)"
+                )
+            if load_done_at is None and load.poll() is not None:
+                load_done_at = now
+                load_summary = json.loads(load.stdout.readline() or "{}")
+                say(f"load done: {load_summary}")
+            if now >= next_sample:
+                next_sample += args.sample_s
+                sample: dict[str, Any] = {"t_s": round(now - t0, 1), "loadavg_1m": os.getloadavg()[0]}
+                sample.update(memory(collector.pid, load.pid if load.poll() is None else None, broker_pid))
+                sample.update(state_of(running))
+                sample["checkpoint_mb"] = dir_mb(work / "checkpoints")
+                sample.update(backlog(ends, running))
+                try:
+                    m = scrape(running.metrics_port)
+                    sample["view_lag_s"] = _total(m, "txnwatch_coordinator_view_lag_seconds")
+                    sample["records_behind"] = _total(m, "txnwatch_coordinator_view_records_behind")
+                    sample["offsets_behind"] = _total(m, "txnwatch_stream_source_offsets_behind_latest")
+                    sample["open_transactions"] = _total(m, "txnwatch_open_transactions")
+                    sample["abort_candidates"] = _total(m, "txnwatch_abort_candidates")
+                    c = scrape(collector_port)
+                    sums = (
+                        _total(c, "txnwatch_collector_sweep_duration_seconds_sum") or 0.0,
+                        _total(c, "txnwatch_collector_sweep_duration_seconds_count") or 0.0,
+                    )
+                    if last_sweeps and sums[1] > last_sweeps[1]:
+                        sample["sweep_s"] = (sums[0] - last_sweeps[0]) / (sums[1] - last_sweeps[1])
+                    last_sweeps = sums
+                except OSError as exc:
+                    say(f"scrape failed: {exc}")
+                named = candidates(bootstrap, settings.topics.abort_candidates)
+                for i, h in enumerate(orphans):
+                    if i not in found_at and any(
+                        (c.topic, c.partition, c.start_offset)
+                        == (h["topic"], h["partition"], h["start_offset"])
+                        for c in named
+                    ):
+                        found_at[i] = now - t0
+                        say(f"orphan {i + 1} found {found_at[i] - h['made_at_s']:.0f}s after it was made")
+                sample["candidates"] = len({c.candidate_id for c in named})
+                samples.append(sample)
+                say(
+                    "t={t_s:>5}s load {loadavg_1m:.1f} | rss collector {collector_rss_mb:.0f} jvm "
+                    "{driver_jvm_rss_mb:.0f} py {driver_python_rss_mb:.0f} workers {python_workers_pss_mb:.0f} "
+                    "({python_workers}) MB | state rows {state_rows} | view lag {view_lag_s} s | batch "
+                    "{reconcile_batch_s:.1f}s | candidates {candidates}".format(**sample)
+                )
+            if load_done_at is not None and not pending_orphans and orphan_proc is None:
+                if tail_deadline is None:
+                    tail_deadline = now + args.tail_s
+                if len(found_at) == len(orphans) and now >= load_done_at + 3 * args.sample_s:
+                    break
+                if now >= tail_deadline:
+                    say("tail deadline reached with orphans not found")
+                    break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        say("interrupted")
+    finally:
+        final = candidates(bootstrap, f"{prefix}.abort-candidates") if samples else []
+        progress = {q.name: q.lastProgress for q in running.queries} if running is not None else {}
+        if running is not None:
+            running.stop()
+        if spark is not None:
+            spark.stop()
+        for p in started_procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        stop_cluster(work / "testbed")
+        say("stopped the job, the collector, the load and the test bed")
+
+    orphan_keys = {(h["topic"], h["partition"], h["start_offset"]) for h in orphans}
+    false = [c for c in final if (c.topic, c.partition, c.start_offset) not in orphan_keys]
+    result = {
+        "args": {k: v for k, v in vars(args).items() if k != "func"},
+        "load": load_summary,
+        "orphans": [
+            {**h, "found_after_s": round(found_at[i] - h["made_at_s"], 1) if i in found_at else None}
+            for i, h in enumerate(orphans)
+        ],
+        "false_candidates": [c.model_dump(mode="json") for c in false],
+        "samples": samples,
+        "last_progress": progress,
+    }
+    out_json.write_text(json.dumps(result, indent=1))
+    plot(result, Path(args.png))
+    print(summary(result))
+    say(f"samples in {out_json}, plot in {args.png}")
+    return 0 if len(found_at) == len(orphans) == args.orphans and not false else 1
+
+
+def _during_load(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in result["samples"] if s["t_s"] <= result["args"]["seconds"]]
+
+
+def summary(result: dict[str, Any]) -> str:
+    samples = _during_load(result)
+    if not samples:
+        return "no samples"
+    third = samples[len(samples) // 3 :]  # past the warm-up (JIT, first RocksDB files, workers starting)
+
+    def span(key: str, rows: list[dict[str, Any]]) -> str:
+        vals = [s[key] for s in rows if s.get(key) is not None]
+        return f"{min(vals):.1f}..{max(vals):.1f}" if vals else "n/a"
+
+    lines = [
+        f"load: {result['load']}",
+        "orphans: "
+        + ", ".join(f"made +{h['made_at_s']}s found after {h['found_after_s']}s" for h in result["orphans"]),
+        f"false candidates: {len(result['false_candidates'])}",
+        f"load average (1 min) during the load: {span('loadavg_1m', samples)}",
+    ]
+    for key in (
+        "collector_rss_mb",
+        "driver_jvm_rss_mb",
+        "driver_python_rss_mb",
+        "python_workers_pss_mb",
+        "state_rows",
+        "state_memory_mb",
+        "checkpoint_mb",
+        "view_lag_s",
+        "snapshots_behind",
+        "log_behind",
+        "last_batch_age_s",
+        "reconcile_batch_s",
+        "sweep_s",
+    ):
+        lines.append(f"{key}: whole load {span(key, samples)}; after the first third {span(key, third)}")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = result["samples"]
+    t = [x["t_s"] for x in s]
+    fig, axes = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
+    mem = axes[0]
+    for key, label in (
+        ("driver_jvm_rss_mb", "driver JVM (RSS)"),
+        ("python_workers_pss_mb", "Python workers (PSS, sum)"),
+        ("driver_python_rss_mb", "driver Python (RSS)"),
+        ("collector_rss_mb", "collector (RSS)"),
+    ):
+        mem.plot(t, [x.get(key) for x in s], label=label)
+    mem.set_ylabel("MB")
+    mem.set_title(
+        f"txnwatch soak: {result['args']['ids']} transactional ids, {result['args']['rate']} transactions/s in "
+        f"total, {result['args']['seconds']} s, {len(result['orphans'])} orphans"
+    )
+    mem.legend(loc="upper left", fontsize=8)
+    st = axes[1]
+    st.plot(t, [x.get("state_rows") for x in s], label="state rows (all operators)", color="tab:purple")
+    st.set_ylabel("rows")
+    st2 = st.twinx()
+    st2.plot(t, [x.get("checkpoint_mb") for x in s], label="checkpoint on disk (MB)", color="tab:gray")
+    st2.plot(t, [x.get("state_memory_mb") for x in s], label="state store memory (MB)", color="tab:olive")
+    st2.set_ylabel("MB")
+    st.legend(loc="upper left", fontsize=8)
+    st2.legend(loc="upper right", fontsize=8)
+    lag = axes[2]
+    lag.plot(t, [x.get("view_lag_s") for x in s], label="coordinator view lag (s)", color="tab:red")
+    lag.plot(t, [x.get("reconcile_batch_s") for x in s], label="reconcile batch (s)", color="tab:blue")
+    lag.plot(t, [x.get("sweep_s") for x in s], label="collector sweep (s)", color="tab:green")
+    lag.plot(t, [x.get("last_batch_age_s") for x in s], label="since the last batch (s)", color="tab:cyan")
+    lag.plot(t, [x.get("loadavg_1m") for x in s], label="load average (1 min)", color="tab:gray", ls=":")
+    behind = lag.twinx()
+    behind.plot(t, [x.get("snapshots_behind") for x in s], label="snapshots not yet read", color="tab:brown")
+    behind.plot(t, [x.get("log_behind") for x in s], label="log records not yet read", color="tab:pink")
+    behind.set_ylabel("records")
+    behind.legend(loc="upper right", fontsize=8)
+    for h in result["orphans"]:
+        lag.axvline(h["made_at_s"], color="black", ls="--", lw=0.8)
+        if h["found_after_s"] is not None:
+            lag.axvline(h["made_at_s"] + h["found_after_s"], color="tab:orange", ls="--", lw=0.8)
+    lag.axvline(result["args"]["seconds"], color="black", lw=0.8)
+    lag.set_xlabel(
+        "seconds since the load started (dashed: orphan made, black; found, orange; solid: load ends)"
+    )
+    lag.set_ylabel("s")
+    lag.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what")
+    load = sub.add_parser("load", help="the load process (started by the soak)")
+    load.add_argument("--bootstrap-server", required=True)
+    load.add_argument("--prefix", required=True)
+    load.add_argument("--topics", required=True, help="comma-separated")
+    load.add_argument("--partitions", type=int, default=3)
+    load.add_argument("--ids", type=int, default=200)
+    load.add_argument("--rate", type=float, default=20.0, help="transactions per second, all ids together")
+    load.add_argument("--seconds", type=float, default=300.0)
+    load.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=300.0, help="how long the load runs")
+    parser.add_argument("--ids", type=int, default=200, help="transactional ids")
+    parser.add_argument("--rate", type=float, default=20.0, help="transactions per second, all ids together")
+    parser.add_argument("--orphans", type=int, default=3, help="real orphans, spread over the load")
+    parser.add_argument("--topics", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--collector-interval", type=float, default=5.0)
+    parser.add_argument("--sample-s", type=float, default=10.0)
+    parser.add_argument(
+        "--tail-s", type=float, default=240.0, help="after the load: how long to wait for orphans"
+    )
+    parser.add_argument("--json", default=str(ROOT / ".cache" / "soak" / "soak.json"))
+    parser.add_argument("--png", default=str(ROOT / "docs" / "soak.png"))
+    args = parser.parse_args(argv)
+    if args.what == "load":
+        return run_load(args)
+    return soak(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
