@@ -494,6 +494,24 @@ def test_stream_names_missing_read_on_the_transaction_log(secure: Secure, tmp_pa
     one_clear_line(done.stderr, "grant the ACL Read on topic __transaction_state")
 
 
+def test_stream_names_missing_read_on_its_consumer_groups(secure: Secure, tmp_path: Path) -> None:
+    with secure.without("txnwatch-stream", ResourceType.GROUP, "spark-kafka-source-", ACLOperation.READ):
+        done = subprocess.run(
+            stream_command(secure, free_port(), tmp_path / "ck", 30),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=ROOT,
+            env=secure.env(),
+        )
+    secure.saw(done.stdout + done.stderr)
+    assert done.returncode == 1
+    one_clear_line(
+        done.stderr, "grant the ACL Read on group spark-kafka-source- (--resource-pattern-type prefixed)"
+    )
+
+
 @dataclass
 class StreamRun:
     candidate: AbortCandidate
@@ -501,6 +519,7 @@ class StreamRun:
     whole_console: str  # ... and until it stopped (stopping interrupts a batch, which Spark logs at length)
     collector_log: str
     scrapes: list[str]  # /metrics of the collector and of the job
+    groups: list[str]  # consumer groups on the cluster afterwards
 
 
 def _stop(proc: subprocess.Popen[bytes], sig: int, timeout_s: float) -> None:
@@ -573,10 +592,13 @@ def stream_run(secure: Secure, orphan: Orphan) -> Iterator[StreamRun]:
             time.sleep(4)
             scrapes = [scrape(collector_port), scrape(job_port)]
             running_console = job_out.read_text()
+            groups = sorted({g["group_id"] for g in secure.admin.list_groups()})
         finally:
             _stop(stream, signal.SIGINT, 60)
             _stop(collector, signal.SIGTERM, 30)
-    run = StreamRun(found[0], running_console, job_out.read_text(), collector_out.read_text(), scrapes)
+    run = StreamRun(
+        found[0], running_console, job_out.read_text(), collector_out.read_text(), scrapes, groups
+    )
     for text in (run.whole_console, run.collector_log, *run.scrapes):
         secure.saw(text)
     yield run
@@ -596,6 +618,11 @@ def test_collector_and_stream_propose_the_orphan_with_their_documented_acls(
     at = stream_run.console.find("Traceback")
     assert at < 0, stream_run.console[at - 500 : at + 4000]
     assert "Traceback" not in stream_run.collector_log, stream_run.collector_log[-3000:]
+    # The consumer-based offset reader's driver consumer joined a group (JoinGroup needs Read on it): why the job
+    # needs the prefixed group ACL.
+    assert any(g.startswith("spark-kafka-source-") and "driver" in g for g in stream_run.groups), (
+        stream_run.groups
+    )
     collector_metrics, job_metrics = stream_run.scrapes
     assert "txnwatch_collector_last_success_timestamp_seconds" in collector_metrics
     assert 'txnwatch_abort_candidates{cluster="secure"} 1.0' in job_metrics
