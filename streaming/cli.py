@@ -353,6 +353,8 @@ def _hide_secrets_in_logs(settings: Settings) -> None:
 
 
 def run_stream(args: argparse.Namespace) -> int:
+    from pyspark.errors import AnalysisException, IllegalArgumentException
+
     from streaming import job
     from streaming.session import build_session, connector_jars
 
@@ -410,7 +412,8 @@ def run_stream(args: argparse.Namespace) -> int:
         return job.run(spark, opts, seconds=args.seconds)
     except (IllegalArgumentException, AnalysisException) as exc:
         # A --trigger, --window or --watermark Spark cannot read is refused when the query is planned.
-        print(f"txnwatch stream: Spark refused the query: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        reason = str(exc).strip().splitlines()[0]
+        print(f"txnwatch stream: Spark refused the query: {reason}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # Ctrl-C while the queries start (job.run handles it once they run): no traceback; Spark ends with us.
