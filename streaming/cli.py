@@ -310,13 +310,13 @@ def create_problem(exc: BaseException, topics: Sequence[str]) -> str:
     names = ", ".join(topics)
     if isinstance(exc, TopicAuthorizationFailedError):
         return _denied(
-            f"creating {names}",
+            f"creating the missing ones of {names}",
             "TOPIC_AUTHORIZATION_FAILED",
             "Create on those topics (or create them beforehand)",
         )
     if isinstance(exc, ClusterAuthorizationFailedError):
         return _denied(
-            f"creating {names}",
+            f"creating the missing ones of {names}",
             "CLUSTER_AUTHORIZATION_FAILED",
             "Create on the cluster (or create them beforehand)",
         )

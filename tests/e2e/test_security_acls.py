@@ -512,6 +512,41 @@ def test_stream_names_missing_read_on_its_consumer_groups(secure: Secure, tmp_pa
     )
 
 
+def test_stream_names_missing_create_on_an_output_topic_at_debug_level(
+    secure: Secure, tmp_path: Path
+) -> None:
+    """Also at --log-level DEBUG, where kafka-python logs its whole configuration (password included)."""
+    dead_letter = f"{secure.prefix}.dead-letter"
+    if dead_letter in secure.admin.list_topics():
+        secure.admin.delete_topics([dead_letter])  # no job runs now (the module's job stops before its tests)
+        wait_for_topic_gone(secure, dead_letter)
+    with secure.without("txnwatch-stream", ResourceType.TOPIC, dead_letter, ACLOperation.CREATE):
+        done = subprocess.run(
+            [*stream_command(secure, free_port(), tmp_path / "ck", 30), "--log-level", "DEBUG"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=ROOT,
+            env=secure.env(),
+        )
+    secure.saw(done.stdout + done.stderr)
+    assert done.returncode == 1
+    assert (
+        "Starting KafkaAdminClient with configuration" in done.stderr
+    )  # the DEBUG line that held the password
+    one_clear_line(
+        done.stderr, f"{dead_letter} was denied (TOPIC_AUTHORIZATION_FAILED): grant the ACL Create"
+    )
+
+
+def wait_for_topic_gone(secure: Secure, topic: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while topic in secure.admin.list_topics():
+        assert time.monotonic() < deadline, f"{topic} not deleted"
+        time.sleep(0.3)
+
+
 @dataclass
 class StreamRun:
     candidate: AbortCandidate
