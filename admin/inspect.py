@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +38,7 @@ from admin.seams import (
 from detectors import lateness
 from detectors.codec import DecodeError, decode_key, decode_value
 from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.currency import coordinator_partition
 from detectors.models import CoordinatorRecord, DetectionLimits, OpenTransaction, Verdict
 from detectors.rules import classify, select_coordinator_view
 
@@ -179,6 +181,9 @@ def inspect_partition(
     if producers:
         starts = wire.fetch_start_batches({leader: [(tp, p.current_txn_start_offset) for p in producers]})
     answers = ask_coordinators(wire, [p.producer_id for p in producers])
+    # "No owner listed" proves nothing unless the principal may Describe every transactional id.
+    unlisted = any(p.producer_id not in answers.owners for p in producers)
+    incomplete = listing_incomplete(wire) if unlisted and not answers.listing_failed else None
     now = clock_ms()
     records, unusable = answers.records(seen_at_ms=now)
     report = PartitionReport(
@@ -195,6 +200,11 @@ def inspect_partition(
         start = outcome if isinstance(outcome, StartBatch) and outcome.producer_id == p.producer_id else None
         txn = open_transaction(p, start)
         coordinator = answers.view(p.producer_id, topic, partition, unusable)
+        if incomplete is not None and coordinator.transactional_id is None and coordinator.error is None:
+            coordinator = CoordinatorView(
+                None,
+                error=f"cannot show that no transactional id owns producer {p.producer_id}: {incomplete}",
+            )
         verdict = None
         if coordinator.error is None:
             # Not shown current (see the module docstring): a HANGING rule that holds is withheld.
@@ -321,6 +331,52 @@ def ask_coordinators(wire: CoordinatorWire, producer_ids: Sequence[int]) -> Coor
     return CoordinatorAnswers(owners, described, dict(listing.failed))
 
 
+def describe_by_id(wire: InspectWire, transactional_ids: Sequence[str]) -> dict[str, TransactionDescription]:
+    """DescribeTransactions for some ids, each sent to its coordinator: the leader of its `__transaction_state`
+    partition (`Utils.abs(javaHash(id)) % partitions`, as Kafka places it).
+
+    Raises:
+        AdminError: `__transaction_state` is unknown to this principal, or a partition has no leader.
+    """
+    view = wire.metadata([TRANSACTION_LOG_TOPIC])
+    leaders = {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
+    if not leaders:
+        raise AdminError(
+            f"{TRANSACTION_LOG_TOPIC} is not visible (Describe on topic {TRANSACTION_LOG_TOPIC}?)"
+        )
+    by_coordinator: dict[int, list[str]] = {}
+    for tid in transactional_ids:
+        leader = leaders.get(coordinator_partition(tid, len(leaders)), -1)
+        if leader < 0:
+            raise AdminError(f"the coordinator of transactional id {tid} has no leader right now")
+        by_coordinator.setdefault(leader, []).append(tid)
+    return {d.transactional_id: d for d in wire.describe_transactions(by_coordinator)}
+
+
+def listing_incomplete(wire: InspectWire) -> str | None:
+    """Why ListTransactions may have left owners out, or None when it cannot have.
+
+    ListTransactions silently leaves out every transactional id the principal may not Describe, so "no owner
+    listed" is evidence only when the principal may Describe every id. DescribeTransactions, on its coordinator,
+    for an id nobody uses shows it: TRANSACTIONAL_ID_NOT_FOUND (allowed), TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    (not allowed: the ACL to grant is named).
+    """
+    probe = f"txnwatch-describe-probe-{uuid.uuid4().hex}"
+    try:
+        answer = describe_by_id(wire, [probe]).get(probe)
+    except (Errors.KafkaError, AdminError) as exc:
+        return str(exc)
+    if answer is not None and answer.error == "TRANSACTIONAL_ID_NOT_FOUND":
+        return None
+    error = "NOT_DESCRIBED" if answer is None else answer.error or "FOUND"
+    if error == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+        return (
+            "ListTransactions lists only the ids this principal may Describe; grant the ACL Describe on "
+            "TransactionalId '*' to txnwatch's principal"
+        )
+    return explain("DescribeTransactions", error)
+
+
 def iso(ms: int | None) -> str:
     # Non-positive timestamps are unknown (detectors.lateness.known), not instants in 1970.
     if ms is None or not lateness.known(ms):
@@ -405,21 +461,6 @@ def render_partition(report: PartitionReport) -> str:
 # --------------------------------------------------------------------------------- coordinator log
 
 
-def java_string_hash(text: str) -> int:
-    """Java's `String.hashCode()` (over UTF-16 code units, 32-bit wrap-around)."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def transaction_log_partition(transactional_id: str, partitions: int) -> int:
-    """The `__transaction_state` partition of a transactional id: `Utils.abs(hashCode) % partitions`."""
-    h = java_string_hash(transactional_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
 @dataclass(frozen=True)
 class LogEntry:
     """One decoded `__transaction_state` record, or why it could not be decoded."""
@@ -454,7 +495,7 @@ def read_coordinator_log(
             " (without it, use `txnwatch collect --coordinator-source describe`)"
         )
     if transactional_id is not None:
-        chosen = [transaction_log_partition(transactional_id, len(partitions))]
+        chosen = [coordinator_partition(transactional_id, len(partitions))]
     else:
         chosen = sorted(partitions)
     tps = [KafkaTopicPartition(TRANSACTION_LOG_TOPIC, p) for p in chosen]

@@ -30,7 +30,16 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from admin.client import AdminError, error_name, explain
-from admin.inspect import InspectWire, ask_coordinators, ask_leader, duration, format_table, iso
+from admin.inspect import (
+    InspectWire,
+    ask_coordinators,
+    ask_leader,
+    describe_by_id,
+    duration,
+    format_table,
+    iso,
+    listing_incomplete,
+)
 from admin.seams import GroupOffsets, TransactionDescription, wall_clock_ms
 from detectors.abort import (
     candidate_age_ms,
@@ -41,8 +50,6 @@ from detectors.abort import (
     prior_abort,
     verify_abort,
 )
-from detectors.contract import TRANSACTION_LOG_TOPIC
-from detectors.currency import coordinator_partition
 from detectors.models import (
     AbortCandidate,
     AuditOutcome,
@@ -73,9 +80,17 @@ EXIT_CODES = {
     AuditOutcome.FAILED: EXIT_ERROR,
 }
 
-# WriteTxnMarkers errors after which Kafka's AbortTransactionHandler looks the leader up again.
+# WriteTxnMarkers errors after which Kafka's AbortTransactionHandler looks the leader up again; plus
+# UNKNOWN_BROKER: the verified leader left the cluster's metadata, so the request never left and the leader is
+# looked up again too. (A lost connection is not here: the marker may have been written before it dropped.)
 LEADER_MOVED = frozenset(
-    {"NOT_LEADER_OR_FOLLOWER", "REPLICA_NOT_AVAILABLE", "BROKER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PARTITION"}
+    {
+        "NOT_LEADER_OR_FOLLOWER",
+        "REPLICA_NOT_AVAILABLE",
+        "BROKER_NOT_AVAILABLE",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_BROKER",
+    }
 )
 # The broker refused the marker because the partition's producer state moved on: the plan is stale.
 FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "TRANSACTION_COORDINATOR_FENCED", "PRODUCER_FENCED"})
@@ -278,25 +293,14 @@ def _ask_coordinator(
             return None, explain("DescribeTransactions", error, owner.transactional_id)
         return _live_coordinator(candidate, d), None
     named = candidate.evidence.coordinator.transactional_id if candidate.evidence.coordinator else None
-    probe = f"txnwatch-describe-probe-{uuid.uuid4().hex}"
-    try:
-        described = describe_by_id(wire, [probe] + ([named] if named else []))
-    except (Errors.KafkaError, AdminError) as exc:
-        return None, f"cannot show that no transactional id owns producer {pid}: {exc}"
-    answer = described.get(probe)
-    if answer is None or answer.error != "TRANSACTIONAL_ID_NOT_FOUND":
-        error = "NOT_DESCRIBED" if answer is None else answer.error or "FOUND"
-        if error == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
-            return None, (
-                f"cannot show that no transactional id owns producer {pid}: ListTransactions lists only the ids "
-                "this principal may Describe; grant the ACL Describe on TransactionalId '*' to txnwatch's "
-                "principal"
-            )
-        return (
-            None,
-            f"cannot show that no transactional id owns producer {pid}: {explain('DescribeTransactions', error)}",
-        )
+    problem = listing_incomplete(wire)
+    if problem is not None:
+        return None, f"cannot show that no transactional id owns producer {pid}: {problem}"
     if named:
+        try:
+            described = describe_by_id(wire, [named])
+        except (Errors.KafkaError, AdminError) as exc:
+            return None, f"DescribeTransactions {named}: {exc}"
         d = described.get(named)
         if d is not None and d.error is None and d.producer_id == pid:
             # Listed by nobody, yet it names the producer id: the listing was incomplete after all.
@@ -316,28 +320,6 @@ def _live_coordinator(candidate: AbortCandidate, d: TransactionDescription) -> L
         coordinator=d.coordinator,
         transaction_start_ms=d.start_time_ms,
     )
-
-
-def describe_by_id(wire: InspectWire, transactional_ids: Sequence[str]) -> dict[str, TransactionDescription]:
-    """DescribeTransactions for some ids, each sent to its coordinator: the leader of its `__transaction_state`
-    partition (`Utils.abs(javaHash(id)) % partitions`, as Kafka places it).
-
-    Raises:
-        AdminError: `__transaction_state` is unknown to this principal, or a partition has no leader.
-    """
-    view = wire.metadata([TRANSACTION_LOG_TOPIC])
-    leaders = {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
-    if not leaders:
-        raise AdminError(
-            f"{TRANSACTION_LOG_TOPIC} is not visible (Describe on topic {TRANSACTION_LOG_TOPIC}?)"
-        )
-    by_coordinator: dict[int, list[str]] = {}
-    for tid in transactional_ids:
-        leader = leaders.get(coordinator_partition(tid, len(leaders)), -1)
-        if leader < 0:
-            raise AdminError(f"the coordinator of transactional id {tid} has no leader right now")
-        by_coordinator.setdefault(leader, []).append(tid)
-    return {d.transactional_id: d for d in wire.describe_transactions(by_coordinator)}
 
 
 # -------------------------------------------------------------------------------------------- abort

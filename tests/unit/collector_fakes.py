@@ -167,6 +167,8 @@ class FakeCoordinators:
     failed: dict[int, str] = field(default_factory=dict)
     duration_filter: bool = True
     describe_errors: dict[str, str] = field(default_factory=dict)
+    # A principal without Describe on ids it was not granted: unknown ids are denied, not "not found".
+    deny_unknown: bool = False
     long_running: set[str] = field(default_factory=set)
     described: list[list[str]] = field(default_factory=list)
     list_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -210,7 +212,12 @@ class FakeCoordinators:
             elif i in self.descriptions:
                 out.append(self.descriptions[i])
             else:
-                out.append(TransactionDescription(i, "TRANSACTIONAL_ID_NOT_FOUND", "", -1, -1, -1, -1, (), 1))
+                error = (
+                    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+                    if self.deny_unknown
+                    else "TRANSACTIONAL_ID_NOT_FOUND"
+                )
+                out.append(TransactionDescription(i, error, "", -1, -1, -1, -1, (), 1))
         return out
 
 

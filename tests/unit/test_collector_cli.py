@@ -23,10 +23,8 @@ from admin.inspect import (
     entry_json,
     inspect_partition,
     iso,
-    java_string_hash,
     render_log_entry,
     render_partition,
-    transaction_log_partition,
 )
 from admin.seams import FetchFailure, Offsets
 from detectors.cli_options import settings_from
@@ -147,7 +145,7 @@ class FakeBoth(FakeCluster, FakeCoordinators):
 
 def test_inspect_partition_joins_leader_and_coordinator_views() -> None:
     fake = FakeBoth(
-        leaders={("orders", 0): 1},
+        leaders={("orders", 0): 1, ("__transaction_state", 0): 1},
         producers={
             ("orders", 0): [
                 producer(),  # tx-1 Ongoing without orders-0: find-hanging's rule
@@ -285,21 +283,7 @@ def test_iso_and_duration() -> None:
 # ------------------------------------------------------------------------------------- coordinator log
 
 
-@pytest.mark.parametrize(
-    ("text", "hash_"),
-    [("", 0), ("a", 97), ("hello", 99162322), ("polygenelubricants", -(2**31)), ("ü€😀", None)],
-)
-def test_java_string_hash(text: str, hash_: int | None) -> None:
-    h = java_string_hash(text)
-    assert -(2**31) <= h < 2**31
-    if hash_ is not None:
-        assert h == hash_
-
-
-def test_transaction_log_partition_is_kafkas() -> None:
-    assert transaction_log_partition("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) is 0
-    assert transaction_log_partition("hello", 50) == 99162322 % 50
-    assert transaction_log_partition("x" * 40, 3) in (0, 1, 2)
+# Kafka's placement of a transactional id (java_string_hash, coordinator_partition): tests/unit/test_currency.py.
 
 
 def test_decode_entry() -> None:
@@ -328,3 +312,16 @@ def test_decode_entry() -> None:
     assert bad.record is None and bad.error and render_log_entry(bad)[4].startswith("undecodable")
     assert entry_json(bad)["key_hex"] == key.hex()
     assert decode_entry(0, 0, T0, None, None).error == "record without a key"
+
+
+def test_inspect_partition_says_when_no_owner_cannot_be_shown() -> None:
+    # Without Describe on every transactional id, ListTransactions leaves owners out without a word.
+    fake = FakeBoth(
+        leaders={("orders", 0): 1, ("__transaction_state", 0): 1},
+        producers={("orders", 0): [producer(producer_id=2, current_txn_start_offset=120)]},
+        offsets={("orders", 0): Offsets(120, 150)},
+        deny_unknown=True,
+    )
+    (t,) = inspect_partition(fake, "orders", 0, clock_ms=lambda: T0 + 120_000).transactions
+    assert t.verdict is None and t.coordinator.error is not None
+    assert "grant the ACL Describe on TransactionalId '*'" in t.coordinator.error
