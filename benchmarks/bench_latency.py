@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kafka import KafkaAdminClient
+
 from benchmarks.harness import (
     ORPHAN_KINDS,
     Steady,
@@ -38,6 +40,7 @@ from benchmarks.harness import (
     summary,
     wait_until,
 )
+from dev.workload import ensure_topics
 
 Json = dict[str, Any]
 
@@ -63,6 +66,14 @@ def run(args: argparse.Namespace) -> Json:
         workdir, interval_s=args.interval, trigger=args.trigger, detection_overrides=detection
     ) as p:
         wait_until(lambda: p.first_batches_done(1), 300, "the job's first batch")
+        # The scenarios' topics exist before the first orphan, so no orphan waits for a new topic's metadata.
+        admin = KafkaAdminClient(bootstrap_servers=p.bootstrap, client_id="bench-admin")
+        try:
+            ensure_topics(admin, ["lat-hanging", "lat-hanging-after-abort"], 3)
+            ensure_topics(admin, ["lat-hanging-multi"], 4)
+            ensure_topics(admin, ["lat-hanging-offsets"], 1)
+        finally:
+            admin.close()
         steady = Steady(p.bootstrap, "lat-steady-", rate=5.0)
         steady.start()
         wait_until(lambda: p.first_batches_done(1 + args.warm_batches), 300, "warm-up batches")
