@@ -231,7 +231,10 @@ def bootstrap_problem(client_kwargs: Mapping[str, Any], timeout_ms: int = BOOTST
 # Spark's Kafka source names the group of its consumer-based offset reader `<groupIdPrefix>-<uuid>-...`; the job
 # leaves groupIdPrefix at Spark's default, so the ACL is a prefixed one on this name plus "-".
 SPARK_GROUP_PREFIX = "spark-kafka-source"
-_READ, _WRITE = 3, 4  # Kafka's AclOperation codes, as kafka-python reports a topic's authorized operations
+_READ, _WRITE = (
+    "READ",
+    "WRITE",
+)  # a topic's authorized operations, as kafka-python's describe_topics names them
 
 
 def _denied(action: str, error: str, acl: str) -> str:
@@ -254,7 +257,6 @@ def access_problems(
     """
     from kafka import KafkaAdminClient
     from kafka.errors import GroupAuthorizationFailedError, KafkaError
-    from kafka.protocol.metadata import MetadataRequest
 
     kwargs = {k: v for k, v in client_kwargs.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
     problems: list[str] = []
@@ -262,22 +264,14 @@ def access_problems(
         admin = KafkaAdminClient(**kwargs)
         try:
             names = list(dict.fromkeys([*reads, *writes]))
-            request = MetadataRequest(
-                topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in names],
-                allow_auto_topic_creation=False,
-                include_topic_authorized_operations=True,
-            )
-
-            async def ask() -> Any:
-                return await admin._manager.send(request)
-
-            found = {t.name: t for t in admin._manager.run(ask).topics}
+            # kafka-python's public Metadata call, with each topic's authorized operations by name.
+            found = {t["name"]: t for t in admin.describe_topics(names)}
             for name in names:
                 topic = found.get(name)
-                if topic is None or topic.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+                if topic is None or topic["error_code"] == 3:  # UNKNOWN_TOPIC_OR_PARTITION
                     continue
-                allowed = topic.authorized_operations or set()
-                denied = topic.error_code == 29  # TOPIC_AUTHORIZATION_FAILED: not even Describe
+                allowed = set(topic.get("authorized_operations") or ())
+                denied = topic["error_code"] == 29  # TOPIC_AUTHORIZATION_FAILED: not even Describe
                 if name in reads and (denied or _READ not in allowed):
                     problems.append(
                         _denied(f"reading {name}", "TOPIC_AUTHORIZATION_FAILED", f"Read on topic {name}")
