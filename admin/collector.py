@@ -554,6 +554,10 @@ class Collector:
 # ------------------------------------------------------------------------------------------- the loop
 
 
+# After failed sweeps the next waits longer, doubling from the interval up to this (or the interval, if longer).
+SWEEP_BACKOFF_MAX_S = 10.0
+
+
 def run(
     collector: Collector,
     publish: Callable[[SweepResult], object],
@@ -567,10 +571,15 @@ def run(
 ) -> int:
     """Sweep and publish every `interval_s` until `stop` is set (Ctrl-C) or `max_sweeps` ran.
 
-    A failed sweep (no metadata, a publish error) is logged and counted; the next one runs on schedule.
-    `also` runs after each sweep (the coordinator fallback poll). Returns the number of sweeps run.
+    A failed sweep (no metadata, a publish error) is counted, and logged once per run of failures (a cluster
+    down for a minute is one line, not one per interval, and one more when sweeps succeed again); after a failed
+    sweep the next waits longer, doubling up to `SWEEP_BACKOFF_MAX_S`. `also` runs after each sweep (the
+    coordinator fallback poll). Returns the number of sweeps run.
     """
     sweeps = 0
+    failed = 0  # failed sweeps in a row
+    failing_since = 0.0
+    published_at: float | None = None  # monotonic, when the last sweep was published
     while not stop.is_set():
         began = time.monotonic()
         try:
@@ -582,6 +591,24 @@ def run(
                 raise
             if metrics is not None:
                 metrics.last_success.set(clock_ms() / 1000)
+            now = time.monotonic()
+            if failed:
+                log.warning(
+                    "sweeps succeed again after %d failed in a row (%.0fs without a published sweep)",
+                    failed,
+                    now - failing_since,
+                )
+                failed = 0
+            elif published_at is not None and now - published_at > max(2 * interval_s, interval_s + 5):
+                # A sweep or its publish that hung (a broker gone, its partitions not yet moved) is a gap in
+                # the snapshots the job sees, even though every sweep succeeded.
+                log.warning(
+                    "%.1fs between published sweeps (interval %.1fs): a broker or the snapshot topic's leader "
+                    "did not answer meanwhile",
+                    now - published_at,
+                    interval_s,
+                )
+            published_at = now
             log.info(
                 "sweep %s: %d/%d partitions covered, %d open transactions on %d partitions, %d empty "
                 "snapshots, %.3fs",
@@ -593,12 +620,18 @@ def run(
                 len(result.empties),
                 result.duration_s,
             )
-        except AdminError as exc:
-            log.error("sweep failed: %s", exc)
-            if metrics is not None:
-                metrics.sweep_failures.inc()
         except Exception as exc:  # a sweep must never kill the collector; the next one may succeed
-            log.error("sweep failed: %s", exc, exc_info=not _is_kafka_error(exc))
+            failed += 1
+            if failed == 1:
+                failing_since = began
+                log.error(
+                    "sweep failed: %s; retrying with backoff (up to %.0fs), said once until a sweep succeeds",
+                    exc,
+                    max(interval_s, SWEEP_BACKOFF_MAX_S),
+                    exc_info=not isinstance(exc, AdminError) and not _is_kafka_error(exc),
+                )
+            else:
+                log.debug("sweep failed again (%d in a row): %s", failed, exc)
             if metrics is not None:
                 metrics.sweep_failures.inc()
         for task in also:
@@ -611,7 +644,10 @@ def run(
         sweeps += 1
         if max_sweeps is not None and sweeps >= max_sweeps:
             break
-        stop.wait(max(0.0, interval_s - (time.monotonic() - began)))
+        pause = interval_s
+        if failed:
+            pause = max(interval_s, min(interval_s * 2 ** (failed - 1), SWEEP_BACKOFF_MAX_S))
+        stop.wait(max(0.0, pause - (time.monotonic() - began)))
     return sweeps
 
 

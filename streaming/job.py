@@ -305,29 +305,114 @@ def start(
     return RunningJob(started, live, health, spark, listener, server)
 
 
-def run(
-    spark: SparkSession, opts: StreamOptions, *, seconds: float | None = None, out: TextIO | None = sys.stdout
-) -> int:
-    """Run until Ctrl-C, a failed query, or `seconds`; returns the exit code."""
-    stream = opts.settings.stream
-    job = start(spark, opts, out=out)
+# While Kafka does not answer, the job checks again after 1, 2, 4 ... seconds, at most this long.
+OUTAGE_BACKOFF_MAX_S = 15.0
+# A query that fails again this many times in a row while Kafka answers is not an outage: the job exits.
+OUTAGE_RESTARTS_MAX = 5
+
+
+def kafka_problem(opts: StreamOptions, timeout_ms: int = 5_000) -> str | None:
+    """Why no bootstrap server answers now (one line), or None when one does (kafka-python, quietly)."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    kwargs = {
+        k: v for k, v in opts.settings.kafka.client_kwargs().items() if k in KafkaAdminClient.DEFAULT_CONFIG
+    }
+    kwargs["bootstrap_timeout_ms"] = timeout_ms
+    logger = logging.getLogger("kafka")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)  # kafka-python logs every refused connection at ERROR
+    try:
+        admin = KafkaAdminClient(**kwargs)
+        admin.close()
+    except (KafkaError, OSError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        logger.setLevel(level)
+    return None
+
+
+def quiet_kafka_network_warnings(spark: SparkSession) -> None:
+    """Spark's Kafka clients log a WARN per connection attempt while a broker is down (about 500 lines a minute
+    with three queries); the job says so itself, once (`run`). Their ERRORs still show."""
+    try:
+        jvm: Any = getattr(spark.sparkContext, "_jvm", None)
+        log4j = jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel("org.apache.kafka.clients.NetworkClient", log4j.Level.ERROR)
+    except Exception as exc:  # a different logging backend: keep the warnings
+        log.debug("cannot quiet Kafka's NetworkClient warnings: %s", exc)
+
+
+def _announce(job: RunningJob, opts: StreamOptions, out: TextIO | None) -> None:
     if out is not None:
         print(
-            f"txnwatch stream: metrics on http://{stream.metrics_host}:{job.metrics_port}/metrics, "
-            f"checkpoints in {stream.checkpoint_location}",
+            f"txnwatch stream: metrics on http://{opts.settings.stream.metrics_host}:{job.metrics_port}/metrics, "
+            f"checkpoints in {opts.settings.stream.checkpoint_location}",
             file=out,
             flush=True,
         )
+
+
+def run(
+    spark: SparkSession, opts: StreamOptions, *, seconds: float | None = None, out: TextIO | None = sys.stdout
+) -> int:
+    """Run until Ctrl-C, a failed query, or `seconds`; returns the exit code.
+
+    A query that fails while Kafka does not answer (an outage: Spark's Kafka consumers give up after their 60 s
+    API timeout and fail the batch) does not end the job: it says so once on stderr, stops the queries, checks
+    with backoff until Kafka answers, and starts them again from their checkpoints (as a restart would: the
+    failed batch runs again, nothing is lost or opened twice). Said once more when it resumes.
+    """
+    quiet_kafka_network_warnings(spark)
+    first = start(spark, opts, out=out)
+    _announce(first, opts, out)
+    job: RunningJob | None = first
     deadline = None if seconds is None else time.monotonic() + seconds
+    restarts = 0
     try:
         while deadline is None or time.monotonic() < deadline:
-            problem = job.failed()
-            if problem:
-                print(f"txnwatch stream: {problem}", file=sys.stderr)
-                return 1
+            problem = job.failed() if job is not None else None
+            if problem and job is not None:
+                unreachable = kafka_problem(opts)
+                restarts = restarts + 1 if unreachable is None else 0
+                if unreachable is None and restarts >= OUTAGE_RESTARTS_MAX:
+                    print(f"txnwatch stream: {problem}", file=sys.stderr)
+                    return 1
+                began = time.monotonic()
+                print(
+                    f"txnwatch stream: Kafka does not answer ({unreachable}): queries stopped; checking again "
+                    f"with backoff (up to {OUTAGE_BACKOFF_MAX_S:.0f}s) and resuming from the checkpoints once it "
+                    f"answers [{problem[:300]}]"
+                    if unreachable
+                    else f"txnwatch stream: {problem[:300]}; Kafka answers: resuming from the checkpoints "
+                    f"(attempt {restarts} of {OUTAGE_RESTARTS_MAX - 1})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                job.stop()
+                job = None
+                pause = 1.0
+                while kafka_problem(opts) is not None:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return 0
+                    time.sleep(pause)
+                    pause = min(pause * 2, OUTAGE_BACKOFF_MAX_S)
+                job = start(spark, opts, out=out)
+                print(
+                    f"txnwatch stream: Kafka answers again: queries resumed from the checkpoints "
+                    f"{time.monotonic() - began:.0f}s after they stopped",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                _announce(job, opts, out)
+                continue
+            if job is not None and restarts and all(q.lastProgress is not None for q in job.queries):
+                restarts = 0
             time.sleep(1)
     except KeyboardInterrupt:
         pass
     finally:
-        job.stop()
+        if job is not None:
+            job.stop()
     return 0
