@@ -10,13 +10,14 @@ JARS   := .cache/jars
 MVN    := mvn -q -B -s dev/jvm/settings.xml
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv jars tools lint typecheck test test-unit testbed-up testbed-down clean demo bench
+.PHONY: help deps venv jars tools lint typecheck test test-unit testbed-up testbed-down clean demo bench faults-long
 
 help:
 	@echo "make demo          a local broker, real traffic incl. a hanging transaction, the collector and the streaming job (DEMO_SECONDS=300)"
 	@echo "make test          lint, type-check and run every test tier against a real local Kafka broker and Spark"
 	@echo "make test-unit     the pure tier only (no JVM)"
 	@echo "make bench         every benchmark (about 40 min, BENCH=latency,peers for some); rewrites docs/BENCHMARKS.md's tables"
+	@echo "make faults-long   the fault test that keeps the streaming job down for 10 minutes (~15 min)"
 	@echo "make testbed-up    start a local KRaft broker (python -m dev.kafka up --no-verification)"
 	@echo "make testbed-down  stop it"
 
@@ -61,7 +62,12 @@ typecheck: venv
 
 # Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
 test: deps venv jars tools lint typecheck
-	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests -m "not long" $(PYTEST_ARGS)
+
+# The fault tests that wait for real minutes (docs/reliability.md, Faults): the streaming job down for 10 minutes.
+# `make test` runs the same test with 3 minutes down.
+faults-long: deps venv jars
+	$(VENV)/bin/pytest tests/e2e/test_faults_e2e.py -m long -s $(PYTEST_ARGS)
 
 # The pure tier: no JVM, no jars, no broker (tests/unit/test_rooms_build.py checks nothing there reads .cache/).
 test-unit: venv

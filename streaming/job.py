@@ -380,12 +380,13 @@ def run(
                     print(f"txnwatch stream: {problem}", file=sys.stderr)
                     return 1
                 began = time.monotonic()
+                which = problem.split(":", 1)[0]  # "query NAME stopped"; the rest is a Py4J traceback
                 print(
                     f"txnwatch stream: Kafka does not answer ({unreachable}): queries stopped; checking again "
                     f"with backoff (up to {OUTAGE_BACKOFF_MAX_S:.0f}s) and resuming from the checkpoints once it "
-                    f"answers [{problem[:300]}]"
+                    f"answers ({which})"
                     if unreachable
-                    else f"txnwatch stream: {problem[:300]}; Kafka answers: resuming from the checkpoints "
+                    else f"txnwatch stream: {which}; Kafka answers: resuming from the checkpoints "
                     f"(attempt {restarts} of {OUTAGE_RESTARTS_MAX - 1})",
                     file=sys.stderr,
                     flush=True,
