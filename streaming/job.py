@@ -132,11 +132,21 @@ class RunningJob:
 
     def stop(self) -> None:
         """Stop the queries, the health listener and the /metrics endpoint (a later start begins clean)."""
-        for q in self.queries:
-            try:
-                q.stop()
-            except Exception as exc:  # stopping is best effort; report and go on with the others
-                log.warning("stopping %s: %s", q.name, exc)
+        # Stopping a query interrupts its running batch, and Spark and py4j then log the cancelled batch at ERROR
+        # with whole Java and Python stack traces: noise on the way out, not a failure. Silenced while stopping.
+        py4j = logging.getLogger("py4j")
+        py4j_level = py4j.level
+        py4j.setLevel(logging.CRITICAL)
+        self.spark.sparkContext.setLogLevel("OFF")
+        try:
+            for q in self.queries:
+                try:
+                    q.stop()
+                except Exception as exc:  # stopping is best effort; report and go on with the others
+                    log.warning("stopping %s: %s", q.name, exc)
+        finally:
+            self.spark.sparkContext.setLogLevel("WARN")
+            py4j.setLevel(py4j_level)
         try:
             self.spark.streams.removeListener(self.listener)
         except Exception as exc:  # the session may already be gone
