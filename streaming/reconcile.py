@@ -15,8 +15,9 @@ one state value per bucket: a pickled dict read once and written once per bucket
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import pandas as pd
@@ -148,6 +149,21 @@ EVENT_SCHEMA = T.StructType(
 )
 
 
+def collector_clock(config: ReconcileConfig, positions: Iterable[Any], now_ms: int) -> ReconcileConfig:
+    """`config` with `expire_after_ms` counted on the collector's clock: lengthened by how far the newest sweep
+    position the job has read (one per sweep) is behind `now_ms`.
+
+    Expiry forgets an open transaction no snapshot confirmed for `expire_after_ms`: the collector stopped seeing
+    it. While the collector publishes nothing at all (Kafka unreachable, the collector down), no sweep saw
+    anything, and forgetting then RESOLVED every hanging candidate and OPENED it again once sweeps came back
+    (tests/e2e/test_faults_e2e.py, Kafka down 60 s). Without any position read yet: processing time, as before.
+    """
+    newest = max((p.as_of_ms for p in positions), default=None)
+    if newest is None or newest >= now_ms:
+        return config
+    return dataclasses.replace(config, expire_after_ms=config.expire_after_ms + (now_ms - newest))
+
+
 class TransactionReconciler(StatefulProcessor):
     """Stage 2 (keyed by a bucket of producer ids): open transactions × the coordinator's view → verdicts."""
 
@@ -161,13 +177,14 @@ class TransactionReconciler(StatefulProcessor):
         self.currency = handle.getValueState("currency", BLOB_SCHEMA)
         self.timer = handle.getValueState("timer", "at_ms long")
 
-    def _bucket(self) -> BucketState:
+    def _bucket(self, now_ms: int) -> BucketState:
         stored = self.currency.get() if self.currency.exists() else None
+        currency = self.config.view_currency(None if stored is None else pickle.loads(stored[0]))
         return BucketState(
-            self.config,
+            collector_clock(self.config, currency.newest.values(), now_ms),
             _load(self.views, View),
             _load(self.opens, stored_open_entry),
-            self.config.view_currency(None if stored is None else pickle.loads(stored[0])),
+            currency,
         )
 
     def _store(self, bucket: BucketState) -> None:
@@ -194,7 +211,7 @@ class TransactionReconciler(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        bucket = self._bucket()
+        bucket = self._bucket(now_ms)
         columns = _columns(rows, STAGE2_INPUT_COLUMNS[1:])
         # Every bucket gets every progress and position row; bucket 0 reports the view's lag to the driver.
         report = key[0] == 0 and any(f in ("applied", "position") for f in columns[1])
@@ -209,7 +226,7 @@ class TransactionReconciler(StatefulProcessor):
         # Called by keyword: the parameter names must stay exactly these (notes/spark-4.3.md).
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         self.timer.clear()  # it fired
-        bucket = self._bucket()
+        bucket = self._bucket(now_ms)
         events = bucket.expire(now_ms)
         self._store(bucket)
         if events:

@@ -473,7 +473,12 @@ def test_driver_killed_mid_batch_and_down_then_restarted_on_its_checkpoint(rig: 
 
 
 def test_kafka_unreachable_for_60s_both_back_off_say_so_once_and_recover(rig: Rig) -> None:
+    """Every broker stopped (SIGTERM to all three at once) for 60 s, then started on the same ports and data. The
+    candidates the job had are neither RESOLVED nor OPENED again: a silent collector is no news of an ending."""
     assert rig.job.alive() and rig.collector.alive()
+    pre = rig.orphan("pre")
+    wait_for(lambda: rig.opened(pre["topic"]), DETECTION_TIMEOUT_S, "a candidate before the outage", 2)
+    candidates_before = len(rig.candidates())
     collector_before = len(rig.collector.text())
     job_before = len(rig.job.text())
     for n in rig.bed.nodes:  # all at once: the last one alone would wait for a quorum to shut down cleanly
@@ -498,7 +503,11 @@ def test_kafka_unreachable_for_60s_both_back_off_say_so_once_and_recover(rig: Ri
     made = time.monotonic()
     wait_for(lambda: rig.opened(h["topic"]), DETECTION_TIMEOUT_S, "a candidate for an orphan made after", 2)
     detected_s = time.monotonic() - made
+    seen = rig.batches_done()
+    wait_for(lambda: rig.batches_done() >= seen + 5, 120, "five more reconcile batches", 1)
     assert rig.collector.alive() and rig.job.alive(), rig.job.text()[-3000:]
+    since = [(c.topic, c.status.value) for c in rig.candidates()[candidates_before:]]
+    assert since == [(h["topic"], "OPENED")], since  # nothing resolved or opened again by the outage
     col = rig.collector.text()[collector_before:]
     job = rig.job.text()[job_before:]
     col_said = col.count("sweep failed")
