@@ -11,10 +11,14 @@ turns, `--rate` transactions per second in total (so each id runs one transactio
 three records each, 10 % aborted. The orphans are dev/workload.py's `hanging` scenario (a batch the coordinator
 never added, then a commit), spread over the load. Every `--sample-s` seconds it records the RSS of the collector,
 the driver JVM, the driver's Python process and the Python workers (their PSS summed: forked workers share
-pages), the stateful operators' rows and memory, the checkpoint's size on disk, the job's coordinator view lag and
-offsets behind, the collector's sweep time, and the load average. At the end it stops everything it started,
-writes the samples and verdicts to JSON and plots them (docs/soak.png). Exit code 0 when every orphan was found and
-nothing else was named.
+pages), the driver JVM's heap, the stateful operators' rows and memory, the checkpoint's size on disk, the job's
+coordinator view lag, the records of each input its reconcile query has not read yet, the collector's sweep time,
+and the load average; every `--gc-every` samples the driver JVM's heap after a full GC (its live set). At the end it
+stops everything it started, writes the samples and verdicts to JSON and plots them (docs/soak.png). Exit code 0
+when every orphan was found and nothing else was named.
+
+The job runs in this process, like the e2e tests, so the Spark query progress (state rows) and the JVM (heap) can
+be read directly; its Python side is then this process (`driver_python_rss_mb`), a little more than the job alone.
 """
 
 from __future__ import annotations
@@ -184,6 +188,8 @@ def memory(collector_pid: int, load_pid: int | None, broker_pid: int) -> dict[st
     children = _children()
     mine = _descendants(os.getpid(), children)
     jvms = [p for p in mine if "java" in _cmdline(p).split(" ")[0] and "SparkSubmit" in _cmdline(p)]
+    # a JVM forking a helper (Hadoop's shell commands) briefly shows a second process with its command line
+    jvms = [p for p in jvms if not any(p in children.get(j, []) for j in jvms)]
     workers = [p for p in mine if "pyspark.daemon" in _cmdline(p) or "pyspark.worker" in _cmdline(p)]
     return {
         "collector_rss_mb": rss_mb(collector_pid),
@@ -264,6 +270,18 @@ def backlog(consumer: Any, running: Any) -> dict[str, float]:
         start = calendar.timegm(time.strptime(p["timestamp"][:19], "%Y-%m-%dT%H:%M:%S"))
         took = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
         out["last_batch_age_s"] = time.time() - start - took
+    return out
+
+
+def jvm_heap(spark: Any, *, collect: bool = False) -> dict[str, float]:
+    """The driver JVM's heap: used now (garbage included: a sawtooth) and committed; with `collect`, also what is
+    left after a full collection (`System.gc()`), the live set: G1 may leave old garbage for minutes otherwise."""
+    bean = spark._jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+    heap = bean.getHeapMemoryUsage()
+    out = {"jvm_heap_used_mb": heap.getUsed() / 1e6, "jvm_heap_committed_mb": heap.getCommitted() / 1e6}
+    if collect:
+        bean.gc()
+        out["jvm_live_heap_mb"] = bean.getHeapMemoryUsage().getUsed() / 1e6
     return out
 
 
@@ -480,6 +498,7 @@ def soak(args: argparse.Namespace) -> int:
                 sample.update(state_of(running))
                 sample["checkpoint_mb"] = dir_mb(work / "checkpoints")
                 sample.update(backlog(ends, running))
+                sample.update(jvm_heap(spark, collect=len(samples) % args.gc_every == 0))
                 try:
                     m = scrape(running.metrics_port)
                     sample["view_lag_s"] = _total(m, "txnwatch_coordinator_view_lag_seconds")
@@ -526,8 +545,16 @@ def soak(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         say("interrupted")
     finally:
-        final = candidates(bootstrap, f"{prefix}.abort-candidates") if samples else []
-        progress = {q.name: q.lastProgress for q in running.queries} if running is not None else {}
+        final: list[Any] = []
+        progress: dict[str, Any] = {}
+        try:  # what the checks and the JSON need, read before anything stops; never in the way of stopping
+            final = candidates(bootstrap, f"{prefix}.abort-candidates") if samples else []
+            if running is not None:
+                progress = {
+                    q.name: json.loads(q.lastProgress.json) for q in running.queries if q.lastProgress
+                }
+        except Exception as exc:
+            say(f"reading the final candidates or progress failed: {exc!r}")
         if running is not None:
             running.stop()
         if spark is not None:
@@ -555,7 +582,7 @@ def soak(args: argparse.Namespace) -> int:
         "samples": samples,
         "last_progress": progress,
     }
-    out_json.write_text(json.dumps(result, indent=1))
+    out_json.write_text(json.dumps(result, indent=1, default=str))  # progress holds UUIDs
     plot(result, Path(args.png))
     print(summary(result))
     say(f"samples in {out_json}, plot in {args.png}")
@@ -588,6 +615,9 @@ def summary(result: dict[str, Any]) -> str:
         "driver_jvm_rss_mb",
         "driver_python_rss_mb",
         "python_workers_pss_mb",
+        "jvm_heap_used_mb",
+        "jvm_heap_committed_mb",
+        "jvm_live_heap_mb",
         "state_rows",
         "state_memory_mb",
         "checkpoint_mb",
@@ -617,8 +647,12 @@ def plot(result: dict[str, Any], png: Path) -> None:
         ("python_workers_pss_mb", "Python workers (PSS, sum)"),
         ("driver_python_rss_mb", "driver Python (RSS)"),
         ("collector_rss_mb", "collector (RSS)"),
+        ("jvm_heap_used_mb", "driver JVM heap used"),
     ):
         mem.plot(t, [x.get(key) for x in s], label=label)
+    live = [(x["t_s"], x["jvm_live_heap_mb"]) for x in s if x.get("jvm_live_heap_mb") is not None]
+    if live:
+        mem.plot(*zip(*live, strict=True), "ko", ms=4, label="driver JVM heap after a full GC")
     mem.set_ylabel("MB")
     mem.set_title(
         f"txnwatch soak: {result['args']['ids']} transactional ids, {result['args']['rate']} transactions/s in "
@@ -681,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--collector-interval", type=float, default=5.0)
     parser.add_argument("--sample-s", type=float, default=10.0)
+    parser.add_argument("--gc-every", type=int, default=6, help="a full GC of the driver JVM every N samples")
     parser.add_argument(
         "--tail-s", type=float, default=240.0, help="after the load: how long to wait for orphans"
     )
