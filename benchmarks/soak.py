@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -567,7 +568,9 @@ def soak(args: argparse.Namespace) -> int:
                 except subprocess.TimeoutExpired:
                     p.kill()
         stop_cluster(work / "testbed")
-        say("stopped the job, the collector, the load and the test bed")
+        for data in ("testbed", "checkpoints"):  # the logs stay for a look
+            shutil.rmtree(work / data, ignore_errors=True)
+        say(f"stopped the job, the collector, the load and the test bed; logs in {work}")
 
     orphan_keys = {(h["topic"], h["partition"], h["start_offset"]) for h in orphans}
     false = [c for c in final if (c.topic, c.partition, c.start_offset) not in orphan_keys]
