@@ -95,7 +95,7 @@ bench: deps venv jars
 
 # Five minutes of load (200 transactional ids, 20 transactions/s in total) and three real orphans on its own test
 # bed, with the collector and the job; samples memory, state and lag every 10 s into .cache/soak/soak.json and
-# docs/soak.png (docs/reliability.md). Not part of `make test`: about 12 minutes.
+# docs/soak.png (docs/reliability.md). Not part of `make test`: about 7 minutes.
 .PHONY: soak
 soak: deps venv jars
 	$(PY) -m benchmarks.soak
