@@ -188,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
                 if running.failed():
                     raise RuntimeError(running.failed())
                 time.sleep(0.25)
+            # The view turns current inside the batch's sink, before Spark posts the batch's progress.
+            waited = time.monotonic()
+            while running.queries[0].lastProgress is None and time.monotonic() - waited < 120:
+                time.sleep(0.5)
+            if first_batch_s is None and running.queries[0].lastProgress is not None:
+                first_batch_s = time.monotonic() - began
         finally:
             last_progress = running.queries[0].lastProgress
             running.stop()
