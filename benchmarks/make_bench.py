@@ -61,6 +61,13 @@ BENCHES: tuple[Bench, ...] = (
     Bench("catchup", "bench_catchup", ("--records", "1000000"), None),
     Bench("state1m", "bench_catchup", ("--records", "1000000", "--last-record-only", "--state"), None),
     Bench("latency", "bench_latency", ("--per-kind", "20"), None),
+    # What lowering the grace and the skew tolerance buys (docs/BENCHMARKS.md, Detection latency).
+    Bench(
+        "latency_lowered",
+        "bench_latency",
+        ("--per-kind", "10", "--grace-ms", "5000", "--clock-skew-ms", "2000"),
+        None,
+    ),
     Bench("peers", "bench_peers", (), None),
 )
 
@@ -316,7 +323,7 @@ def render_catchup(r: Json, state: Json | None) -> str:
         if not x:
             continue
         lines.append(
-            f"| {label} | {_n(x.get('position_records'))} | {_n(x.get('ids'))} | {x.get('first_batch_s')} s | "
+            f"| {label} | {_n(x.get('position_records'))} | {_n(x.get('ids'))} | {_n(x.get('first_batch_s'))} s | "
             f"**{x.get('current_after_s')} s** | {_n(x.get('records_per_s'))} | {_load1(x.get('loadavg_start'))} → "
             f"{_load1(x.get('loadavg_end'))} |"
         )
@@ -386,6 +393,9 @@ def render_collector(r: Json) -> str:
 RENDERERS: dict[str, Callable[[dict[str, Json]], str | None]] = {
     "run": lambda res: render_run(res) if res else None,
     "latency": lambda res: render_latency(res["latency"]["result"]) if "latency" in res else None,
+    "latency_lowered": lambda res: (
+        render_latency(res["latency_lowered"]["result"]) if "latency_lowered" in res else None
+    ),
     "peers": lambda res: render_peers(res["peers"]["result"]) if "peers" in res else None,
     "stream": lambda res: render_stream(res["stream"]["result"]) if "stream" in res else None,
     "catchup": lambda res: (
