@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, KafkaTimeoutError
 from pydantic import ValidationError
 
 from admin.client import AdminError, connect_admin, consumer_for, explain, hide_secrets_in_logs, producer_for
@@ -68,7 +68,7 @@ from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, 
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import AbortCandidate, AuditRecord, CoordinatorLogPosition, CoordinatorRecord
 from detectors.policy import AbortPolicy
-from detectors.settings import OutputTopicSettings, Settings
+from detectors.settings import KafkaSettings, OutputTopicSettings, Settings
 
 log = logging.getLogger("txnwatch")
 
@@ -584,9 +584,21 @@ def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------- proposals
 
 
+def _proposals_consumer(kafka: KafkaSettings) -> KafkaConsumer:
+    """A group-less consumer for the candidates and audit topics; an unreachable cluster is said as such."""
+    try:
+        # 10 s to reach the cluster, as `connect_admin` allows (kafka-python's default is 30 s).
+        return consumer_for(kafka, client_id=f"{kafka.client_id}-proposals", bootstrap_timeout_ms=10_000)
+    except KafkaTimeoutError as exc:
+        raise AdminError(
+            f"cannot reach the bootstrap servers {kafka.bootstrap_servers} ({exc}): check --bootstrap-server "
+            "and --command-config"
+        ) from exc
+
+
 def _read_candidates(settings: Settings, timeout_s: float) -> dict[str, AbortCandidate]:
     kafka = settings.kafka
-    consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-proposals")
+    consumer = _proposals_consumer(kafka)
     try:
         latest, malformed = latest_candidates(
             read_topic(consumer, settings.topics.abort_candidates, timeout_s=timeout_s)
@@ -600,7 +612,7 @@ def _read_candidates(settings: Settings, timeout_s: float) -> dict[str, AbortCan
 
 def _done_ids(settings: Settings, timeout_s: float) -> set[str]:
     kafka = settings.kafka
-    consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-proposals")
+    consumer = _proposals_consumer(kafka)
     try:
         records, _ = audit_records(read_topic(consumer, settings.topics.audit, timeout_s=timeout_s))
     finally:
@@ -770,12 +782,12 @@ def cmd_proposals_watch(args: argparse.Namespace) -> int:
                 )
                 producer = producer_for(kafka, linger_ms=0)
                 clients.append(producer)
-                reader = consumer_for(kafka, client_id=f"{kafka.client_id}-proposals")
+                reader = _proposals_consumer(kafka)
                 clients.append(reader)
                 audit_log = TopicAuditLog(producer, reader, audit_topic, timeout_s=timeout_s)
                 past = audit_log.all_records()
             else:
-                consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-proposals")
+                consumer = _proposals_consumer(kafka)
                 clients.append(consumer)
                 past, _ = audit_records(read_topic(consumer, settings.topics.audit, timeout_s=timeout_s))
         except (AdminError, KafkaError) as exc:
