@@ -3,6 +3,8 @@
 `python -m dev.kafka up [--nodes 1|3] [--sasl] [--json]` formats storage, starts combined broker+controller JVMs on
 free 127.0.0.1 ports and waits until every broker is registered; `down` stops only the processes `up` started (by
 pid); `status` says what runs. pytest uses the same code through `start_cluster()` (tests/conftest.py).
+`stop_node`/`start_node` stop one node (SIGTERM or SIGKILL) and start it again on the same ports, config and data
+(the fault tests: tests/e2e/test_faults_e2e.py, tests/broker/test_abort_races.py).
 
 `--sasl` (`TestBedConfig(security="sasl-scram")`) starts the brokers with SASL_PLAINTEXT SCRAM-SHA-256 clients, the
 StandardAuthorizer and `allow.everyone.if.no.acl.found=false`: one SCRAM user per txnwatch component (random
