@@ -269,7 +269,9 @@ def render_peers(r: Json) -> str:
         )
         + ".",
         "",
-        f"Outcomes: {r.get('outcomes')}; steady transactions {r.get('steady_transactions')}; burst transactions "
+        "Outcomes: "
+        + "; ".join(f"{k}: {v}" for k, v in (r.get("outcomes") or {}).items())
+        + f"; steady transactions {r.get('steady_transactions')}; burst transactions "
         f"{r.get('burst_transactions')}. Load average {_load1(r.get('loadavg_start'))} at the start, "
         f"{_load1(r.get('loadavg_observation_end'))} at the end of the observation.",
     ]
