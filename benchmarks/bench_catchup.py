@@ -68,6 +68,27 @@ def publish_position(
     return position
 
 
+def read_state(checkpoint: Path) -> int:
+    from streaming import job
+    from streaming.session import build_session
+
+    spark = build_session(
+        master="local[2]",
+        app_name="txnwatch-bench-catchup-state",
+        extra_conf={**job.spark_conf(), "spark.ui.enabled": "false"},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        # Two stateful operators (stage 2 is operator 0); the row counts come from the pickled dicts.
+        states = state_figures(spark, checkpoint, {"stateOperators": [{}, {}]})
+    finally:
+        spark.stop()
+    per_id = state_per_id([{"phase": "coordinator", "state": states}])
+    log(f"state per transactional id: {per_id}")
+    print(json.dumps({"checkpoint": str(checkpoint), "state": states, "state_per_transactional_id": per_id}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_catchup",
@@ -97,7 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="after the view is current, read the state back (state data source) and report bytes per id",
     )
+    parser.add_argument(
+        "--read-state",
+        type=Path,
+        metavar="QUERY_CHECKPOINT",
+        help="only read the state of an existing reconcile checkpoint (<checkpoint>/txnwatch-reconcile) back and "
+        "report bytes per id; no broker",
+    )
     args = parser.parse_args(argv)
+    if args.read_state:
+        return read_state(args.read_state)
 
     run = uuid.uuid4().hex[:6]
     workdir = Path(tempfile.mkdtemp(prefix="txnwatch-bench-catchup-"))
