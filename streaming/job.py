@@ -319,6 +319,8 @@ def start(
 OUTAGE_BACKOFF_MAX_S = 15.0
 # A query that fails again this many times in a row while Kafka answers is not an outage: the job exits.
 OUTAGE_RESTARTS_MAX = 5
+# No batch for this long: the job asks whether Kafka answers (then every third of it while it stays so).
+STALL_CHECK_S = 30.0
 
 
 def kafka_problem(opts: StreamOptions, timeout_ms: int = 5_000) -> str | None:
@@ -364,15 +366,21 @@ def _announce(job: RunningJob, opts: StreamOptions, out: TextIO | None) -> None:
         )
 
 
+def _last_batch(job: RunningJob) -> int:
+    progress = job.queries[0].lastProgress if job.queries else None
+    return int(progress["batchId"]) if progress else -1
+
+
 def run(
     spark: SparkSession, opts: StreamOptions, *, seconds: float | None = None, out: TextIO | None = sys.stdout
 ) -> int:
     """Run until Ctrl-C, a failed query, or `seconds`; returns the exit code.
 
-    A query that fails while Kafka does not answer (an outage: Spark's Kafka consumers give up after their 60 s
-    API timeout and fail the batch) does not end the job: it says so once on stderr, stops the queries, checks
-    with backoff until Kafka answers, and starts them again from their checkpoints (as a restart would: the
-    failed batch runs again, nothing is lost or opened twice). Said once more when it resumes.
+    Kafka unreachable is said once on stderr, and once more when it answers again. While batches stall for
+    `STALL_CHECK_S` the job asks whether a bootstrap server answers. A query that fails while none does (Spark's
+    Kafka consumers give up after their 60 s API timeout and fail the batch) does not end the job: the queries
+    stop, the job checks with backoff until Kafka answers, and starts them again from their checkpoints (as a
+    restart would: the failed batch runs again).
     """
     quiet_kafka_network_warnings(spark)
     first = start(spark, opts, out=out)
@@ -380,6 +388,25 @@ def run(
     job: RunningJob | None = first
     deadline = None if seconds is None else time.monotonic() + seconds
     restarts = 0
+    down_since: float | None = None  # when "Kafka does not answer" was said
+    last_batch, batch_seen_at, probed_at = -1, time.monotonic(), 0.0
+
+    def say_down(why: str, what: str) -> None:
+        nonlocal down_since
+        if down_since is None:
+            down_since = time.monotonic()
+            print(f"txnwatch stream: Kafka does not answer ({why}): {what}", file=sys.stderr, flush=True)
+
+    def say_up(what: str) -> None:
+        nonlocal down_since
+        if down_since is not None:
+            print(
+                f"txnwatch stream: Kafka answers again after {time.monotonic() - down_since:.0f}s: {what}",
+                file=sys.stderr,
+                flush=True,
+            )
+            down_since = None
+
     try:
         while deadline is None or time.monotonic() < deadline:
             problem = job.failed() if job is not None else None
@@ -389,18 +416,20 @@ def run(
                 if unreachable is None and restarts >= OUTAGE_RESTARTS_MAX:
                     print(f"txnwatch stream: {problem}", file=sys.stderr)
                     return 1
-                began = time.monotonic()
                 which = problem.split(":", 1)[0]  # "query NAME stopped"; the rest is a Py4J traceback
-                print(
-                    f"txnwatch stream: Kafka does not answer ({unreachable}): queries stopped; checking again "
-                    f"with backoff (up to {OUTAGE_BACKOFF_MAX_S:.0f}s) and resuming from the checkpoints once it "
-                    f"answers ({which})"
-                    if unreachable
-                    else f"txnwatch stream: {which}; Kafka answers: resuming from the checkpoints "
-                    f"(attempt {restarts} of {OUTAGE_RESTARTS_MAX - 1})",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                if unreachable:
+                    say_down(
+                        unreachable,
+                        f"{which}; the queries stop, and resume from their checkpoints once it answers "
+                        f"(checked with backoff, up to {OUTAGE_BACKOFF_MAX_S:.0f}s)",
+                    )
+                elif down_since is None:
+                    print(
+                        f"txnwatch stream: {which}; Kafka answers: resuming from the checkpoints "
+                        f"(attempt {restarts} of {OUTAGE_RESTARTS_MAX - 1})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 job.stop()
                 job = None
                 pause = 1.0
@@ -410,16 +439,26 @@ def run(
                     time.sleep(pause)
                     pause = min(pause * 2, OUTAGE_BACKOFF_MAX_S)
                 job = start(spark, opts, out=out)
-                print(
-                    f"txnwatch stream: Kafka answers again: queries resumed from the checkpoints "
-                    f"{time.monotonic() - began:.0f}s after they stopped",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                say_up("queries resumed from their checkpoints")
                 _announce(job, opts, out)
+                last_batch, batch_seen_at = _last_batch(job), time.monotonic()
                 continue
-            if job is not None and restarts and all(q.lastProgress is not None for q in job.queries):
-                restarts = 0
+            if job is not None:
+                now = time.monotonic()
+                batch = _last_batch(job)
+                if batch != last_batch:
+                    last_batch, batch_seen_at = batch, now
+                    say_up("batches run again")
+                    if restarts and all(q.lastProgress is not None for q in job.queries):
+                        restarts = 0
+                elif now - batch_seen_at > STALL_CHECK_S and now - probed_at > STALL_CHECK_S / 3:
+                    # No batch for a while: a busy job, no input, or Kafka gone. Only the last is worth a word.
+                    probed_at = now
+                    unreachable = kafka_problem(opts)
+                    if unreachable:
+                        say_down(
+                            unreachable, f"no batch for {now - batch_seen_at:.0f}s; the queries wait for it"
+                        )
             time.sleep(1)
     except KeyboardInterrupt:
         pass

@@ -448,13 +448,13 @@ def test_driver_killed_mid_batch_and_down_then_restarted_on_its_checkpoint(rig: 
     ids_by_topic: dict[str, set[str]] = {}
     for c in opened:
         ids_by_topic.setdefault(c.topic, set()).add(c.candidate_id)
-    records_per_id = {
-        i: sum(1 for c in opened if c.candidate_id == i) for c in opened for i in [c.candidate_id]
-    }
+    records_per_id: dict[str, list[AbortCandidate]] = {}
+    for c in opened:
+        records_per_id.setdefault(c.candidate_id, []).append(c)
     print(
         f"down {down_for_s:.0f}s; after the restart every orphan had its "
         f"candidate in {caught_up_s:.0f}s; OPENED: {len(ids_by_topic)} transactions, "
-        f"{len(records_per_id)} distinct ids, {len(opened)} records (expected {len(orphans)})"
+        f"{len(records_per_id)} distinct ids, {len(opened)} records"
     )
     assert set(ids_by_topic) == topics  # nothing else named: not the healthy, not the steady
     assert all(len(ids) == 1 for ids in ids_by_topic.values()), ids_by_topic  # one id per transaction
@@ -466,7 +466,10 @@ def test_driver_killed_mid_batch_and_down_then_restarted_on_its_checkpoint(rig: 
             h["producer_id"],
             h["start_offset"],
         )
-    assert len(opened) == len(orphans), records_per_id  # no OPENED record written twice
+    # Counted by distinct id (none lost, none opened twice). A batch killed after its sink wrote and before its
+    # commit runs again on restart, and Spark's Kafka sink is at-least-once: the same records again, byte for
+    # byte (a replay, not a second detection: the same first_detected_ms and evidence).
+    assert all(len({r.model_dump_json() for r in rs}) == 1 for rs in records_per_id.values()), records_per_id
 
 
 # ------------------------------------------------------------------------------------ Kafka down for 60 s
@@ -511,14 +514,13 @@ def test_kafka_unreachable_for_60s_both_back_off_say_so_once_and_recover(rig: Ri
     col = rig.collector.text()[collector_before:]
     job = rig.job.text()[job_before:]
     col_said = col.count("sweep failed")
-    job_said = job.count("txnwatch stream: Kafka does not answer") + len(
-        re.findall(r"txnwatch stream: .*Kafka answers: resuming", job)
-    )
+    job_said = job.count("txnwatch stream: Kafka does not answer")
     resumed = job.count("txnwatch stream: Kafka answers again")
+    job_lines = [line for line in job.splitlines() if line.startswith("txnwatch stream:")]
     print(
         f"collector: said {col_said} time(s), first successful sweep {collector_s:.1f}s after the brokers were "
-        f"back; job: said {job_said} time(s), resumed {resumed} time(s); an orphan made after the outage was "
-        f"detected in {detected_s:.0f}s"
+        f"back; job: said {job_said} time(s), resumed {resumed} time(s) {job_lines}; an orphan made after the "
+        f"outage was detected in {detected_s:.0f}s"
     )
     assert col_said == 1, col
-    assert job_said <= 1 and resumed == job_said, job[-3000:]
+    assert job_said == 1 and resumed == 1, job[-3000:]
