@@ -75,7 +75,8 @@ def read_state(checkpoint: Path) -> int:
     spark = build_session(
         master="local[2]",
         app_name="txnwatch-bench-catchup-state",
-        extra_conf={**job.spark_conf(), "spark.ui.enabled": "false"},
+        # One bucket of views at 1M ids is ~12 MB pickled, and the state reader holds a partition's at once.
+        extra_conf={**job.spark_conf(), "spark.ui.enabled": "false", "spark.driver.memory": "6g"},
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:

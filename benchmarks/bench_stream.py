@@ -523,7 +523,7 @@ def state_per_id(results: list[Json]) -> Json | None:
         return None
     by = {s["stage"]: s for s in coord["state"]}
     s1, s2 = by.get("stage1 (transactional id)"), by.get("stage2 (producer id)")
-    if not s1 or not s1["rows"]:
+    if not s1 or not (s1["rows"] or s1["variables"].get("owners", {}).get("rows")):
         return None
     owner = s1["variables"].get("owners", {})
     view = (s2 or {}).get("variables", {}).get("views", {})
