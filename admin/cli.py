@@ -26,7 +26,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 from pydantic import ValidationError
 
-from admin.client import AdminError, connect_admin, consumer_for, explain, hide_secrets_in_logs, producer_for
+from admin.client import AdminError, connect_admin, consumer_for, explain, producer_for
 from admin.collector import Collector, run
 from admin.coordinator import CoordinatorPoll, CoordinatorPoller
 from admin.inspect import (
@@ -68,6 +68,7 @@ from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, 
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import AbortCandidate, AuditRecord, CoordinatorLogPosition, CoordinatorRecord
 from detectors.policy import AbortPolicy
+from detectors.redaction import hide_secrets_in_logs
 from detectors.settings import KafkaSettings, OutputTopicSettings, Settings
 
 log = logging.getLogger("txnwatch")

@@ -135,36 +135,6 @@ def client_kwargs(
     return {k: v for k, v in kwargs.items() if k in known}
 
 
-class RedactSecrets(logging.Filter):
-    """Replaces the given secrets in every record's message: kafka-python logs its whole configuration, password
-    included, at DEBUG (`Starting KafkaAdminClient with configuration: {...}`)."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self._secrets = [s for s in secrets if s]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self._secrets:
-            try:
-                message = record.getMessage()
-            except Exception:  # a malformed record: the handler reports it as it would have
-                return True
-            if any(s in message for s in self._secrets):
-                for secret in self._secrets:
-                    message = message.replace(secret, "[hidden]")
-                record.msg, record.args = message, None
-        return True
-
-
-def hide_secrets_in_logs(kafka: KafkaSettings) -> None:
-    """Install `RedactSecrets` for the SASL and SSL key passwords on every handler of the root logger."""
-    secrets = [v.get_secret_value() for v in (kafka.sasl_plain_password, kafka.ssl_password) if v is not None]
-    if secrets:
-        redact = RedactSecrets(secrets)
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(redact)
-
-
 def connect_admin(kafka: KafkaSettings, *, request_timeout_ms: int = 15_000) -> KafkaAdminClient:
     """A bootstrapped KafkaAdminClient; every broker must offer DescribeProducers (KIP-664).
 

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
 from detectors.client_properties import parse_properties
 from detectors.contract import stream_output_topics
+from detectors.redaction import hide_secrets_in_logs
 from detectors.settings import Settings, StreamSettings, overlay
 
 if TYPE_CHECKING:
@@ -317,35 +318,6 @@ def create_problem(exc: BaseException, topics: Sequence[str]) -> str:
     return f"creating {names} failed: {exc}"
 
 
-class _RedactSecrets(logging.Filter):
-    """Replaces the given secrets in every record's message: kafka-python logs its whole configuration, password
-    included, at DEBUG. (admin.client has the same for the other commands; streaming/ does not import admin/.)"""
-
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self._secrets = secrets
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed record: the handler reports it as it would have
-            return True
-        if any(s in message for s in self._secrets):
-            for secret in self._secrets:
-                message = message.replace(secret, "[hidden]")
-            record.msg, record.args = message, None
-        return True
-
-
-def _hide_secrets_in_logs(settings: Settings) -> None:
-    kafka = settings.kafka
-    secrets = [v.get_secret_value() for v in (kafka.sasl_plain_password, kafka.ssl_password) if v is not None]
-    if any(secrets):
-        redact = _RedactSecrets([s for s in secrets if s])
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(redact)
-
-
 def run_stream(args: argparse.Namespace) -> int:
     from pyspark.errors import AnalysisException, IllegalArgumentException
 
@@ -360,7 +332,7 @@ def run_stream(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level or "INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    _hide_secrets_in_logs(settings)
+    hide_secrets_in_logs(settings.kafka)
     for key in ignored:
         log.warning("client.properties: %s is not used by kafka-python (Spark still receives it)", key)
     opts = stream_options(
