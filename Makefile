@@ -18,6 +18,7 @@ help:
 	@echo "make test-unit     the pure tier only (no JVM)"
 	@echo "make bench         every benchmark (about 40 min, BENCH=latency,peers for some); rewrites docs/BENCHMARKS.md's tables"
 	@echo "make faults-long   the fault test that keeps the streaming job down for 10 minutes (~15 min)"
+	@echo "make soak          200 transactional ids x 20 transactions/s for 5 minutes; plots docs/soak.png (~7 min)"
 	@echo "make testbed-up    start a local KRaft broker (python -m dev.kafka up --no-verification)"
 	@echo "make testbed-down  stop it"
 
