@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +22,10 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata, TopicPartition
-from workloads import run_workload
+from workloads import leader_state, lso, plan_by_hand, read_committed_values, run_workload
 
-from admin.seams import open_transaction
 from admin.wire import KafkaWire
-from detectors.abort import plan_abort
-from detectors.models import AbortCandidate, AuditRecord, DetectionLimits, PartitionSnapshot
-from detectors.rules import classify
+from detectors.models import AbortCandidate, AuditRecord
 
 pytestmark = pytest.mark.broker
 
@@ -130,62 +126,6 @@ def wire(bootstrap: str) -> Iterator[KafkaWire]:
         admin.close()
 
 
-def leader_state(wire: KafkaWire, topic: str, partition: int) -> tuple[int, int, Any, Any]:
-    """(leader, when it answered, its producers, LSO/HW) of one partition."""
-    tp = (topic, partition)
-    leader = wire.metadata([topic]).leaders[tp]
-    (batch,) = wire.describe_producers({leader: [[tp]]})
-    return leader, batch.received_at_ms, batch.results[tp].producers, wire.list_offsets({leader: [tp]})[tp]
-
-
-def plan(wire: KafkaWire, topic: str, partition: int, producer_id: int) -> AbortCandidate:
-    """A candidate planned by hand from what the leader reports now (no coordinator view: no-coordinator-state)."""
-    time.sleep(0.05)  # the transaction's last batch is then strictly older than the leader's answer
-    leader, observed, producers, offsets = leader_state(wire, topic, partition)
-    (p,) = [p for p in producers if p.producer_id == producer_id and p.current_txn_start_offset >= 0]
-    txn = open_transaction(p, None)
-    snapshot = PartitionSnapshot(
-        cluster=CLUSTER,
-        sweep_id=uuid.uuid4().hex,
-        observed_at_ms=observed,
-        leader=leader,
-        topic=topic,
-        partition=partition,
-        open_transactions=(txn,),
-        last_stable_offset=offsets.last_stable_offset,
-        high_watermark=offsets.high_watermark,
-        max_transaction_timeout_ms=60_000,
-    )
-    # The test knows the truth: the view counts as current as of the leader's answer, and no grace is needed.
-    limits = DetectionLimits(grace_ms=0, clock_skew_ms=0)
-    verdict = classify(txn, snapshot, None, now_ms=observed, limits=limits, view_current_ms=observed)
-    return plan_abort(snapshot, txn, verdict, first_detected_ms=observed)
-
-
-def lso(wire: KafkaWire, topic: str, partition: int) -> int | None:
-    return leader_state(wire, topic, partition)[3].last_stable_offset
-
-
-def read_committed(
-    bootstrap: str, topic: str, partition: int, offset: int, timeout_s: float = 10
-) -> list[bytes]:
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, isolation_level="read_committed"
-    )
-    values: list[bytes] = []
-    try:
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek(tp, offset)
-        deadline = time.monotonic() + timeout_s
-        while not values and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=500).values():
-                values += [r.value for r in records]
-    finally:
-        consumer.close()
-    return values
-
-
 def commit_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     try:
@@ -211,7 +151,7 @@ def test_orphan_aborted_with_execute_unblocks_read_committed(
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     producer.send(topic, b"after-the-orphan", partition=partition).get(timeout=30)
     producer.close()
-    candidate = plan(wire, topic, partition, h["producer_id"])
+    candidate = plan_by_hand(wire, topic, partition, h["producer_id"], cluster=CLUSTER)
     assert (candidate.spec.producer_epoch, candidate.start_offset) == (h["producer_epoch"], start)
     assert candidate.spec.coordinator_epoch >= 0
     bed.publish(candidate)
@@ -244,7 +184,7 @@ def test_orphan_aborted_with_execute_unblocks_read_committed(
     assert record["marker"]["coordinator_epoch"] == candidate.spec.coordinator_epoch
     assert record["after"]["last_stable_offset"] > start
     assert lso(wire, topic, partition) > start  # type: ignore[operator]
-    assert b"after-the-orphan" in read_committed(bootstrap, topic, partition, start)
+    assert b"after-the-orphan" in read_committed_values(bootstrap, topic, partition, start)
 
     # Executing again: the transaction is gone, a clear no-op.
     again = bed.txnwatch("abort", candidate.candidate_id, "--execute", "--actor", "on-call")
@@ -270,7 +210,7 @@ def test_orphan_aborted_with_execute_unblocks_read_committed(
 def test_dry_run_writes_nothing(bed: Bed, wire: KafkaWire, bootstrap: str, unique: str) -> None:
     h = orphan(bootstrap, unique)
     topic, partition, start = h["topic"], h["partition"], h["start_offset"]
-    candidate = plan(wire, topic, partition, h["producer_id"])
+    candidate = plan_by_hand(wire, topic, partition, h["producer_id"], cluster=CLUSTER)
     bed.publish(candidate)
 
     dry = bed.txnwatch("abort", candidate.candidate_id)
@@ -308,7 +248,9 @@ def test_live_transaction_is_refused(bed: Bed, wire: KafkaWire, bootstrap: str, 
         producer.send(topic, b"in-flight", partition=0).get(timeout=30)
         producer.flush()
         (pid,) = [p.producer_id for p in leader_state(wire, topic, 0)[2] if p.current_txn_start_offset >= 0]
-        candidate = plan(wire, topic, 0, pid)  # a (wrong) candidate planned by hand for a live transaction
+        candidate = plan_by_hand(
+            wire, topic, 0, pid, cluster=CLUSTER
+        )  # a (wrong) candidate planned by hand for a live transaction
         bed.publish(candidate)
         before = lso(wire, topic, 0)
         assert before == candidate.start_offset
@@ -324,7 +266,7 @@ def test_live_transaction_is_refused(bed: Bed, wire: KafkaWire, bootstrap: str, 
         producer.commit_transaction()
     finally:
         producer.close()
-    assert b"in-flight" in read_committed(bootstrap, topic, 0, 0)
+    assert b"in-flight" in read_committed_values(bootstrap, topic, 0, 0)
 
     # Committed between plan and execute: refused, nothing written, audited too; `list` no longer shows it.
     after_commit = lso(wire, topic, 0)
@@ -344,7 +286,7 @@ def test_two_concurrent_executions_write_one_marker(
 ) -> None:
     h = orphan(bootstrap, unique)
     topic, partition, start = h["topic"], h["partition"], h["start_offset"]
-    candidate = plan(wire, topic, partition, h["producer_id"])
+    candidate = plan_by_hand(wire, topic, partition, h["producer_id"], cluster=CLUSTER)
     bed.publish(candidate)
     hw_before = leader_state(wire, topic, partition)[3].high_watermark
 
