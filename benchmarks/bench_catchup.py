@@ -22,6 +22,8 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -88,6 +90,22 @@ def read_state(checkpoint: Path) -> int:
     log(f"state per transactional id: {per_id}")
     print(json.dumps({"checkpoint": str(checkpoint), "state": states, "state_per_transactional_id": per_id}))
     return 0
+
+
+def read_state_in_own_process(checkpoint: Path) -> dict[str, Any]:
+    """`read_state` in a fresh Python and JVM (6 GB driver); its JSON line, or {} if it failed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_catchup", "--read-state", str(checkpoint)],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        log(f"reading the state back failed (exit {done.returncode})")
+        return {}
+    read: dict[str, Any] = json.loads(lines[-1])
+    return read
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,10 +247,12 @@ def main(argv: list[str] | None = None) -> int:
             last_progress = running.queries[0].lastProgress
             running.stop()
         if args.state and last_progress is not None:
-            states = state_figures(spark, workdir / "checkpoint" / RECONCILE, last_progress)
-            result["state"] = states
-            result["state_per_transactional_id"] = state_per_id([{"phase": "coordinator", "state": states}])
-            log(f"state per transactional id: {result['state_per_transactional_id']}")
+            # Read back in a JVM of its own: this session's driver (1 GB) ran out of heap on 1M ids' state.
+            spark.stop()
+            spark = None
+            read = read_state_in_own_process(workdir / "checkpoint" / RECONCILE)
+            result["state"] = read.get("state")
+            result["state_per_transactional_id"] = read.get("state_per_transactional_id")
         result.update(
             first_batch_s=None if first_batch_s is None else round(first_batch_s, 1),
             current_after_s=None if current_s is None else round(current_s, 1),

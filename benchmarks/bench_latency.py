@@ -3,7 +3,7 @@
 `python -m benchmarks.bench_latency [--per-kind 20] [--spacing-s 3] [--interval 5] [--trigger "5 seconds"]`
 starts its own one-node test bed (partition verification off, 1 GB heap, temporary directory), `txnwatch collect
 --interval 5` as a subprocess and the streaming job (all three queries, `local[2]`, the job's defaults: 5 s
-trigger, 10 s grace, 5 s clock-skew tolerance) in this process, and a steady transactional workload (committed
+trigger, 5 s grace, 2 s clock-skew tolerance) in this process, and a steady transactional workload (committed
 and aborted transactions, 5/s) for the whole run. Once the job has run a few batches, it makes real orphans of
 every kind dev/workload.py knows, round robin, one run every `--spacing-s` seconds, until each kind has at least
 `--per-kind` orphans:
@@ -40,6 +40,7 @@ from benchmarks.harness import (
     summary,
     wait_until,
 )
+from detectors.models import DetectionLimits
 from dev.workload import ensure_topics
 
 Json = dict[str, Any]
@@ -170,11 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spacing-s", type=float, default=3.0, help="seconds between orphan runs")
     parser.add_argument("--interval", type=float, default=5.0, help="the collector's --interval")
     parser.add_argument("--trigger", default="5 seconds", help="the job's --trigger")
+    defaults = DetectionLimits()
     parser.add_argument(
-        "--grace-ms", type=int, default=10_000, help="detection.grace_ms (default %(default)s)"
+        "--grace-ms", type=int, default=defaults.grace_ms, help="detection.grace_ms (default %(default)s)"
     )
     parser.add_argument(
-        "--clock-skew-ms", type=int, default=5_000, help="detection.clock_skew_ms (default %(default)s)"
+        "--clock-skew-ms",
+        type=int,
+        default=defaults.clock_skew_ms,
+        help="detection.clock_skew_ms (default %(default)s)",
     )
     parser.add_argument("--warm-batches", type=int, default=3, help="reconcile batches after the first one")
     parser.add_argument("--tail-s", type=float, default=120.0, help="wait this long after the last orphan")

@@ -408,12 +408,16 @@ class CoordinatorRecord(Model):
 class DetectionLimits(Model):
     """Thresholds of the rules (the `detection` section of Settings)."""
 
-    # How long a contradiction must last before it counts: covers the coordinator view lagging the snapshot.
-    grace_ms: int = Field(default=10_000, ge=0)
+    # How long a contradiction must last before it counts: markers in flight, and a coordinator record that a
+    # client which writes before registering its partition (only possible with partition verification off)
+    # commits a moment after its batch. Not a bound on the coordinator view's lag: that is measured
+    # (detectors/currency.py). 5 s since the currency rule; 10 s before it, when it also had to cover the lag.
+    grace_ms: int = Field(default=5_000, ge=0)
     # Added to transaction.max.timeout.ms before an open transaction counts as LATE (Kafka's metric: 5 min).
     late_buffer_ms: int = Field(default=0, ge=0)
-    # Tolerated difference between producer, coordinator and collector clocks.
-    clock_skew_ms: int = Field(default=5_000, ge=0)
+    # Tolerated difference between producer, coordinator and collector clocks (NTP keeps them within
+    # milliseconds; 2 s leaves room for a host that lost sync).
+    clock_skew_ms: int = Field(default=2_000, ge=0)
     # The broker's transaction.abort.timed.out.transaction.cleanup.interval.ms (default 10 s).
     coordinator_cleanup_interval_ms: int = Field(default=10_000, ge=0)
     # transaction.max.timeout.ms when the broker's value is unknown (Kafka's default, 15 min).
