@@ -27,7 +27,6 @@ from detectors.models import (
     CoordinatorRecord,
     CoordinatorState,
     DetectionLimits,
-    OpenTransaction,
     PartitionSnapshot,
     VerdictKind,
     first_batch_epoch,
@@ -183,18 +182,6 @@ def run_ends(transactional_ids: list[Any], producer_ids: list[Any], tombstones: 
 
 # ------------------------------------------------------------------------------------------- stage 2
 
-# The rest of an open transaction's one-transaction PartitionSnapshot: what explaining or planning needs beyond
-# the decision's columns. Stage 2 keeps it per open transaction as a plain tuple in this order.
-SNAPSHOT_DETAIL_COLUMNS = (
-    "schema_version",
-    "cluster",
-    "sweep_id",
-    "coordinator_epoch",
-    "last_sequence",
-    "last_stable_offset",
-    "high_watermark",
-)
-
 # Both inputs of stage 2 in one schema: coordinator facts (fact != "open") and open transactions.
 STAGE2_INPUT_COLUMNS = (
     "bucket",
@@ -203,11 +190,11 @@ STAGE2_INPUT_COLUMNS = (
     "transactional_id",
     "record_json",
     "fact_time_ms",
-    # open transactions: the partition and the columns the decision needs, then the rest of the one-transaction
-    # PartitionSnapshot, read only to explain a new verdict or plan an abort (plain columns, not JSON: building
-    # the JSON in the JVM and keeping it in state cost more than these columns)
+    # open transactions: the partition, its one-transaction PartitionSnapshot JSON, and the columns the
+    # decision needs, so the hot path never parses the JSON
     "topic",
     "partition",
+    "snapshot_json",
     "observed_at_ms",
     "leader",
     "start_offset",
@@ -217,7 +204,6 @@ STAGE2_INPUT_COLUMNS = (
     "last_timestamp_ms",
     "max_transaction_timeout_ms",
     "lso_lag",
-    *SNAPSHOT_DETAIL_COLUMNS,
 )
 
 # Stage 2's output (streaming.reconcile.EVENT_SCHEMA has these names and the driver's EventRow these fields).
@@ -276,9 +262,7 @@ class OpenEntry(NamedTuple):
     """An open transaction as the latest snapshot reported it, and what we concluded about it."""
 
     facts: TxnFacts  # first_seen_ms filled in
-    # the rest of the one-transaction PartitionSnapshot (`one_transaction_snapshot` rebuilds it to explain or
-    # plan an abort): the raw epochs and timestamps of the transaction, then SNAPSHOT_DETAIL_COLUMNS' values
-    detail: tuple[Any, ...]
+    snapshot_json: str  # one-transaction PartitionSnapshot (parsed only to explain or plan an abort)
     confirmed_ms: int  # observed_at of the newest snapshot that showed it open
     leader: int | None
     start_offset: int
@@ -290,65 +274,9 @@ class OpenEntry(NamedTuple):
 OpenKey = tuple[int, str, int]  # producer id, topic, partition
 
 
-def stored_open_entry(facts: tuple[Any, ...], detail: Any, *rest: Any) -> OpenEntry:
-    """An OpenEntry from the plain tuples a state store keeps (its facts come back as TxnFacts).
-
-    Checkpoints written before the detail tuple kept the one-transaction PartitionSnapshot as JSON instead.
-    """
-    if isinstance(detail, str):
-        s = PartitionSnapshot.model_validate_json(detail)
-        t = s.open_transactions[0]
-        detail = (
-            t.producer_epoch,
-            t.start_batch_producer_epoch,
-            t.start_timestamp_ms,
-            t.last_timestamp_ms,
-            s.schema_version,
-            s.cluster,
-            s.sweep_id,
-            t.coordinator_epoch,
-            t.last_sequence,
-            s.last_stable_offset,
-            s.high_watermark,
-        )
-    return OpenEntry(TxnFacts(*facts), tuple(detail), *rest)
-
-
-def one_transaction_snapshot(entry: OpenEntry) -> PartitionSnapshot:
-    """The PartitionSnapshot of the report that last confirmed `entry`, with only its transaction in it."""
-    t = entry.facts
-    (epoch, start_epoch, start_ts, last_ts, schema_version, cluster, sweep_id, coordinator_epoch, last_sequence,
-     lso, hw) = entry.detail  # fmt: skip
-    given = {  # a field the collector left out (null in Spark) takes the model's default, as the JSON did
-        k: v
-        for k, v in (
-            ("coordinator_epoch", coordinator_epoch),
-            ("last_sequence", last_sequence),
-            ("last_timestamp_ms", last_ts),
-        )
-        if v is not None
-    }
-    txn = OpenTransaction(
-        producer_id=t.producer_id,
-        producer_epoch=epoch,
-        start_offset=entry.start_offset,
-        start_timestamp_ms=start_ts,
-        start_batch_producer_epoch=start_epoch,
-        **given,
-    )
-    return PartitionSnapshot(
-        **({} if schema_version is None else {"schema_version": schema_version}),
-        cluster=cluster,
-        sweep_id=sweep_id,
-        observed_at_ms=entry.confirmed_ms,
-        leader=entry.leader,
-        topic=t.topic,
-        partition=t.partition,
-        open_transactions=(txn,),
-        last_stable_offset=lso,
-        high_watermark=hw,
-        max_transaction_timeout_ms=t.max_transaction_timeout_ms,
-    )
+def stored_open_entry(facts: tuple[Any, ...], *rest: Any) -> OpenEntry:
+    """An OpenEntry from the plain tuples a state store keeps (its facts come back as TxnFacts)."""
+    return OpenEntry(TxnFacts(*facts), *rest)
 
 
 def coord_facts_from_json(record_json: str) -> CoordFacts:
@@ -378,6 +306,7 @@ class OpenRow(NamedTuple):
     producer_id: int
     topic: str
     partition: int
+    snapshot_json: str
     observed_at_ms: int
     leader: int | None
     start_offset: int
@@ -387,13 +316,6 @@ class OpenRow(NamedTuple):
     last_timestamp_ms: int
     max_transaction_timeout_ms: int | None
     lso_lag: int | None
-    schema_version: int | None
-    cluster: str
-    sweep_id: str
-    coordinator_epoch: int | None
-    last_sequence: int | None
-    last_stable_offset: int | None
-    high_watermark: int | None
 
 
 def open_entry(
@@ -416,21 +338,8 @@ def open_entry(
         r.max_transaction_timeout_ms,
         first_seen_ms,
     )
-    detail = (
-        r.producer_epoch,
-        r.start_batch_producer_epoch,
-        r.start_timestamp_ms,
-        r.last_timestamp_ms,
-        r.schema_version,
-        r.cluster,
-        r.sweep_id,
-        r.coordinator_epoch,
-        r.last_sequence,
-        r.last_stable_offset,
-        r.high_watermark,
-    )
     return OpenEntry(
-        facts, detail, r.observed_at_ms, r.leader, r.start_offset, r.lso_lag, candidate_json, decided
+        facts, r.snapshot_json, r.observed_at_ms, r.leader, r.start_offset, r.lso_lag, candidate_json, decided
     )
 
 
@@ -570,7 +479,7 @@ class BucketState:
             self.opens_changed = True
         elif decided != entry.decided or opens_candidate:
             # Explaining needs the models: only for news.
-            snapshot = one_transaction_snapshot(entry)
+            snapshot = PartitionSnapshot.model_validate_json(entry.snapshot_json)
             view = self.views.get(key[0])
             record = (
                 CoordinatorRecord.model_validate_json(view.record_json)
@@ -705,8 +614,8 @@ def reconcile_bucket(
     Order: the view's progress and the collector's positions first (how current the view is), then the
     coordinator facts, then the open transactions are judged. `report_view` adds a VIEW event (one bucket does).
     """
-    (pid, fact, _tid, record_json, fact_time, topic, partition, observed, leader, offset, epoch, start_epoch,
-     start_ts, last_ts, max_timeout, lso_lag, *detail) = columns  # fmt: skip
+    (pid, fact, _tid, record_json, fact_time, topic, partition, snapshot_json, observed, leader, offset,
+     epoch, start_epoch, start_ts, last_ts, max_timeout, lso_lag) = columns  # fmt: skip
     events: list[Event] = []
     producer_ids: set[int] = set()
     confirmed_now: set[OpenKey] = set()
@@ -715,8 +624,8 @@ def reconcile_bucket(
     for i in opens:
         key = (pid[i], topic[i], partition[i])
         row = OpenRow(
-            pid[i], topic[i], partition[i], observed[i], leader[i], offset[i], epoch[i], start_epoch[i],
-            start_ts[i], last_ts[i], max_timeout[i], lso_lag[i], *(c[i] for c in detail),
+            pid[i], topic[i], partition[i], snapshot_json[i], observed[i], leader[i], offset[i],
+            epoch[i], start_epoch[i], start_ts[i], last_ts[i], max_timeout[i], lso_lag[i],
         )  # fmt: skip
         events.extend(bucket.confirm_open(key, row, now_ms))
         confirmed_now.add(key)

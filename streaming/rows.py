@@ -23,9 +23,8 @@ _TXN_TYPE = PARTITION_SNAPSHOT_SCHEMA["open_transactions"].dataType.elementType 
 
 
 def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
-    """One row per open transaction: the columns stage 2 decides on, and the rest of its one-transaction
-    PartitionSnapshot (`SNAPSHOT_DETAIL_COLUMNS`), which stage 2 reads only to explain a new verdict or plan an
-    abort. Given `sources.good_snapshots_and_positions`,
+    """One row per open transaction: the columns stage 2 decides on, and a one-transaction PartitionSnapshot
+    JSON it parses only to explain a new verdict or plan an abort. Given `sources.good_snapshots_and_positions`,
     each CoordinatorLogPosition also becomes one "position" row per stage-2 bucket (every bucket judges, so every
     bucket needs to know how current the coordinator view is)."""
     if "is_position" not in snapshots.columns:
@@ -46,6 +45,19 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
         F.transform("open_transactions", lambda t: F.struct(t.alias("t"), F.lit(None).cast("int").alias("b")))
     )
     s = snapshots.select("*", F.explode(items).alias("x")).select("*", F.col("x.t").alias("t"))
+    one = F.struct(
+        "schema_version",
+        "cluster",
+        "sweep_id",
+        "observed_at_ms",
+        "leader",
+        "topic",
+        "partition",
+        F.array("t").alias("open_transactions"),
+        "last_stable_offset",
+        "high_watermark",
+        "max_transaction_timeout_ms",
+    )
     return s.select(
         F.coalesce(F.col("x.b"), bucket_of("t.producer_id", buckets)).alias("bucket"),
         F.coalesce(F.col("t.producer_id"), F.lit(-1)).alias("producer_id"),
@@ -55,6 +67,7 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
         F.col("position_as_of_ms").alias("fact_time_ms"),
         "topic",
         "partition",
+        F.when(~position, F.to_json(one)).alias("snapshot_json"),
         "observed_at_ms",
         "leader",
         F.col("t.start_offset").alias("start_offset"),
@@ -64,13 +77,6 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
         F.col("t.last_timestamp_ms").alias("last_timestamp_ms"),
         "max_transaction_timeout_ms",
         (F.col("high_watermark") - F.col("last_stable_offset")).alias("lso_lag"),
-        "schema_version",
-        "cluster",
-        "sweep_id",
-        F.col("t.coordinator_epoch").alias("coordinator_epoch"),
-        F.col("t.last_sequence").alias("last_sequence"),
-        "last_stable_offset",
-        "high_watermark",
     )
 
 
@@ -78,7 +84,7 @@ def fact_rows(facts: DataFrame, buckets: int) -> DataFrame:
     """Stage 1's facts as stage-2 rows: a fact about a producer id goes to its bucket; an "applied" fact (how far
     the coordinator topics were read) to every bucket."""
     none = {c: F.lit(None).cast("long") for c in STAGE2_INPUT_COLUMNS[6:]}
-    none.update({c: F.lit(None).cast("string") for c in ("topic", "cluster", "sweep_id")})
+    none.update(topic=F.lit(None).cast("string"), snapshot_json=F.lit(None).cast("string"))
     targets = F.when(F.col("fact") == "applied", F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
         F.array(bucket_of("producer_id", buckets).cast("int"))
     )

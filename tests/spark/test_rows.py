@@ -24,7 +24,6 @@ from detectors.tracking import (
     STAGE2_INPUT_COLUMNS,
     OpenRow,
     coord_facts_from_json,
-    one_transaction_snapshot,
     open_entry,
 )
 from streaming.reconcile import FACT_SCHEMA, _columns
@@ -94,7 +93,7 @@ def test_open_transaction_rows_give_the_rules_txn_facts(spark: SparkSession) -> 
         row = OpenRow(pid, *rest[3:])  # as tracking.reconcile_bucket builds it
         snapshot, txn = by_key[(row.topic, pid)]
         assert open_entry(row, T0, None, None).facts == txn_facts(txn, snapshot, first_seen_ms=T0)
-        one = one_transaction_snapshot(open_entry(row, T0, None, None))
+        one = PartitionSnapshot.model_validate_json(row.snapshot_json)
         assert one == snapshot.model_copy(update={"open_transactions": (txn,)})
         assert (row.leader, row.start_offset) == (snapshot.leader, txn.start_offset)
         if snapshot.high_watermark is not None and snapshot.last_stable_offset is not None:
