@@ -367,7 +367,13 @@ def render_catchup(r: Json, state: Json | None) -> str:
             f"State at {_n(per_id.get('transactional_ids'))} ids: payload **{per_id.get('payload_bytes_per_id')} B** per "
             f"id (stage 1 {per_id.get('stage1_payload_bytes_per_id')} B, stage 2 view "
             f"{per_id.get('stage2_view_payload_bytes_per_id')} B), checkpoint {per_id.get('checkpoint_bytes_per_id')} "
-            f"B per id, RocksDB memory {per_id.get('rocksdb_memory_bytes_per_id')} B per id.",
+            f"B per id on disk"
+            # read back in a process of its own, which has no RocksDB memory figure of the run
+            + (
+                f", RocksDB memory {per_id['rocksdb_memory_bytes_per_id']} B per id."
+                if per_id.get("rocksdb_memory_bytes_per_id")
+                else "."
+            ),
         ]
     return "\n".join(lines)
 

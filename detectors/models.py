@@ -411,8 +411,10 @@ class DetectionLimits(Model):
     # How long a contradiction must last before it counts: markers in flight, and a coordinator record that a
     # client which writes before registering its partition (only possible with partition verification off)
     # commits a moment after its batch. Not a bound on the coordinator view's lag: that is measured
-    # (detectors/currency.py). 5 s since the currency rule; 10 s before it, when it also had to cover the lag.
-    grace_ms: int = Field(default=5_000, ge=0)
+    # (detectors/currency.py). 10 s until 2026-11-23, when it also had to cover the lag. Below the collector's
+    # default 5 s interval on purpose: "seen open for longer than the grace on our own clock" then holds at the
+    # second sweep that sees a transaction, not only at the third (docs/BENCHMARKS.md, Detection latency).
+    grace_ms: int = Field(default=4_000, ge=0)
     # Added to transaction.max.timeout.ms before an open transaction counts as LATE (Kafka's metric: 5 min).
     late_buffer_ms: int = Field(default=0, ge=0)
     # Tolerated difference between producer, coordinator and collector clocks (NTP keeps them within

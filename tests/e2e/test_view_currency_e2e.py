@@ -37,7 +37,7 @@ from streaming import job
 pytestmark = pytest.mark.e2e
 
 # The healthy transactions stay open until the test releases them, at most this long (the test bed's
-# transaction.max.timeout.ms is 60 s): well past the grace (5 s), and through the catch-up.
+# transaction.max.timeout.ms is 60 s): well past the grace (4 s), and through the catch-up.
 HOLD_MAX_S = 52.0
 
 

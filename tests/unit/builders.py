@@ -24,7 +24,7 @@ HOUR = 60 * MINUTE
 PID = 1000
 TOPIC = "orders"
 PARTITION = 0
-# The thresholds these tests are written against (the defaults until 2026-11-23; today's are 5 s and 2 s):
+# The thresholds these tests are written against (the defaults until 2026-11-23; today's are 4 s and 2 s):
 # grace 10 s, skew 5 s, late buffer 0, cleanup 10 s, default max timeout 15 min.
 LIMITS = DetectionLimits(grace_ms=10_000, clock_skew_ms=5_000)
 

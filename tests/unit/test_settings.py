@@ -38,7 +38,7 @@ def test_defaults() -> None:
     assert s.cluster == "default"
     assert s.kafka.bootstrap_servers == "localhost:9092" and s.kafka.security_protocol == "PLAINTEXT"
     d = s.detection
-    assert (d.grace_ms, d.late_buffer_ms, d.clock_skew_ms) == (5_000, 0, 2_000)
+    assert (d.grace_ms, d.late_buffer_ms, d.clock_skew_ms) == (4_000, 0, 2_000)
     assert (d.coordinator_cleanup_interval_ms, d.default_max_transaction_timeout_ms) == (10_000, 900_000)
     t = s.topics
     assert (t.producer_state, t.coordinator_state, t.abort_candidates, t.audit, t.dead_letter) == (
