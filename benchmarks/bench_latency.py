@@ -3,7 +3,7 @@
 `python -m benchmarks.bench_latency [--per-kind 20] [--spacing-s 3] [--interval 5] [--trigger "5 seconds"]`
 starts its own one-node test bed (partition verification off, 1 GB heap, temporary directory), `txnwatch collect
 --interval 5` as a subprocess and the streaming job (all three queries, `local[2]`, the job's defaults: 5 s
-trigger, 5 s grace, 2 s clock-skew tolerance) in this process, and a steady transactional workload (committed
+trigger, 4 s grace, 2 s clock-skew tolerance) in this process, and a steady transactional workload (committed
 and aborted transactions, 5/s) for the whole run. Once the job has run a few batches, it makes real orphans of
 every kind dev/workload.py knows, round robin, one run every `--spacing-s` seconds, until each kind has at least
 `--per-kind` orphans:

@@ -22,7 +22,7 @@ from detectors.currency import (
     coordinator_partition,
     java_string_hash,
 )
-from detectors.models import CoordinatorState, HangingReason, VerdictKind, WithheldReason
+from detectors.models import CoordinatorState, DetectionLimits, HangingReason, VerdictKind, WithheldReason
 from detectors.rules import CoordFacts, TxnFacts, classify, coord_facts, decide, judge, judge_view
 
 pytestmark = pytest.mark.unit
@@ -309,13 +309,20 @@ def view_at(txns: list[Txn], tv: int, at: int) -> CoordFacts | None:
     return view
 
 
+# The rules' own test thresholds and the thresholds txnwatch ships with (detectors.models.DetectionLimits).
+BOTH_LIMITS = pytest.mark.parametrize(
+    "limits", [LIMITS, DetectionLimits()], ids=["grace-10s-skew-5s", "shipped-defaults"]
+)
+
+
+@BOTH_LIMITS
 @settings(max_examples=400, deadline=None)
 @given(
     history=histories(),
     pick=st.data(),
 )
 def test_a_transaction_the_coordinator_owns_is_never_hanging_whatever_the_lag(
-    history: tuple[list[Txn], int], pick: st.DataObject
+    limits: DetectionLimits, history: tuple[list[Txn], int], pick: st.DataObject
 ) -> None:
     """The leader reports a partition of a real transaction open (after its first batch, before its marker);
     the job's view lags the report by any amount, and its currency is measured truthfully (or not at all).
@@ -343,29 +350,30 @@ def test_a_transaction_the_coordinator_owns_is_never_hanging_whatever_the_lag(
     current = {"exact": view_time, "conservative": view_time - 1_000, "unknown": None}[measured]
     t = TxnFacts(topic, partition, PID, txn.epoch, first_batch, observed, 900_000, first_seen)
     now = observed + pick.draw(st.integers(0, 10_000))
-    d = judge(t, c, now, LIMITS, view_current_ms=current)
+    d = judge(t, c, now, limits, view_current_ms=current)
     # Never HANGING; and never STUCK_PREPARE, which this history cannot have (every marker lands within 2 s of
     # its Prepare, inside the grace): on a stale view it would be an earlier transaction's Prepare record.
     assert d.kind not in (K.HANGING, K.STUCK_PREPARE), (d, c, t, current)
 
 
+@BOTH_LIMITS
 @settings(max_examples=200, deadline=None)
 @given(history=histories(), pick=st.data())
 def test_an_orphan_is_found_once_the_view_is_current(
-    history: tuple[list[Txn], int], pick: st.DataObject
+    limits: DetectionLimits, history: tuple[list[Txn], int], pick: st.DataObject
 ) -> None:
     """The other side: data on a partition no transaction lists, written after the last transaction completed,
     is HANGING once the view is current and the grace has passed, whatever lag came before."""
     txns, tv = history
     last = txns[-1]
     first_batch = last.complete + pick.draw(st.integers(1, 5_000))
-    observed = first_batch + LIMITS.grace_ms + LIMITS.clock_skew_ms + LIMITS.grace_ms + 1
+    observed = first_batch + limits.grace_ms + limits.clock_skew_ms + limits.grace_ms + 1
     observed += pick.draw(st.integers(0, 60_000))
-    first_seen = pick.draw(st.integers(first_batch, observed - LIMITS.grace_ms - 1))
+    first_seen = pick.draw(st.integers(first_batch, observed - limits.grace_ms - 1))
     t = TxnFacts("payments", 0, PID, last.epoch, first_batch, observed, 900_000, first_seen)
     c = view_at(txns, tv, observed)
-    assert judge(t, c, observed, LIMITS, view_current_ms=None).kind is K.UNCONFIRMED
-    d = judge(t, c, observed, LIMITS, view_current_ms=observed)
+    assert judge(t, c, observed, limits, view_current_ms=None).kind is K.UNCONFIRMED
+    d = judge(t, c, observed, limits, view_current_ms=observed)
     assert (d.kind, d.reason) == (K.HANGING, R.COORDINATOR_COMPLETED)
 
 
