@@ -429,18 +429,16 @@ def render_collector(r: Json) -> str:
     return "\n".join(["| measurement | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
 
 
+def _one(name: str, render: Callable[[Json], str]) -> Callable[[dict[str, Json]], str | None]:
+    """The block of benchmark `name`, drawn from its own result file (None: no result yet)."""
+    return lambda res: render(res[name]["result"]) if name in res else None
+
+
 RENDERERS: dict[str, Callable[[dict[str, Json]], str | None]] = {
     "run": lambda res: render_run(res) if res else None,
-    "latency": lambda res: render_latency(res["latency"]["result"]) if "latency" in res else None,
-    "latency_strict": lambda res: (
-        render_latency(res["latency_strict"]["result"]) if "latency_strict" in res else None
-    ),
-    "latency_fast": lambda res: (
-        render_latency(res["latency_fast"]["result"]) if "latency_fast" in res else None
-    ),
-    "peers": lambda res: render_peers(res["peers"]["result"]) if "peers" in res else None,
-    "stream": lambda res: render_stream(res["stream"]["result"]) if "stream" in res else None,
-    "stream_10s": lambda res: render_stream(res["stream_10s"]["result"]) if "stream_10s" in res else None,
+    **{name: _one(name, render_latency) for name in ("latency", "latency_strict", "latency_fast")},
+    "peers": _one("peers", render_peers),
+    **{name: _one(name, render_stream) for name in ("stream", "stream_10s")},
     "catchup": lambda res: (
         render_catchup(
             res["catchup"]["result"] if "catchup" in res else {}, res.get("state1m", {}).get("result")
@@ -448,9 +446,9 @@ RENDERERS: dict[str, Callable[[dict[str, Json]], str | None]] = {
         if ("catchup" in res or "state1m" in res)
         else None
     ),
-    "codec": lambda res: render_codec(res["codec"]["result"]) if "codec" in res else None,
-    "rules": lambda res: render_rules(res["rules"]["result"]) if "rules" in res else None,
-    "collector": lambda res: render_collector(res["collector"]["result"]) if "collector" in res else None,
+    "codec": _one("codec", render_codec),
+    "rules": _one("rules", render_rules),
+    "collector": _one("collector", render_collector),
 }
 
 
