@@ -70,7 +70,7 @@ test: deps venv jars tools lint typecheck
 faults-long: deps venv jars
 	$(VENV)/bin/pytest tests/e2e/test_faults_e2e.py -m long -s $(PYTEST_ARGS)
 
-# The pure tier: no JVM, no jars, no broker (tests/unit/test_rooms_build.py checks nothing there reads .cache/).
+# The pure tier: no JVM, no broker; the few unit tests that read the Maven jars are marked `jars` and left out.
 test-unit: venv
 	$(VENV)/bin/pytest tests/unit -m "not jars" $(PYTEST_ARGS)
 

@@ -1,8 +1,8 @@
 """Go tools the operations tests need, built once from the Go module proxy into .cache/bin/ (named by version).
 
 No release binaries can be downloaded on the machines this project runs on, only Go modules; so `promtool`,
-`prometheus`, `helm` and `kubeconform` are built with `go install` (facts and build times:
-../shared/notes/ops-tooling.md). A second call finds the binary and returns at once; concurrent callers (two test
+`prometheus`, `helm` and `kubeconform` are built with `go install` (build times and the
+flags each needs: docs/testbed.md). A second call finds the binary and returns at once; concurrent callers (two test
 processes, `make` and a test) wait on one file lock instead of building twice.
 
     python -m dev.gotools ensure promtool prometheus     # prints the paths

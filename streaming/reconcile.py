@@ -223,7 +223,7 @@ class TransactionReconciler(StatefulProcessor):
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: Any
     ) -> Iterator[pd.DataFrame]:
-        # Called by keyword: the parameter names must stay exactly these (notes/spark-4.3.md).
+        # Called by keyword: the parameter names must stay exactly these (pyspark's transformWithStateInPandas calls handleInputRows by keyword).
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         self.timer.clear()  # it fired
         bucket = self._bucket(now_ms)

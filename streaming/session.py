@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JARS_DIR = ROOT / ".cache" / "jars"
 
 BASE_CONF: dict[str, str] = {
-    # transformWithState needs RocksDB; the OSS default (HDFS-backed) is rejected (notes/spark-4.3.md).
+    # transformWithState needs RocksDB; the OSS default (HDFS-backed) is rejected (transformWithState checks the provider class at query start).
     "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
