@@ -4,7 +4,9 @@
 Each poll lists every transactional id on every broker (the broker that lists an id coordinates it), describes
 the ids that are new or changed state, plus every active transaction (only those running longer than the
 DurationFilter, where ListTransactions v1 exists), and returns the records whose content changed. An id that
-disappears from its coordinator's listing expired: it gets a tombstone record. Once a poll's records are
+disappears from the listing gets a tombstone record only once its current coordinator shows it expired (the
+leader of its `__transaction_state` partition listed, and answers TRANSACTIONAL_ID_NOT_FOUND for it): a
+partition that moves, loads or has no leader is listed by nobody, which proves nothing. Once a poll's records are
 acknowledged, `log_position` measures how far `<prefix>.coordinator-state` has reached, as of the moment before
 the poll's ListTransactions: the `CoordinatorLogPosition` the streaming job needs to know its view is current.
 """
@@ -13,15 +15,24 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol
 
+from kafka.errors import KafkaError
 from pydantic import ValidationError
 
 from admin.client import explain
 from admin.position import measure_log_position
-from admin.seams import ClusterWire, CoordinatorWire, TransactionDescription, TransactionListing
-from detectors.contract import OWNING_STATES
+from admin.seams import (
+    ClusterView,
+    ClusterWire,
+    CoordinatorWire,
+    ListingResult,
+    TransactionDescription,
+    TransactionListing,
+)
+from detectors.contract import OWNING_STATES, TRANSACTION_LOG_TOPIC
+from detectors.currency import coordinator_partition
 from detectors.models import CoordinatorLogPosition, CoordinatorRecord, CoordinatorState, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -74,6 +85,12 @@ def _content(record: CoordinatorRecord) -> CoordinatorRecord:
     return record.model_copy(update={"last_update_timestamp_ms": 0})
 
 
+class FallbackWire(CoordinatorWire, Protocol):
+    """The coordinator seam plus Metadata (to find each transactional id's current coordinator)."""
+
+    def metadata(self, topics: Sequence[str] | None = None) -> ClusterView: ...
+
+
 class CoordinatorPoller:
     """Keeps the last published record per transactional id; `poll()` returns what changed.
 
@@ -85,7 +102,7 @@ class CoordinatorPoller:
 
     def __init__(
         self,
-        wire: CoordinatorWire,
+        wire: FallbackWire,
         *,
         duration_filter_ms: int = 0,
         clock_ms: Callable[[], int],
@@ -96,6 +113,8 @@ class CoordinatorPoller:
         self._listed: dict[str, TransactionListing] = {}
         self._records: dict[str, CoordinatorRecord] = {}
         self._noted: set[str] = set()
+        # Ids gone from the listing whose expiry could not be shown (`_expired`), counted per poll that met them.
+        self.withheld_expiries = 0
         self._warned_filter = False
         self._run_id = uuid.uuid4().hex[:8]
         self._seq = 0
@@ -153,6 +172,60 @@ class CoordinatorPoller:
             self._note(message)
         return position
 
+    def _expired(self, gone: Sequence[str], listing: ListingResult) -> set[str]:
+        """The ids among `gone` (listed before, by nobody now) shown to have expired.
+
+        Absence counts only where the id's *current* coordinator says so: the leader of its `__transaction_state`
+        partition (Metadata) answered this poll's listing, and answers TRANSACTIONAL_ID_NOT_FOUND when asked for
+        the id (DescribeTransactions). While the partition moves or loads (its old coordinator no longer lists
+        the id, the new one answers COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR), or has no leader, or
+        Metadata fails, the id is withheld: its last record stands and it is asked about again next poll.
+        """
+        if not gone:
+            return set()
+        try:
+            leaders = {
+                p: b
+                for (t, p), b in self._wire.metadata([TRANSACTION_LOG_TOPIC]).leaders.items()
+                if t == TRANSACTION_LOG_TOPIC
+            }
+        except KafkaError as exc:
+            self._withhold(gone, f"Metadata for {TRANSACTION_LOG_TOPIC} failed ({exc})")
+            return set()
+        if not leaders:
+            self._withhold(
+                gone, f"{TRANSACTION_LOG_TOPIC} is not visible (Describe on topic {TRANSACTION_LOG_TOPIC}?)"
+            )
+            return set()
+        ask: dict[int, list[str]] = {}
+        for tid in gone:
+            p = coordinator_partition(tid, len(leaders))
+            leader = leaders.get(p, -1)
+            if leader < 0:
+                self._withhold([tid], f"{TRANSACTION_LOG_TOPIC} partition {p} has no leader")
+            elif leader not in listing.answered:
+                why = listing.failed.get(leader, "not asked")
+                self._withhold(
+                    [tid],
+                    f"broker {leader}, leader of {TRANSACTION_LOG_TOPIC} partition {p}, did not list ({why})",
+                )
+            else:
+                ask.setdefault(leader, []).append(tid)
+        expired: set[str] = set()
+        for d in self._wire.describe_transactions(ask) if ask else []:
+            if d.error == "TRANSACTIONAL_ID_NOT_FOUND":
+                expired.add(d.transactional_id)
+            else:
+                self._withhold(
+                    [d.transactional_id],
+                    f"its coordinator broker {d.coordinator} answered {d.error or 'it exists'}",
+                )
+        return expired
+
+    def _withhold(self, tids: Sequence[str], why: str) -> None:
+        self.withheld_expiries += len(tids)
+        self._note(f"transactional ids gone from ListTransactions are kept, not tombstoned, while {why}")
+
     def _poll(self) -> list[CoordinatorRecord]:
         listing = self._wire.list_transactions()
         now = self._clock_ms()
@@ -203,12 +276,11 @@ class CoordinatorPoller:
                 self._records[d.transactional_id] = record
                 changed.append(record)
 
-        # Ids gone from a coordinator that answered this poll have expired; a failed listing proves nothing.
-        for tid, old in list(self._listed.items()):
-            if tid not in current and old.coordinator not in listing.failed:
-                del self._listed[tid]
-                if self._records.pop(tid, None) is not None:
-                    changed.append(tombstone(tid, seen_at_ms=now))
+        gone = [tid for tid in self._listed if tid not in current]
+        for tid in sorted(self._expired(gone, listing)):
+            del self._listed[tid]
+            if self._records.pop(tid, None) is not None:
+                changed.append(tombstone(tid, seen_at_ms=now))
         for tid, t in current.items():
             if (
                 tid not in retry

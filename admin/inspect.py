@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -180,10 +180,16 @@ def inspect_partition(
     timeout = wire.max_transaction_timeouts([leader]).get(leader)
     if producers:
         starts = wire.fetch_start_batches({leader: [(tp, p.current_txn_start_offset) for p in producers]})
+    # "No owner listed" proves nothing unless the listing was complete: every __transaction_state partition
+    # led, by the same leader before and after, which answered (`listing_incomplete`).
+    before = _log_leaders_or_none(wire) if producers else {}
     answers = ask_coordinators(wire, [p.producer_id for p in producers])
-    # "No owner listed" proves nothing unless the principal may Describe every transactional id.
     unlisted = any(p.producer_id not in answers.owners for p in producers)
-    incomplete = listing_incomplete(wire) if unlisted and not answers.listing_failed else None
+    incomplete = (
+        listing_incomplete(wire, before, answers.listing_answered)
+        if unlisted and not answers.listing_failed
+        else None
+    )
     now = clock_ms()
     records, unusable = answers.records(seen_at_ms=now)
     report = PartitionReport(
@@ -203,7 +209,8 @@ def inspect_partition(
         if incomplete is not None and coordinator.transactional_id is None and coordinator.error is None:
             coordinator = CoordinatorView(
                 None,
-                error=f"cannot show that no transactional id owns producer {p.producer_id}: {incomplete}",
+                error=f"unconfirmed: cannot show that no transactional id owns producer {p.producer_id}: "
+                f"{incomplete}",
             )
         verdict = None
         if coordinator.error is None:
@@ -223,6 +230,14 @@ def inspect_partition(
             )
         )
     return report
+
+
+def _log_leaders_or_none(wire: ClusterWire) -> dict[int, int] | None:
+    # Read before the listing; None (a failure) is a reason `listing_incomplete` gives.
+    try:
+        return transaction_log_leaders(wire)
+    except Errors.KafkaError:
+        return None
 
 
 def ask_leader(
@@ -268,6 +283,7 @@ class CoordinatorAnswers:
     owners: dict[int, TransactionListing]
     described: dict[str, TransactionDescription]
     listing_failed: dict[int, str]
+    listing_answered: frozenset[int] = frozenset()
 
     def records(self, *, seen_at_ms: int) -> tuple[dict[str, CoordinatorRecord], dict[str, str]]:
         """The usable descriptions as coordinator records (origin describe-transactions) by transactional id,
@@ -328,7 +344,7 @@ def ask_coordinators(wire: CoordinatorWire, producer_ids: Sequence[int]) -> Coor
     described = {
         d.transactional_id: d for d in (wire.describe_transactions(by_coordinator) if by_coordinator else [])
     }
-    return CoordinatorAnswers(owners, described, dict(listing.failed))
+    return CoordinatorAnswers(owners, described, dict(listing.failed), listing.answered)
 
 
 def describe_by_id(wire: InspectWire, transactional_ids: Sequence[str]) -> dict[str, TransactionDescription]:
@@ -353,28 +369,99 @@ def describe_by_id(wire: InspectWire, transactional_ids: Sequence[str]) -> dict[
     return {d.transactional_id: d for d in wire.describe_transactions(by_coordinator)}
 
 
-def listing_incomplete(wire: InspectWire) -> str | None:
-    """Why ListTransactions may have left owners out, or None when it cannot have.
+LISTING_INCOMPLETE = "coordinator-listing-incomplete"
 
-    ListTransactions silently leaves out every transactional id the principal may not Describe, so "no owner
-    listed" is evidence only when the principal may Describe every id. DescribeTransactions, on its coordinator,
-    for an id nobody uses shows it: TRANSACTIONAL_ID_NOT_FOUND (allowed), TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    (not allowed: the ACL to grant is named).
+
+def transaction_log_leaders(wire: ClusterWire) -> dict[int, int]:
+    """Each `__transaction_state` partition's leader (-1: none); empty when the topic is not visible.
+
+    Raises:
+        kafka.errors.KafkaError: no broker answered Metadata.
     """
-    probe = f"txnwatch-describe-probe-{uuid.uuid4().hex}"
-    try:
-        answer = describe_by_id(wire, [probe]).get(probe)
-    except (Errors.KafkaError, AdminError) as exc:
-        return str(exc)
-    if answer is not None and answer.error == "TRANSACTIONAL_ID_NOT_FOUND":
-        return None
-    error = "NOT_DESCRIBED" if answer is None else answer.error or "FOUND"
-    if error == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+    view = wire.metadata([TRANSACTION_LOG_TOPIC])
+    return {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
+
+
+def probe_ids(partitions: int) -> dict[int, str]:
+    """One transactional id nobody uses per `__transaction_state` partition (partition -> id)."""
+    run = uuid.uuid4().hex
+    out: dict[int, str] = {}
+    i = 0
+    while len(out) < partitions:
+        tid = f"txnwatch-describe-probe-{run}-{i}"
+        out.setdefault(coordinator_partition(tid, partitions), tid)
+        i += 1
+    return out
+
+
+def listing_incomplete(
+    wire: InspectWire, before: Mapping[int, int] | None, answered: Collection[int]
+) -> str | None:
+    """Why a ListTransactions answer may have left owners out, or None when it cannot have.
+
+    A coordinator lists only the transactional ids of the `__transaction_state` partitions it leads and has
+    loaded (`TransactionStateManager.listTransactionStates`); a partition without a leader is listed by nobody,
+    silently. So "no owner listed" is evidence only when, for every `__transaction_state` partition:
+    - it had the same leader before the listing (`before`) and after it (read here), and that leader answered
+      the listing without an error (`answered`): a loading coordinator answers COORDINATOR_LOAD_IN_PROGRESS;
+    - its leader serves it now: DescribeTransactions for an id nobody uses, on that leader, answers
+      TRANSACTIONAL_ID_NOT_FOUND (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS: moving or loading). The same
+      answer shows that the principal may Describe every id: ListTransactions silently leaves out the ids it
+      may not (TRANSACTIONAL_ID_AUTHORIZATION_FAILED names the ACL to grant).
+    A leader that lost and regained a partition between the two Metadata reads is not seen (Metadata here
+    carries no leader epoch); it would have to reload the partition within that second.
+
+    Returns:
+        None, or a reason starting with `coordinator-listing-incomplete: `.
+    """
+    if before is None:
+        return f"{LISTING_INCOMPLETE}: Metadata for {TRANSACTION_LOG_TOPIC} failed before the listing"
+    if not before:
         return (
-            "ListTransactions lists only the ids this principal may Describe; grant the ACL Describe on "
-            "TransactionalId '*' to txnwatch's principal"
+            f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} is not visible (Describe on topic "
+            f"{TRANSACTION_LOG_TOPIC}?)"
         )
-    return explain("DescribeTransactions", error)
+    try:
+        after = transaction_log_leaders(wire)
+    except Errors.KafkaError as exc:
+        return f"{LISTING_INCOMPLETE}: Metadata for {TRANSACTION_LOG_TOPIC}: {exc}"
+    for p in sorted(set(before) | set(after)):
+        first, now = before.get(p, -1), after.get(p, -1)
+        if first < 0 or now < 0:
+            return f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} partition {p} has no leader"
+        if first != now:
+            return (
+                f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} partition {p} moved from broker {first} to "
+                f"broker {now} during the listing"
+            )
+        if now not in answered:
+            return (
+                f"{LISTING_INCOMPLETE}: broker {now}, the leader of {TRANSACTION_LOG_TOPIC} partition {p}, did "
+                "not answer ListTransactions"
+            )
+    probes = probe_ids(len(after))
+    by_leader: dict[int, list[str]] = {}
+    for p, tid in sorted(probes.items()):
+        by_leader.setdefault(after[p], []).append(tid)
+    try:
+        answers = {d.transactional_id: d for d in wire.describe_transactions(by_leader)}
+    except Errors.KafkaError as exc:
+        return f"{LISTING_INCOMPLETE}: DescribeTransactions: {exc}"
+    for p, tid in sorted(probes.items()):
+        d = answers.get(tid)
+        error = "NOT_DESCRIBED" if d is None else d.error or "FOUND"
+        if error == "TRANSACTIONAL_ID_NOT_FOUND":
+            continue
+        if error == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+            return (
+                f"{LISTING_INCOMPLETE}: ListTransactions lists only the ids this principal may Describe; grant "
+                "the ACL Describe on TransactionalId '*' to txnwatch's principal"
+            )
+        return (
+            f"{LISTING_INCOMPLETE}: broker {after[p]} does not serve {TRANSACTION_LOG_TOPIC} partition {p} "
+            f"({explain('DescribeTransactions', error)}): moving or loading"
+        )
+    return None
 
 
 def iso(ms: int | None) -> str:

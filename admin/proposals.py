@@ -39,6 +39,7 @@ from admin.inspect import (
     format_table,
     iso,
     listing_incomplete,
+    transaction_log_leaders,
 )
 from admin.seams import GroupOffsets, TransactionDescription, wall_clock_ms
 from detectors.abort import (
@@ -269,14 +270,15 @@ def _ask_coordinator(
     """The transactional id that owns the candidate's producer id now, or None when no id owns it; or why the
     coordinator side cannot be shown (the second element).
 
-    ListTransactions leaves out, silently, every transactional id the principal may not Describe, so "no owner
-    listed" is evidence only when the principal may Describe every id. That is shown by asking
-    DescribeTransactions, on its coordinator, for an id nobody uses: TRANSACTIONAL_ID_NOT_FOUND shows the
-    permission, TRANSACTIONAL_ID_AUTHORIZATION_FAILED its absence. The id the candidate's evidence names (the
+    "No owner listed" is evidence only when the listing was complete: every `__transaction_state` partition has
+    a leader that served it loaded and answered, and the principal may Describe every id
+    (`admin.inspect.listing_incomplete`, whose `coordinator-listing-incomplete: ...` reason refuses the abort
+    otherwise). The id the candidate's evidence names (the
     producer id's last known owner) is described too, so its current state is read even if it was not listed.
     """
     pid = candidate.spec.producer_id
     try:
+        before = transaction_log_leaders(wire)  # `listing_incomplete` compares them with those after
         answers = ask_coordinators(wire, [pid])
     except Errors.KafkaError as exc:
         return None, explain("ListTransactions", error_name(exc))
@@ -293,7 +295,7 @@ def _ask_coordinator(
             return None, explain("DescribeTransactions", error, owner.transactional_id)
         return _live_coordinator(candidate, d), None
     named = candidate.evidence.coordinator.transactional_id if candidate.evidence.coordinator else None
-    problem = listing_incomplete(wire)
+    problem = listing_incomplete(wire, before, answers.listing_answered)
     if problem is not None:
         return None, f"cannot show that no transactional id owns producer {pid}: {problem}"
     if named:

@@ -190,6 +190,9 @@ class TransactionListing(NamedTuple):
 class ListingResult(NamedTuple):
     listings: list[TransactionListing]
     failed: dict[int, str]  # broker → error name, for brokers whose listing failed
+    # The brokers that answered without an error: only their listings are complete (a broker never asked is in
+    # neither set).
+    answered: frozenset[int] = frozenset()
 
 
 class TransactionDescription(NamedTuple):

@@ -417,7 +417,7 @@ class KafkaWire:
             listings.extend(found)
             if error is not None:
                 failed[broker] = error
-        return ListingResult(listings, failed)
+        return ListingResult(listings, failed, frozenset(brokers) - set(failed))
 
     async def _list_broker(
         self, broker: int, producer_ids: list[int], states: list[str], duration_filter_ms: int | None

@@ -172,9 +172,17 @@ class FakeCoordinators:
     long_running: set[str] = field(default_factory=set)
     described: list[list[str]] = field(default_factory=list)
     list_calls: list[dict[str, Any]] = field(default_factory=list)
+    # The brokers whose ListTransactions answers (unless failed), and the leader of each __transaction_state
+    # partition (the coordinator fallback asks Metadata for them before it tombstones an id).
+    coordinator_brokers: frozenset[int] = frozenset({1, 2, 3})
+    log_leaders: dict[int, int] = field(default_factory=lambda: {0: 1})
 
     def supports_duration_filter(self) -> bool:
         return self.duration_filter
+
+    def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
+        leaders = {("__transaction_state", p): b for p, b in self.log_leaders.items()}
+        return ClusterView({}, leaders, frozenset({"__transaction_state"}))
 
     def list_transactions(
         self,
@@ -198,7 +206,7 @@ class FakeCoordinators:
             and (not states or d.state in states)
             and (duration_filter_ms is None or d.transactional_id in self.long_running)
         ]
-        return ListingResult(listings, dict(self.failed))
+        return ListingResult(listings, dict(self.failed), self.coordinator_brokers - set(self.failed))
 
     def describe_transactions(
         self, by_coordinator: Mapping[int, Sequence[str]]

@@ -230,7 +230,11 @@ def fallback(
     *, fail: bool = False, topic_partitions: int = 3
 ) -> tuple[Coordinators, CoordinatorPoller, Publisher, RecordingSink]:
     fake = Coordinators(
-        leaders={("orders", 0): 1, **{(COORDINATOR_TOPIC, p): 1 + p % 2 for p in range(topic_partitions)}},
+        leaders={
+            ("orders", 0): 1,
+            ("__transaction_state", 0): 1,  # every id's coordinator: broker 1
+            **{(COORDINATOR_TOPIC, p): 1 + p % 2 for p in range(topic_partitions)},
+        },
         high_watermarks={(COORDINATOR_TOPIC, p): 100 + p for p in range(topic_partitions)},
         descriptions={"tx-1": description()},
     )
