@@ -1,6 +1,6 @@
 """deploy/prometheus/txnwatch-rules.yaml: `promtool check rules` and `promtool test rules` (Prometheus 3.16 from
-dev/gotools.py), and what every alert must carry: a severity, a summary, a description and a runbook anchor that
-exists, over metrics the docs define."""
+dev/gotools.py), and what every alert must carry: a severity, a summary, a description and an absolute runbook
+URL whose anchor exists, over metrics the docs define; and that no component can vanish without an alert."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ RULES = ROOT / "deploy" / "prometheus" / "txnwatch-rules.yaml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "txnwatch-rules.test.yaml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
 EXAMPLE_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+# The documented default (docs/alerting.md); the chart replaces it with alerting.runbookBaseUrl.
+RUNBOOK_BASE_URL = "https://github.com/txnwatch/txnwatch/blob/main/docs/runbook.md"
 
 
 def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -84,8 +86,9 @@ def test_alert_carries_severity_text_and_a_runbook_anchor_that_exists(alert: dic
     assert alert["labels"]["severity"] in ("critical", "warning")
     notes = alert["annotations"]
     assert notes["summary"] and notes["description"]
+    # absolute: an alert receiver (Slack, PagerDuty) cannot open a repository-relative path
     page, _, anchor = notes["runbook_url"].partition("#")
-    assert page == "docs/runbook.md"
+    assert page == RUNBOOK_BASE_URL
     assert anchor in anchors(RUNBOOK.read_text()), f"docs/runbook.md has no heading for #{anchor}"
 
 
@@ -109,3 +112,19 @@ def test_the_hanging_alert_names_partition_reason_and_the_command() -> None:
     # the labels the annotation uses survive the aggregation
     for label in ("topic", "partition", "reason", "candidate_id", "cluster"):
         assert label in hanging["expr"]
+
+
+def test_every_component_has_a_vanished_target_alert_beside_its_down_alert() -> None:
+    # `up == 0` needs an `up` series: a target no Prometheus scrapes any more has none, so only absent() fires.
+    down = {
+        m.group(1): a
+        for a in alerts()
+        if (m := re.fullmatch(r'up\{job=~"([^"]+)"\} == 0', a["expr"].strip()))
+    }
+    assert len(down) == 2, down  # the collector's and the stream's
+    for pattern, down_alert in down.items():
+        (vanished,) = [a for a in alerts() if f'absent(up{{job=~"{pattern}"}})' in a["expr"]]
+        assert vanished["labels"]["severity"] == down_alert["labels"]["severity"] == "critical"
+        # long enough to ride out a Prometheus restart or a redeploy, short enough for a night shift
+        assert vanished["for"] == "5m"
+        assert vanished["annotations"]["runbook_url"].endswith("#target-vanished")
