@@ -27,7 +27,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from pydantic import ValidationError
 
 from admin.client import AdminError, connect_admin, consumer_for, explain, producer_for
-from admin.collector import Collector, run
+from admin.collector import Collector, loop_health, run
 from admin.coordinator import CoordinatorPoll, CoordinatorPoller
 from admin.inspect import (
     LOG_HEADER,
@@ -388,8 +388,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
         if args.once or publisher is None:
             output = output_format(settings.output, is_terminal=_is_terminal())
             return _collect_once(collector, publisher, poller, wire, settings.cluster, output)
+        health = loop_health(cs)
         if cs.metrics_port:
-            server = serve(metrics, cs.metrics_port, cs.metrics_addr)
+            server = serve(metrics, cs.metrics_port, cs.metrics_addr, health=health)
             log.info("metrics on http://%s:%d/metrics", cs.metrics_addr, cs.metrics_port)
         also: list[Callable[[], object]] = []
         if poller is not None:
@@ -416,6 +417,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 also=also,
                 metrics=metrics,
                 max_sweeps=args.max_sweeps,
+                health=health,
             )
         log.info("stopped after %d sweeps", sweeps)
         return 0

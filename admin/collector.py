@@ -23,7 +23,7 @@ from typing import NamedTuple
 from pydantic import ValidationError
 
 from admin.client import AdminError, explain, is_authorization_error
-from admin.metrics import CollectorMetrics
+from admin.metrics import CollectorMetrics, LoopHealth
 from admin.position import measure_log_position
 from admin.seams import (
     TP,
@@ -38,6 +38,7 @@ from admin.seams import (
     wall_clock_ms,
 )
 from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.health import collector_windows
 from detectors.models import BrokerSweepSummary, CoordinatorLogPosition, OpenTransaction, PartitionSnapshot
 from detectors.settings import CollectorSettings
 
@@ -558,6 +559,18 @@ class Collector:
 SWEEP_BACKOFF_MAX_S = 10.0
 
 
+def loop_health(settings: CollectorSettings) -> LoopHealth:
+    """The probes' windows for this collector's settings (detectors.health.collector_windows)."""
+    ready_ms, stall_ms = collector_windows(
+        interval_s=settings.interval_s,
+        longest_pause_s=max(settings.interval_s, SWEEP_BACKOFF_MAX_S),
+        request_timeout_ms=settings.request_timeout_ms,
+        ready_intervals=settings.ready_intervals,
+        stall_after_s=settings.stall_after_s,
+    )
+    return LoopHealth(ready_within_ms=ready_ms, stall_after_ms=stall_ms)
+
+
 def run(
     collector: Collector,
     publish: Callable[[SweepResult], object],
@@ -568,13 +581,15 @@ def run(
     metrics: CollectorMetrics | None = None,
     max_sweeps: int | None = None,
     clock_ms: Callable[[], int] = wall_clock_ms,
+    health: LoopHealth | None = None,
 ) -> int:
     """Sweep and publish every `interval_s` until `stop` is set (Ctrl-C) or `max_sweeps` ran.
 
     A failed sweep (no metadata, a publish error) is counted, and logged once per run of failures (a cluster
     down for a minute is one line, not one per interval, and one more when sweeps succeed again); after a failed
     sweep the next waits longer, doubling up to `SWEEP_BACKOFF_MAX_S`. `also` runs after each sweep (the
-    coordinator fallback poll). Returns the number of sweeps run.
+    coordinator fallback poll). `health` hears every turn of the loop and every published sweep (/healthz,
+    /readyz). Returns the number of sweeps run.
     """
     sweeps = 0
     failed = 0  # failed sweeps in a row
@@ -582,6 +597,8 @@ def run(
     published_at: float | None = None  # monotonic, when the last sweep was published
     while not stop.is_set():
         began = time.monotonic()
+        if health is not None:
+            health.turned()
         try:
             result = collector.sweep()
             try:
@@ -591,6 +608,8 @@ def run(
                 raise
             if metrics is not None:
                 metrics.last_success.set(clock_ms() / 1000)
+            if health is not None:
+                health.published()
             now = time.monotonic()
             if failed:
                 log.warning(
@@ -641,6 +660,8 @@ def run(
                 task()
             except Exception as exc:
                 log.error("%s failed: %s", getattr(task, "__name__", "task"), exc)
+            if health is not None:
+                health.turned()
         sweeps += 1
         if max_sweeps is not None and sweeps >= max_sweeps:
             break

@@ -1,4 +1,5 @@
-"""The collector's own Prometheus metrics (explicit registry): sweep health, requests and errors by API.
+"""The collector's own Prometheus metrics (explicit registry): sweep health, requests and errors by API, what
+runs (`txnwatch_build_info`), and the endpoint that serves them with the /healthz and /readyz probes.
 
 Named `txnwatch_collector_*` in base units; `_total` only on counters. No producer or transactional ids in
 labels; the broker label is bounded by the cluster size.
@@ -6,8 +7,13 @@ labels; the broker label is bounded by the cluster size.
 
 from __future__ import annotations
 
+import platform
 import threading
+import time
 from collections import Counter as Tally
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -19,6 +25,15 @@ from prometheus_client import (
 )
 
 from admin.seams import SweepResult
+from detectors.health import (
+    BUILD_INFO_LABELS,
+    ProbeAnswer,
+    Progress,
+    build_info,
+    loop_turning,
+    probe_response,
+    progress_recent,
+)
 
 NAMESPACE = "txnwatch"
 SUBSYSTEM = "collector"
@@ -71,6 +86,14 @@ class CollectorMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         reg = self.registry
         ns, sub = NAMESPACE, SUBSYSTEM
+        self.build_info = Gauge(
+            "build_info",
+            "What runs: txnwatch's version and those of Python, PySpark and kafka-python (always 1).",
+            list(BUILD_INFO_LABELS),
+            namespace=ns,
+            registry=reg,
+        )
+        self.build_info.labels(**installed_versions()).set(1)
         self.sweep_duration = Histogram(
             "sweep_duration_seconds",
             "Duration of one sweep of the cluster.",
@@ -190,10 +213,78 @@ class CollectorMetrics:
         self.start_batch_cache.set(cached_start_batches)
 
 
-def serve(metrics: CollectorMetrics, port: int, addr: str = "0.0.0.0") -> object:
-    """Start the /metrics endpoint on a daemon thread; returns the server (has `shutdown()`)."""
+def installed_versions() -> dict[str, str]:
+    """The labels of txnwatch_build_info, from the installed distributions (detectors.health.build_info)."""
+    return build_info(metadata.version, platform.python_version())
+
+
+class LoopHealth:
+    """When the sweep loop last turned and last published a sweep (monotonic), answering /healthz and /readyz.
+
+    `run()` (admin/collector.py) reports; the endpoint's threads read. Each field is one float written by one
+    thread, so no lock is needed.
+    """
+
+    def __init__(
+        self, *, ready_within_ms: int, stall_after_ms: int, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ready_within_ms = ready_within_ms
+        self.stall_after_ms = stall_after_ms
+        self._monotonic = monotonic
+        self._last_turn_ms = self._now_ms()
+        self._last_published_ms: int | None = None
+
+    def _now_ms(self) -> int:
+        return round(self._monotonic() * 1000)
+
+    def turned(self) -> None:
+        """The loop turned: a sweep (or a poll) began or ended, or a pause between them did."""
+        self._last_turn_ms = self._now_ms()
+
+    def published(self) -> None:
+        """A sweep was built and published."""
+        self._last_published_ms = self._last_turn_ms = self._now_ms()
+
+    def live(self) -> ProbeAnswer:
+        return loop_turning(
+            last_turn_ms=self._last_turn_ms, now_ms=self._now_ms(), stall_after_ms=self.stall_after_ms
+        )
+
+    def ready(self) -> ProbeAnswer:
+        return progress_recent(
+            [Progress("sweep published", self._last_published_ms, self.ready_within_ms)],
+            now_ms=self._now_ms(),
+        )
+
+
+def with_probes(metrics_app: Any, health: LoopHealth) -> Callable[[dict[str, Any], Any], Iterable[bytes]]:
+    """A WSGI app: /healthz and /readyz from `health` (detectors.health.probe_response), every other path to
+    prometheus_client's app, as before."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        answer = probe_response(environ.get("PATH_INFO", ""), live=health.live, ready=health.ready)
+        if answer is None:
+            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        status, body = answer
+        start_response(
+            status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+        )
+        return [body]
+
+    return app
+
+
+def serve(
+    metrics: CollectorMetrics, port: int, addr: str = "0.0.0.0", *, health: LoopHealth | None = None
+) -> Any:
+    """Start the /metrics endpoint on a daemon thread, with /healthz and /readyz when given `health`; returns the
+    server (has `shutdown()`)."""
     # No `_created` series: they are not in the metric contract (docs/collector.md), double every counter's
     # output, and the streaming job's endpoint leaves them out too (streaming/exporter.py).
     disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
+    # prometheus_client's own server keeps its choice of address family and its quiet request handler; the
+    # probes are put in front of its app (wsgiref's set_app) before any probe could be due.
     server, _thread = start_http_server(port, addr=addr, registry=metrics.registry)
+    if health is not None:
+        server.set_app(with_probes(server.get_app(), health))
     return server

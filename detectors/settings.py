@@ -157,6 +157,10 @@ class CollectorSettings(Model):
     restore_timeout_s: float = Field(default=30.0, ge=0)
     metrics_port: int = Field(default=9464, ge=0, le=65535)  # 0: no endpoint
     metrics_addr: str = "0.0.0.0"
+    # /readyz: a sweep published within this many intervals (plus one request timeout), detectors/health.py.
+    ready_intervals: float = Field(default=3.0, gt=0)
+    # /healthz: the sweep loop turned within this; None: the longest pause plus 10 request timeouts.
+    stall_after_s: float | None = Field(default=None, gt=0)
     coordinator_source: CoordinatorSource = "log"
     # describe mode: re-describe active transactions running longer than this each poll (ListTransactions v1
     # DurationFilter); 0 re-describes every active transaction. New and changed ones are always described.
@@ -192,6 +196,11 @@ class StreamSettings(Model):
     transaction_log_topic: str = Field(default=TRANSACTION_LOG_TOPIC, min_length=1)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9465, ge=0, le=65535)  # the collector's endpoint defaults to 9464
+    # /readyz: each query finished a batch (or found nothing to do) within this many triggers plus the slack (a
+    # batch may run longer than its trigger); /healthz: the driver's loop turned within stall_after_s.
+    ready_intervals: float = Field(default=3.0, gt=0)
+    ready_slack_s: float = Field(default=60.0, ge=0)
+    stall_after_s: float = Field(default=120.0, gt=0)
     # The folder `make jars` fills; Spark's Kafka connector is in its spark/ subfolder. None: <checkout>/.cache/jars.
     # Also read from TXNWATCH_JARS_DIR (its name before this section existed; dev/kafka.py reads that one too).
     jars_dir: Path | None = None

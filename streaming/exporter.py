@@ -1,19 +1,22 @@
 """The driver's Prometheus endpoint: the latest verdicts and windows, as gauges built at scrape time.
 
 A custom collector yields only what is current (partitions with open transactions, verdicts not yet gone), so
-no series goes stale and nothing needs deleting. Query health comes from a StreamingQueryListener.
-Producer ids and transactional ids never become labels.
+no series goes stale and nothing needs deleting. Query health comes from a StreamingQueryListener, which also
+feeds the /healthz and /readyz probes served beside /metrics (`DriverHealth`); `txnwatch_build_info` says what
+runs. Producer ids and transactional ids never become labels.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import platform
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, disable_created_metrics, start_http_server
@@ -21,6 +24,16 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from detectors.health import (
+    BUILD_INFO_LABELS,
+    ProbeAnswer,
+    Progress,
+    build_info,
+    loop_turning,
+    probe_response,
+    progress_recent,
+)
 
 log = logging.getLogger("txnwatch.stream.metrics")
 
@@ -280,6 +293,71 @@ class Health:
             ["query"],
             registry=registry,
         )
+        self.build_info = Gauge(
+            "txnwatch_build_info",
+            "What runs: txnwatch's version and those of Python, PySpark and kafka-python (always 1).",
+            list(BUILD_INFO_LABELS),
+            registry=registry,
+        )
+        self.build_info.labels(**installed_versions()).set(1)
+
+
+def installed_versions() -> dict[str, str]:
+    """The labels of txnwatch_build_info, from the installed distributions (detectors.health.build_info)."""
+    return build_info(metadata.version, platform.python_version())
+
+
+class DriverHealth:
+    """The driver's probes: /healthz while its supervising loop (streaming/job.py `run`) turns, /readyz while every
+    query finished a batch, or found nothing to do, within its window (monotonic time throughout).
+
+    The loop's turns come from the main thread, the queries' progress from the listener thread; the endpoint's
+    threads read. Each entry is replaced whole, so no lock is needed.
+    """
+
+    def __init__(self, *, stall_after_ms: int, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.stall_after_ms = stall_after_ms
+        self._monotonic = monotonic
+        self._last_turn_ms = self._now_ms()
+        self._windows: dict[str, int] = {}  # query name -> ready within ms
+        self._names: dict[str, str] = {}  # query id -> name (Spark's idle event carries only the id)
+        # query name -> when it last finished a batch or found nothing to do
+        self._progress: dict[str, int] = {}
+
+    def _now_ms(self) -> int:
+        return round(self._monotonic() * 1000)
+
+    def turned(self) -> None:
+        """The driver's loop turned (its calls into Spark's JVM answered)."""
+        self._last_turn_ms = self._now_ms()
+
+    def expect(self, name: str, ready_within_ms: int) -> None:
+        """The job runs this query: the driver is ready only once it moved, and while it keeps moving. Every query
+        is expected before the first starts (they start one after another)."""
+        self._windows = {**self._windows, name: ready_within_ms}
+
+    def started(self, query_id: str, name: str) -> None:
+        self._names = {**self._names, query_id: name}
+
+    def moved(self, query_id: str, name: str | None = None) -> None:
+        """The query finished a batch, or checked its sources and found nothing new (Spark's idle event)."""
+        known = name or self._names.get(query_id)
+        if known is not None:
+            self._progress = {**self._progress, known: self._now_ms()}
+
+    def live(self) -> ProbeAnswer:
+        return loop_turning(
+            last_turn_ms=self._last_turn_ms, now_ms=self._now_ms(), stall_after_ms=self.stall_after_ms
+        )
+
+    def ready(self) -> ProbeAnswer:
+        windows, progress = self._windows, self._progress
+        if not windows:
+            return ProbeAnswer(False, "not ready: no query started yet")
+        return progress_recent(
+            [Progress(f"{name} batch", progress.get(name), within) for name, within in windows.items()],
+            now_ms=self._now_ms(),
+        )
 
 
 class HealthListener(StreamingQueryListener):
@@ -289,8 +367,9 @@ class HealthListener(StreamingQueryListener):
     # the rest at debug.
     WARN_EVERY_S = 300.0
 
-    def __init__(self, health: Health) -> None:
+    def __init__(self, health: Health, driver: DriverHealth | None = None) -> None:
         self.health = health
+        self.driver = driver
         self._warned_at: float | None = None
 
     def onQueryStarted(self, event: Any) -> None:
@@ -299,6 +378,8 @@ class HealthListener(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         try:
             p = event.progress
+            if self.driver is not None:
+                self.driver.moved(str(p.id), p.name)
             query = p.name or str(p.id)
             self.health.batch_duration.labels(query).observe(p.batchDuration / 1000)
             self.health.last_batch.labels(query).set(time.time())
@@ -321,7 +402,12 @@ class HealthListener(StreamingQueryListener):
             log.debug("query progress not turned into metrics", exc_info=True)
 
     def onQueryIdle(self, event: Any) -> None:
-        pass
+        # Spark checked the sources and found nothing new: the query is current, as after a batch.
+        try:
+            if self.driver is not None:
+                self.driver.moved(str(event.id))
+        except Exception:
+            self._report_failure()
 
     def onQueryTerminated(self, event: Any) -> None:
         pass
@@ -334,11 +420,32 @@ def _source_name(description: str) -> str:
     return description
 
 
-def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
-    """Start the /metrics endpoint (a daemon thread); returns the server (`server_port` is the bound port, port
-    0 picks a free one; `shutdown()` stops it)."""
+def with_probes(metrics_app: Any, driver: DriverHealth) -> Callable[[dict[str, Any], Any], Iterable[bytes]]:
+    """A WSGI app: /healthz and /readyz from `driver` (detectors.health.probe_response), every other path to
+    prometheus_client's app, as before."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        answer = probe_response(environ.get("PATH_INFO", ""), live=driver.live, ready=driver.ready)
+        if answer is None:
+            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        status, body = answer
+        start_response(
+            status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+        )
+        return [body]
+
+    return app
+
+
+def serve(registry: CollectorRegistry, host: str, port: int, driver: DriverHealth | None = None) -> Any:
+    """Start the /metrics endpoint (a daemon thread), with /healthz and /readyz when given `driver`; returns the
+    server (`server_port` is the bound port, port 0 picks a free one; `shutdown()` stops it)."""
     # `_created` series double every counter's output and nobody alerts on them. (prometheus_client's switch
     # is process-wide and read at scrape time.)
     disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
+    # prometheus_client's server keeps its choice of address family and its quiet request handler; the probes
+    # are put in front of its app (wsgiref's set_app) right away.
     server, _ = start_http_server(port, addr=host, registry=registry)
+    if driver is not None:
+        server.set_app(with_probes(server.get_app(), driver))
     return server

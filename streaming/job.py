@@ -27,10 +27,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from detectors.contract import replication_factor, stream_output_topics
+from detectors.health import interval_ms, stream_ready_within_ms
 from detectors.settings import Settings
 from detectors.tracking import ReconcileConfig
 from streaming import sources
-from streaming.exporter import Health, HealthListener, LiveState, VerdictCollector, serve
+from streaming.exporter import DriverHealth, Health, HealthListener, LiveState, VerdictCollector, serve
 from streaming.reconcile import reconcile_events
 from streaming.sinks import Output, Sinks
 from streaming.windows import window_metrics
@@ -125,6 +126,7 @@ class RunningJob:
     spark: SparkSession
     listener: HealthListener
     metrics_server: Any
+    driver: DriverHealth
 
     @property
     def metrics_port(self) -> int:
@@ -186,12 +188,30 @@ QUERIES = ("reconcile", "windows", "dead-letter")
 FIRST_BATCH_WAIT_S = 120.0
 
 
-def _await_first_batch(query: StreamingQuery, timeout_s: float) -> None:
+def _await_first_batch(query: StreamingQuery, timeout_s: float, driver: DriverHealth) -> None:
     """Start queries one after the other: their first batches (Python workers, RocksDB, the whole transaction
-    log) compete for the same two cores otherwise."""
+    log) compete for the same two cores otherwise. The wait is the driver's loop turning (/healthz)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and query.isActive and query.lastProgress is None:
+        driver.turned()
         time.sleep(0.5)
+
+
+# A trigger this module cannot read is taken as this long, for the /readyz window only.
+UNREADABLE_TRIGGER_MS = 60_000
+
+
+def _ready_within_ms(trigger: str, opts: StreamOptions) -> int:
+    stream = opts.settings.stream
+    trigger_ms = interval_ms(trigger)
+    if trigger_ms is None:
+        log.warning(
+            "cannot read the trigger %r; /readyz assumes %d s", trigger, UNREADABLE_TRIGGER_MS // 1000
+        )
+        trigger_ms = UNREADABLE_TRIGGER_MS
+    return stream_ready_within_ms(
+        trigger_ms=trigger_ms, ready_intervals=stream.ready_intervals, slack_s=stream.ready_slack_s
+    )
 
 
 def _short_errors(sink: Callable[[DataFrame, int], None]) -> Callable[[DataFrame, int], None]:
@@ -243,9 +263,10 @@ def start(
     live = LiveState()
     health = Health(registry)
     registry.register(VerdictCollector(live, opts.settings.cluster))
-    listener = HealthListener(health)
+    driver = DriverHealth(stall_after_ms=round(stream.stall_after_s * 1000))
+    listener = HealthListener(health, driver)
     spark.streams.addListener(listener)
-    server = serve(registry, stream.metrics_host, stream.metrics_port)
+    server = serve(registry, stream.metrics_host, stream.metrics_port, driver)
     sinks = Sinks(
         spark,
         live,
@@ -275,7 +296,7 @@ def start(
     def start_query(
         name: str, df: DataFrame, sink: Callable[[DataFrame, int], None], mode: str, trigger: str
     ) -> StreamingQuery:
-        return (
+        query = (
             df.writeStream.queryName(name)
             .outputMode(mode)
             .foreachBatch(_short_errors(sink))
@@ -283,6 +304,17 @@ def start(
             .option("checkpointLocation", f"{ck}/{name}")
             .start()
         )
+        driver.started(str(query.id), name)
+        return query
+
+    # The job is ready once every query it runs has moved, not merely the first to start.
+    for name, trigger in (
+        ("txnwatch-reconcile", stream.trigger),
+        ("txnwatch-windows", opts.secondary_trigger),
+        ("txnwatch-dead-letter", opts.secondary_trigger),
+    ):
+        if name.removeprefix("txnwatch-") in queries:
+            driver.expect(name, _ready_within_ms(trigger, opts))
 
     started = []
     if "reconcile" in queries:
@@ -294,7 +326,7 @@ def start(
             sources.good_snapshots_and_positions(snapshots), records, config, stream.state_buckets
         )
         started.append(start_query("txnwatch-reconcile", events, sinks.events, "append", stream.trigger))
-        _await_first_batch(started[-1], FIRST_BATCH_WAIT_S)
+        _await_first_batch(started[-1], FIRST_BATCH_WAIT_S, driver)
     if "windows" in queries:
         win = window_metrics(
             sources.good_snapshots(_snapshots(spark, opts)),
@@ -303,7 +335,7 @@ def start(
             watermark=stream.watermark,
         )
         started.append(start_query("txnwatch-windows", win, sinks.windows, "update", opts.secondary_trigger))
-        _await_first_batch(started[-1], FIRST_BATCH_WAIT_S)
+        _await_first_batch(started[-1], FIRST_BATCH_WAIT_S, driver)
     if "dead-letter" in queries:  # a separate read: a query has one sink
         dead = [sources.snapshot_dead_letters(_snapshots(spark, opts))]
         dead += [sources.coordinator_dead_letters(df, name) for name, df in _coordinator_inputs(spark, opts)]
@@ -312,7 +344,7 @@ def start(
                 "txnwatch-dead-letter", _union(dead), sinks.dead_letters, "append", opts.secondary_trigger
             )
         )
-    return RunningJob(started, live, health, spark, listener, server)
+    return RunningJob(started, live, health, spark, listener, server, driver)
 
 
 # While Kafka does not answer, the job checks again after 1, 2, 4 ... seconds, at most this long.
@@ -410,6 +442,8 @@ def run(
     try:
         while deadline is None or time.monotonic() < deadline:
             problem = job.failed() if job is not None else None
+            if job is not None:
+                job.driver.turned()  # job.failed() asked Spark's JVM about every query, and it answered
             if problem and job is not None:
                 unreachable = kafka_problem(opts)
                 restarts = restarts + 1 if unreachable is None else 0

@@ -1,0 +1,78 @@
+"""The driver's /healthz and /readyz (streaming/exporter.py `DriverHealth`), over real HTTP with a clock the test
+turns, fed as Spark feeds it: progress and idle events through the health listener. No query runs here; the
+process test (tests/e2e/test_health_probes.py) runs a real job."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from importlib import metadata
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from streaming.exporter import DriverHealth, Health, HealthListener, serve
+
+pytestmark = pytest.mark.spark
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.s = 500.0
+
+    def __call__(self) -> float:
+        return self.s
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def progress_event(query_id: str) -> SimpleNamespace:
+    p = SimpleNamespace(name="txnwatch-reconcile", id=query_id, batchDuration=800, sources=[])
+    return SimpleNamespace(progress=p)
+
+
+def test_the_driver_is_ready_while_every_query_moves_and_live_while_its_loop_turns() -> None:
+    clock = Clock()
+    registry = CollectorRegistry()
+    driver = DriverHealth(stall_after_ms=20_000, monotonic=clock)
+    listener = HealthListener(Health(registry), driver)
+    server = serve(registry, "127.0.0.1", 0, driver)
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        assert get(f"{url}/readyz") == (503, "not ready: no query started yet\n")
+        driver.expect("txnwatch-reconcile", 10_000)
+        driver.expect("txnwatch-windows", 30_000)
+        driver.started("q-1", "txnwatch-reconcile")
+        assert get(f"{url}/readyz") == (503, "not ready: no txnwatch-reconcile batch yet\n")
+        listener.onQueryProgress(progress_event("q-1"))
+        # The windows query has not even started: the job is not ready on its first query alone.
+        assert get(f"{url}/readyz") == (503, "not ready: no txnwatch-windows batch yet\n")
+        driver.started("q-2", "txnwatch-windows")
+        listener.onQueryIdle(SimpleNamespace(id="q-2"))  # nothing new to read: current as well
+        assert get(f"{url}/readyz")[0] == 200
+        clock.s += 11  # the reconcile query has not finished a batch for 11 s, its window is 10 s
+        status, body = get(f"{url}/readyz")
+        assert status == 503 and "txnwatch-reconcile batch 11.0s ago" in body
+        listener.onQueryIdle(SimpleNamespace(id="q-1"))
+        assert get(f"{url}/readyz")[0] == 200
+        # Liveness is the driver's loop: 11 s without a turn is within 20 s, 21 s is not.
+        assert get(f"{url}/healthz")[0] == 200
+        clock.s += 10
+        status, body = get(f"{url}/healthz")
+        assert status == 503 and body.startswith("stalled: the loop has not turned for 21.0s")
+        driver.turned()
+        assert get(f"{url}/healthz")[0] == 200
+        status, text = get(f"{url}/metrics")
+        assert status == 200 and "txnwatch_stream_batch_duration_seconds" in text
+        assert f'txnwatch_build_info{{kafka_python="{metadata.version("kafka-python")}"' in text
+        assert f'version="{metadata.version("txnwatch")}"' in text
+    finally:
+        server.shutdown()
+        server.server_close()
