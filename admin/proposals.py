@@ -44,6 +44,7 @@ from admin.inspect import (
 from admin.seams import GroupOffsets, TransactionDescription, wall_clock_ms
 from detectors.abort import (
     candidate_age_ms,
+    candidate_is_two_phase_commit,
     claim_holder,
     kafka_cli_abort,
     lso_lag,
@@ -62,6 +63,7 @@ from detectors.models import (
     VerifyOutcome,
     VerifyResult,
     WriteTxnMarkersSpec,
+    is_two_phase_commit,
 )
 
 log = logging.getLogger(__name__)
@@ -321,6 +323,7 @@ def _live_coordinator(candidate: AbortCandidate, d: TransactionDescription) -> L
         partition_listed=(candidate.topic, candidate.partition) in d.partitions,
         coordinator=d.coordinator,
         transaction_start_ms=d.start_time_ms,
+        transaction_timeout_ms=d.timeout_ms,
     )
 
 
@@ -650,6 +653,7 @@ def candidate_row(c: AbortCandidate, now_ms: int) -> dict[str, Any]:
         "first_detected_ms": c.first_detected_ms,
         "explanation": c.explanation,
         "kafka_cli": c.kafka_cli,
+        "two_phase_commit": candidate_is_two_phase_commit(c),
     }
 
 
@@ -785,7 +789,8 @@ def render_show(
     p = live.producer
     lines = [
         f"candidate {c.candidate_id} ({c.status.value}): {c.topic}-{c.partition} offset {c.start_offset}",
-        f"  verdict     HANGING {c.reason.value}: {c.explanation}",
+        f"  verdict     HANGING {c.reason.value}"
+        f"{' [two-phase commit]' if candidate_is_two_phase_commit(c) else ''}: {c.explanation}",
         f"  planned     producer {c.spec.producer_id} epoch {c.spec.producer_epoch}, coordinator epoch "
         f"{c.spec.coordinator_epoch}; open since {iso(c.evidence.open_since_ms)} "
         f"({duration(candidate_age_ms(c, now_ms))} ago), first detected {iso(c.first_detected_ms)}",
@@ -810,6 +815,7 @@ def render_show(
             f"  coordinator {co.transactional_id} on broker {co.coordinator}: {co.state}, producer "
             f"{co.producer_id} epoch {co.producer_epoch}, {c.topic}-{c.partition} "
             f"{'listed' if co.partition_listed else 'not listed'}"
+            f"{', two-phase commit (no timeout)' if is_two_phase_commit(co.transaction_timeout_ms) else ''}"
         )
     if around.named is not None:
         n = around.named
@@ -839,6 +845,14 @@ def render_show(
     )
     if verify.outcome is VerifyOutcome.ALREADY_RESOLVED:
         lines.append("  act         nothing to do")
+    elif candidate_is_two_phase_commit(c):
+        # `abort` refuses it (two-phase-commit): point at what ends a KIP-939 transaction instead.
+        tid = c.evidence.coordinator.transactional_id if c.evidence.coordinator else "<transactional-id>"
+        lines.append(
+            "  act         two-phase commit (KIP-939): its transaction manager decides; or Kafka 4.1+: "
+            f"kafka-transactions.sh --bootstrap-server {shlex.quote(act.bootstrap)} forceTerminateTransaction "
+            f"--transactionalId {shlex.quote(tid)}"
+        )
     else:
         lines.append("  act (verified, dry run without --execute):  " + act.txnwatch(c))
         lines.append("  act (Kafka's tool, re-checks nothing):      " + act.kafka_cli(c))

@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Sequence
 from detectors import lateness
 from detectors.contract import PREPARING_STATES
 from detectors.models import (
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
     AbortCandidate,
     AuditOutcome,
     AuditRecord,
@@ -30,6 +31,7 @@ from detectors.models import (
     VerifyResult,
     WriteTxnMarkersSpec,
     candidate_id,
+    is_two_phase_commit,
 )
 
 BOOTSTRAP_PLACEHOLDER = "<bootstrap-server>"
@@ -133,6 +135,7 @@ def plan_abort(
         evidence=e,
         explanation=verdict.explanation,
         first_detected_ms=first_detected_ms,
+        two_phase_commit=verdict.two_phase_commit,
         kafka_cli=kafka_cli_abort(
             topic=snapshot.topic,
             partition=snapshot.partition,
@@ -155,9 +158,11 @@ def verify_abort(candidate: AbortCandidate, live: LiveEvidence) -> VerifyResult:
 
     SAFE needs all of: the leader still lists the candidate's producer id with a transaction open at the
     candidate's start offset, with the same producer epoch and the same coordinator epoch (as a marker epoch:
-    0 when negative); the coordinator side was read; and the transactional id owning the producer id (if any)
-    is neither in a Prepare state (its coordinator is writing markers: never abort it) nor Ongoing with this
-    partition listed (a live transaction: an abort would break exactly-once silently).
+    0 when negative); the coordinator side was read; the candidate was not judged against a KIP-939
+    two-phase-commit transaction, and the transactional id owning the producer id (if any) is not one now
+    (its transaction manager decides its outcome: refused by name, `two-phase-commit`), is not in a Prepare
+    state (its coordinator is writing markers: never abort it), and is not Ongoing with this partition listed
+    (a live transaction: an abort would break exactly-once silently).
 
     ALREADY_RESOLVED: the transaction at the start offset is no longer open (committed, aborted, or aborted by a
     previous execution): nothing to write. REFUSED: anything else that changed, or could not be checked; the
@@ -211,13 +216,36 @@ def verify_abort(candidate: AbortCandidate, live: LiveEvidence) -> VerifyResult:
     )
 
 
+def candidate_is_two_phase_commit(candidate: AbortCandidate) -> bool:
+    """The candidate was judged against a KIP-939 two-phase-commit transaction (its flag, or, for a candidate
+    written before the flag existed, its coordinator evidence)."""
+    c = candidate.evidence.coordinator
+    return candidate.two_phase_commit or (c is not None and c.two_phase_commit)
+
+
+def two_phase_commit_refusal(transactional_id: str) -> str:
+    """Why a two-phase-commit transaction is never aborted with a marker, and what ends it instead."""
+    return (
+        f"two-phase-commit: transactional id {transactional_id} is a KIP-939 two-phase-commit transaction "
+        f"(timeout {TWO_PHASE_COMMIT_TIMEOUT_MS}, no timeout): its outcome belongs to its external transaction "
+        "manager; end it there, or with Kafka 4.1+'s Admin.forceTerminateTransaction "
+        f"(kafka-transactions.sh forceTerminateTransaction --transactionalId {shlex.quote(transactional_id)}); "
+        "never with a marker"
+    )
+
+
 def _coordinator_objections(candidate: AbortCandidate, live: LiveEvidence) -> list[str]:
     where = _where(candidate)
+    if candidate_is_two_phase_commit(candidate):
+        e = candidate.evidence.coordinator
+        return [two_phase_commit_refusal(e.transactional_id if e is not None else "?")]
     if live.coordinator_error is not None:
         return [f"the coordinator side cannot be checked: {live.coordinator_error}"]
     c = live.coordinator
     if c is None:
         return []
+    if is_two_phase_commit(c.transaction_timeout_ms):
+        return [two_phase_commit_refusal(c.transactional_id)]
     try:
         state: CoordinatorState | None = CoordinatorState(c.state)
     except ValueError:

@@ -19,6 +19,25 @@ SCHEMA_VERSION = 1
 OpenSinceBasis = Literal["start-timestamp", "last-timestamp", "unknown"]
 # Kafka's producer epoch is an int16; the coordinator hands out a new producer id before it would overflow.
 MAX_PRODUCER_EPOCH = 32767
+# The transaction timeout of a KIP-939 two-phase-commit transaction: Integer.MAX_VALUE. Kafka has no 2PC field in
+# `TransactionLogValue` or DescribeTransactions; `TransactionCoordinator.handleInitProducerId` stores this timeout
+# when the producer enables 2PC, and `TransactionMetadata.isDistributedTwoPhaseCommitTxn()` is exactly
+# `txnTimeoutMs == Integer.MAX_VALUE`. (KIP-939's text says -1; Kafka never writes that.)
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2_147_483_647
+
+
+def is_two_phase_commit(transaction_timeout_ms: int) -> bool:
+    """The coordinator's transaction timeout marks a KIP-939 two-phase-commit transaction (no timeout: only its
+    external transaction manager, or a forced termination, ends it). Any other value, -1 included, is not."""
+    return transaction_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
+
+
+def has_deadline(transaction_timeout_ms: int) -> bool:
+    """The coordinator will abort the transaction once this timeout has passed: a real one, 1 ms up to
+    transaction.max.timeout.ms (`TransactionStateManager.validateTransactionTimeoutMs` admits no other for a
+    normal producer). Not a two-phase-commit one (the timeout sweeper skips those), and not a value Kafka never
+    writes (0, -1): those are unknown, so no deadline can be claimed."""
+    return 0 < transaction_timeout_ms < TWO_PHASE_COMMIT_TIMEOUT_MS
 
 
 class Model(BaseModel):
@@ -296,7 +315,7 @@ class CoordinatorRecord(Model):
     previous_producer_id: int = Field(default=-1, ge=-1)
     next_producer_id: int = Field(default=-1, ge=-1)
     client_transaction_version: int = Field(default=0, ge=0)
-    # -1 for a two-phase-commit transaction (KIP-939): no timeout.
+    # TWO_PHASE_COMMIT_TIMEOUT_MS for a two-phase-commit transaction (KIP-939): no timeout. -1 in tombstones.
     transaction_timeout_ms: int
     state: CoordinatorState | None
     partitions: tuple[TopicPartition, ...] = ()
@@ -401,6 +420,11 @@ class CoordinatorRecord(Model):
         """True if the coordinator's transaction includes topic-partition."""
         return any(tp.partition == partition and tp.topic == topic for tp in self.partitions)
 
+    @property
+    def two_phase_commit(self) -> bool:
+        """A live record of a KIP-939 two-phase-commit transactional id (see `is_two_phase_commit`)."""
+        return not self.tombstone and is_two_phase_commit(self.transaction_timeout_ms)
+
 
 # -------------------------------------------------------------------------------------------- limits
 
@@ -444,6 +468,11 @@ class CoordinatorEvidence(Model):
     start_timestamp_ms: int
     last_update_timestamp_ms: int
     partition_listed: bool
+
+    @property
+    def two_phase_commit(self) -> bool:
+        """The transaction is the producer id's own (role current) and a KIP-939 two-phase-commit one."""
+        return self.role is CoordinatorRole.CURRENT and is_two_phase_commit(self.transaction_timeout_ms)
 
 
 class Evidence(Model):
@@ -491,6 +520,9 @@ class Verdict(Model):
     withheld: WithheldReason | None = None  # UNCONFIRMED only: why the proof was withheld
     evidence: Evidence
     explanation: str
+    # The coordinator owns the transaction as a KIP-939 two-phase-commit one (timeout Integer.MAX_VALUE): it never
+    # times out, is never COORDINATOR_OVERDUE, and is ended by its transaction manager, not by a marker.
+    two_phase_commit: bool = False
 
     @model_validator(mode="after")
     def _reason_only_when_hanging(self) -> Self:
@@ -553,6 +585,8 @@ class AbortCandidate(Model):
     kafka_cli: str
     status: CandidateStatus = CandidateStatus.OPENED
     resolved_at_ms: int | None = None
+    # The verdict's two_phase_commit: `proposals abort` refuses such a candidate (docs/proposals.md).
+    two_phase_commit: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -605,6 +639,8 @@ class LiveCoordinator(Model):
     partition_listed: bool
     coordinator: int = -1
     transaction_start_ms: int = -1
+    # DescribeTransactions' TransactionTimeoutMs (-1 when not read): TWO_PHASE_COMMIT_TIMEOUT_MS marks KIP-939 2PC.
+    transaction_timeout_ms: int = -1
 
 
 class LiveEvidence(Model):

@@ -32,6 +32,8 @@ from detectors.models import (
     Verdict,
     VerdictKind,
     WithheldReason,
+    has_deadline,
+    is_two_phase_commit,
 )
 
 # Transaction version from which every transaction bumps the producer epoch (KIP-890 part 2).
@@ -187,6 +189,22 @@ def lists_partition(t: TxnFacts, c: CoordFacts) -> bool:
     return (t.topic, t.partition) in c.partitions
 
 
+def two_phase_commit(t: TxnFacts, c: CoordFacts | None) -> bool:
+    """The coordinator owns the transaction's producer id as a KIP-939 two-phase-commit transaction: a live
+    record of it whose timeout is Integer.MAX_VALUE (`TransactionMetadata.isDistributedTwoPhaseCommitTxn()`).
+
+    A label, not a verdict: every rule holds for it as for any transaction, except COORDINATOR_OVERDUE (no
+    timeout, so the coordinator never aborts it). Never raises, whatever record it is given.
+    """
+    return (
+        c is not None
+        and c.state is not None
+        and c.state is not CoordinatorState.DEAD
+        and c.producer_id == t.producer_id
+        and is_two_phase_commit(c.transaction_timeout_ms)
+    )
+
+
 # ----------------------------------------------------------------------------------- one rule per reason
 
 
@@ -279,12 +297,13 @@ def stuck_prepare(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) ->
 
 def coordinator_overdue(t: TxnFacts, c: CoordFacts | None, now_ms: int, limits: DetectionLimits) -> bool:
     """COORDINATOR_OVERDUE (alert only): Ongoing with the partition, older than its own timeout plus the
-    coordinator's abort-cleanup interval: the coordinator should have aborted it. A negative timeout
-    (KIP-939 two-phase commit: -1) has no deadline."""
+    coordinator's abort-cleanup interval: the coordinator should have aborted it. Only a timeout the coordinator
+    enforces has a deadline (`has_deadline`): never a KIP-939 two-phase-commit transaction (Integer.MAX_VALUE,
+    which `TransactionStateManager`'s timeout sweep skips), nor a value Kafka does not write (0, -1)."""
     return (
         c is not None
         and c.state is CoordinatorState.ONGOING
-        and c.transaction_timeout_ms >= 0
+        and has_deadline(c.transaction_timeout_ms)
         and coordinator_role(t, c) is CoordinatorRole.CURRENT
         and lists_partition(t, c)
         and elapsed_beyond_skew_ms(now_ms, c.start_timestamp_ms, limits.clock_skew_ms)
@@ -442,7 +461,7 @@ def decide(
                     return _HANGING_OLDER
                 return _HANGING_NOT_LISTED
         elif (
-            c.transaction_timeout_ms >= 0
+            has_deadline(c.transaction_timeout_ms)
             and now_ms - c.start_timestamp_ms - skew
             > c.transaction_timeout_ms + limits.coordinator_cleanup_interval_ms
         ):
@@ -678,6 +697,7 @@ def build_verdict(
         withheld=decision.withheld,
         evidence=evidence,
         explanation=explain(decision, evidence, limits),
+        two_phase_commit=evidence.coordinator is not None and evidence.coordinator.two_phase_commit,
     )
 
 
@@ -708,7 +728,7 @@ def _evidence(
             last_update_timestamp_ms=record.last_update_timestamp_ms,
             partition_listed=record.lists(ctx.topic, ctx.partition),
         )
-        if record.state is CoordinatorState.ONGOING and record.transaction_timeout_ms >= 0:
+        if record.state is CoordinatorState.ONGOING and has_deadline(record.transaction_timeout_ms):
             overdue_threshold = record.transaction_timeout_ms + limits.coordinator_cleanup_interval_ms
     return Evidence(
         topic=ctx.topic,
@@ -834,6 +854,11 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
             f" (judged as of {_iso(decision.judged_as_of_ms)}, when it was already open and the coordinator "
             f"view was current; the newest report is {_iso(e.observed_at_ms)})"
         )
+    if c is not None and c.two_phase_commit:
+        why += (
+            "; two-phase commit: no timeout (KIP-939, timeout Integer.MAX_VALUE): its transaction manager ends "
+            "it, or Kafka 4.1+'s Admin.forceTerminateTransaction; never a marker"
+        )
     return f"{head}; {why}"
 
 
@@ -891,8 +916,7 @@ def _why_not_hanging(decision: Decision, e: Evidence, limits: DetectionLimits) -
             f"epoch {e.first_batch_epoch} will be closed by that transaction's marker"
         )
     elif c.partition_listed:
-        two_pc = " (two-phase commit: no timeout)" if c.transaction_timeout_ms < 0 else ""
-        context = f"transactional id {c.transactional_id!r} is {c.state} and lists the partition{two_pc}"
+        context = f"transactional id {c.transactional_id!r} is {c.state} and lists the partition"
     else:
         context = (
             f"transactional id {c.transactional_id!r} is {c.state}; too early to call it hanging "

@@ -32,7 +32,7 @@ from detectors.models import (
     first_batch_epoch,
     open_since_ms,
 )
-from detectors.rules import CoordFacts, TxnFacts, build_verdict, judge_view
+from detectors.rules import CoordFacts, TxnFacts, build_verdict, judge_view, two_phase_commit
 
 # ------------------------------------------------------------------------------------------- stage 1
 
@@ -224,6 +224,7 @@ EVENT_COLUMNS = (
     "payload",  # AbortCandidate JSON for OPENED / RESOLVED; VIEW's lag
     "event_time_ms",
     "withheld",  # UNCONFIRMED: why the HANGING proof was withheld
+    "two_phase_commit",  # VERDICT, OPENED, RESOLVED: the coordinator owns it as KIP-939 2PC (rules.two_phase_commit)
 )
 Event = tuple[Any, ...]  # EVENT_COLUMNS
 
@@ -377,7 +378,7 @@ class BucketState:
     def view_event(self, now_ms: int) -> Event:
         """The view's lag, for the driver's metrics and console (one stage-2 bucket emits it)."""
         lag = self.currency.lag()
-        return ("VIEW", -1, "", -1, None, -1) + (None,) * 6 + (json.dumps(lag._asdict()), now_ms, None)
+        return ("VIEW", -1, "", -1, None, -1) + (None,) * 6 + (json.dumps(lag._asdict()), now_ms, None, None)
 
     def apply_fact(
         self, producer_id: int, fact: str, record_json: str | None, fact_time_ms: int, now_ms: int
@@ -535,6 +536,7 @@ class BucketState:
                 None,
                 now_ms,
                 decision.withheld.value if decision.withheld else None,
+                two_phase_commit(t, c),
             )
         )
         return events
@@ -557,6 +559,7 @@ class BucketState:
             c.model_dump_json(),
             now_ms,
             None,
+            c.two_phase_commit,
         )
 
     # -- forgetting
@@ -566,7 +569,7 @@ class BucketState:
         events: list[Event] = [
             ("GONE", producer_id, topic, partition, entry.leader, entry.start_offset)
             + (None,) * 7
-            + (now_ms, None)
+            + (now_ms, None, None)
         ]
         if entry.candidate_json is not None:
             resolved = AbortCandidate.model_validate_json(entry.candidate_json).resolved(

@@ -145,6 +145,7 @@ EVENT_SCHEMA = T.StructType(
         T.StructField("payload", T.StringType(), True),
         T.StructField("event_time_ms", T.LongType(), False),
         T.StructField("withheld", T.StringType(), True),  # UNCONFIRMED: why the HANGING proof was withheld
+        T.StructField("two_phase_commit", T.BooleanType(), True),  # the coordinator owns it as KIP-939 2PC
     ]
 )
 

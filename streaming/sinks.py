@@ -50,6 +50,7 @@ class EventRow(NamedTuple):
     payload: str | None
     event_time_ms: int
     withheld: str | None
+    two_phase_commit: bool | None
 
 
 def collect_events(df: DataFrame) -> list[EventRow]:

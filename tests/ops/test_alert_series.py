@@ -26,6 +26,8 @@ def event(event: str, producer_id: int, kind: str | None = None, **over: Any) ->
         "withheld": None,
         "event_time_ms": 1_700_000_100_000,
         "payload": None,
+        "start_offset": 10,
+        "two_phase_commit": False,
     }
     return SimpleNamespace(**{**row, **over})
 

@@ -24,6 +24,7 @@ from builders import (
 from detectors.abort import kafka_cli_abort, marker_coordinator_epoch, plan_abort
 from detectors.models import (
     MAX_PRODUCER_EPOCH,
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
     CandidateStatus,
     CoordinatorRecord,
     CoordinatorRole,
@@ -467,7 +468,7 @@ NOW_TABLE = [
         900_000,
         LIMITS,
         K.LATE,
-        id="two-phase-commit-minus-one-timeout-is-never-overdue-only-late",
+        id="minus-one-timeout-kafka-never-writes-has-no-deadline-only-late",
     ),
     pytest.param(
         coord(transaction_timeout_ms=-1),
@@ -475,7 +476,7 @@ NOW_TABLE = [
         900_000,
         LIMITS,
         K.OPEN,
-        id="two-phase-commit-young-is-open",
+        id="minus-one-timeout-young-is-open",
     ),
     pytest.param(
         coord(transaction_timeout_ms=900_000),
@@ -653,7 +654,7 @@ def test_tv2_epoch_bump_per_transaction_sequence() -> None:
 
 
 # ---------------------------------------------------------------- scenario: KIP-939's example, step by step
-# Producer 42 (TV2, 2PC: timeout -1) at epoch MAX-1 adds orders-0, writes it, prepares, crashes; the
+# Producer 42 (TV2, 2PC: timeout Integer.MAX_VALUE, as Kafka writes it) at epoch MAX-1 adds orders-0, writes it, prepares, crashes; the
 # coordinator hands out 73 (then 85) as next producer ids; commit moves the transactional id to 85.
 
 S2 = T0  # AddPartitionsToTxn
@@ -667,7 +668,7 @@ def kip939(step: int) -> CoordinatorRecord:
         "transactional_id": "tx-2pc",
         "producer_id": 42,
         "producer_epoch": MAX - 1,
-        "transaction_timeout_ms": -1,
+        "transaction_timeout_ms": TWO_PHASE_COMMIT_TIMEOUT_MS,
         "client_transaction_version": 2,
         "start_timestamp_ms": S2,
     }
@@ -736,7 +737,7 @@ KIP939 = [
     ),
     pytest.param(
         Kip939Case(8, TXN_42_P, 0, S9 - MINUTE, K.LATE, None),
-        id="step8-prepared-for-2h-timeout-minus-one-is-late-never-overdue-never-hanging",
+        id="step8-prepared-for-2h-two-phase-commit-is-late-never-overdue-never-hanging",
     ),
     pytest.param(
         Kip939Case(4, TXN_73_P, 0, S4 + MINUTE, K.OPEN, None), id="step4-producer-73-is-only-next-not-hanging"
@@ -886,7 +887,7 @@ def random_scenario(
             previous_producer_id=prev,
             next_producer_id=nxt,
             client_transaction_version=rng.randint(0, 2),
-            transaction_timeout_ms=rng.choice((-1, 0, 10_000, 30_000)),
+            transaction_timeout_ms=rng.choice((-1, 0, 10_000, 30_000, TWO_PHASE_COMMIT_TIMEOUT_MS)),
             state=rng.choice((None, *CoordinatorState)),
             partitions=frozenset(
                 p for p in (("orders", 0), ("orders", 1), ("other", 0)) if rng.random() < 0.5
