@@ -51,6 +51,9 @@ class VerdictState:
     candidate_id: str | None = None
     # approximate (the time the verdict was made minus the age the snapshot showed): within one snapshot's delay
     open_since_ms: int | None = None
+    # The coordinator owns it as a KIP-939 two-phase-commit transaction (no timeout; detectors.rules).
+    two_phase_commit: bool = False
+    start_offset: int | None = None
 
 
 @dataclass
@@ -91,6 +94,8 @@ class LiveState:
                         r.withheld,
                         r.candidate_id,
                         int(r.event_time_ms) - int(r.age_ms),
+                        bool(r.two_phase_commit),
+                        int(r.start_offset),
                     )
                 elif r.event == "GONE":
                     self.verdicts.pop(key, None)
@@ -139,10 +144,14 @@ class VerdictCollector(Collector):
             labels=["cluster", "topic", "partition"],
         )
         late_by_broker: Counter[int] = Counter()
+        late_two_phase_commit: Counter[int] = Counter()
+        oldest_is_two_phase_commit = _oldest_is_two_phase_commit(verdicts)
         for (topic, partition), w in sorted(windows.items()):
             if w.open_count > 0:
                 duration.add_metric([c, topic, str(partition)], w.duration_ms / 1000)
                 late_by_broker[w.leader] += int(w.late)
+                if w.late and oldest_is_two_phase_commit.get((topic, partition), False):
+                    late_two_phase_commit[w.leader] += 1
         yield duration
         late = GaugeMetricFamily(
             "txnwatch_partitions_with_late_transactions",
@@ -160,6 +169,22 @@ class VerdictCollector(Collector):
         )
         cluster_late.add_metric([c], sum(late_by_broker.values()))
         yield cluster_late
+        # The same count split by whether the late transaction (the partition's oldest open one, which KIP-664
+        # counts) is a KIP-939 two-phase-commit one: those have no timeout and wait for their transaction manager,
+        # so the late alert can leave them out. Both values for every broker, so `two_phase_commit="false"` is 0
+        # (not absent) where only 2PC transactions are late.
+        late_split = GaugeMetricFamily(
+            "txnwatch_late_partitions",
+            'PartitionsWithLateTransactionsCount per broker split by two_phase_commit: "true" where the late '
+            '(oldest open) transaction is a KIP-939 two-phase-commit one, else "false" (also when unknown). '
+            "The two sum to txnwatch_partitions_with_late_transactions.",
+            labels=["cluster", "broker", "two_phase_commit"],
+        )
+        for broker in sorted({w.leader for w in windows.values()}):
+            two_pc = late_two_phase_commit[broker]
+            late_split.add_metric([c, str(broker), "false"], late_by_broker[broker] - two_pc)
+            late_split.add_metric([c, str(broker), "true"], two_pc)
+        yield late_split
 
         hanging = GaugeMetricFamily(
             "txnwatch_hanging_transactions",
@@ -197,10 +222,13 @@ class VerdictCollector(Collector):
         stuck.add_metric([c], sum(1 for v in verdicts if v.kind == "STUCK_PREPARE"))
         yield stuck
         kinds = GaugeMetricFamily(
-            "txnwatch_open_transactions", "Open transactions by verdict kind.", labels=["cluster", "kind"]
+            "txnwatch_open_transactions",
+            "Open transactions by verdict kind, and whether the coordinator owns them as KIP-939 two-phase-commit "
+            "transactions (no timeout).",
+            labels=["cluster", "kind", "two_phase_commit"],
         )
-        for kind, n in sorted(Counter(v.kind for v in verdicts).items()):
-            kinds.add_metric([c, kind], n)
+        for (kind, two_pc), n in sorted(Counter((v.kind, v.two_phase_commit) for v in verdicts).items()):
+            kinds.add_metric([c, kind, "true" if two_pc else "false"], n)
         yield kinds
         lag = GaugeMetricFamily(
             "txnwatch_last_stable_offset_lag",
@@ -255,6 +283,19 @@ class VerdictCollector(Collector):
         yield lag
         yield behind
         yield current
+
+
+def _oldest_is_two_phase_commit(verdicts: Iterable[VerdictState]) -> dict[tuple[str, int], bool]:
+    """Per partition: is its oldest open transaction (lowest start offset, the one KIP-664 judges late) a
+    two-phase-commit one? Partitions without a verdict are absent (counted as not 2PC: the alert stays on)."""
+    oldest: dict[tuple[str, int], VerdictState] = {}
+    for v in verdicts:
+        known = oldest.get((v.topic, v.partition))
+        if v.start_offset is not None and (
+            known is None or known.start_offset is None or v.start_offset < known.start_offset
+        ):
+            oldest[(v.topic, v.partition)] = v
+    return {key: v.two_phase_commit for key, v in oldest.items()}
 
 
 class Health:
