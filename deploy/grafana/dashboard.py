@@ -34,6 +34,11 @@ JSON_PATH = HERE / "txnwatch.json"
 UID = "txnwatch-overview"
 DATASOURCE = common.DataSourceRef(type_val="prometheus", uid="${datasource}")
 C = 'cluster=~"$cluster"'  # every query is filtered by the cluster variable (All = .*, which also matches no label)
+# Where docs/runbook.md is published: panel links are RUNBOOK#<anchor>, as the alerts' runbook_url (the Helm chart
+# replaces this prefix with alerting.runbookBaseUrl; docs/alerting.md says how without it).
+RUNBOOK = "https://github.com/txnwatch/txnwatch/blob/main/docs/runbook.md"
+# A stat whose series are missing means its component is not scraped (gone, not zero): say so, in red.
+NO_DATA = "NO DATA: not scraped"
 
 
 def _query(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False) -> prometheus.Dataquery:
@@ -57,8 +62,35 @@ def _thresholds(*steps: tuple[float | None, str]) -> gd.ThresholdsConfig:
     )
 
 
+def _runbook(anchor: str, what: str) -> gd.DashboardLink:
+    return (
+        gd.DashboardLink(f"Runbook: {what}")
+        .type(dm.DashboardLinkType.LINK)
+        .url(f"{RUNBOOK}#{anchor}")
+        .target_blank(True)
+    )
+
+
+def _no_data_in_red() -> dm.ValueMapping:
+    """Grafana draws a stat without any series through this mapping (the `null` special value): red text,
+    never the green of a 0."""
+    return dm.SpecialValueMap(
+        options=dm.DashboardSpecialValueMapOptions(
+            match=dm.SpecialValueMatch.NULL, result=dm.ValueMappingResult(text=NO_DATA, color="red", index=0)
+        )
+    )
+
+
 def _stat(
-    title: str, expr: str, unit: str, pos: dm.GridPos, desc: str, warn: float, color: str
+    title: str,
+    expr: str,
+    unit: str,
+    pos: dm.GridPos,
+    desc: str,
+    warn: float,
+    color: str,
+    runbook: tuple[str, str],
+    mappings: Sequence[dm.ValueMapping] = (),
 ) -> stat.Panel:
     return (
         stat.Panel()
@@ -69,6 +101,9 @@ def _stat(
         .unit(unit)
         .grid_pos(pos)
         .thresholds(_thresholds((None, "green"), (warn, color)))
+        .no_value(NO_DATA)
+        .mappings([_no_data_in_red(), *mappings])
+        .links([_runbook(*runbook)])
         .color_mode(common.BigValueColorMode.BACKGROUND)
         .graph_mode(common.BigValueGraphMode.AREA)
         .reduce_options(gc.ReduceDataOptions().calcs(["lastNotNull"]))
@@ -120,6 +155,7 @@ def build() -> dict[str, Any]:
         .unit("s")
         .override_by_name("open since", [dm.DynamicConfigValue(id_val="unit", value="dateTimeAsIso")])
         .no_value("no hanging transaction")
+        .links([_runbook("hanging-transaction", "hanging transaction")])
         .sort_by([gc.TableSortByFieldState().display_name("hanging for").desc(True)])
         .grid_pos(_pos(0, 4, 12, 8))
         .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
@@ -145,60 +181,101 @@ def build() -> dict[str, Any]:
             )
         )
     )
+    # Zero where nothing hangs, but only while the job is scraped: txnwatch_hanging_transactions and
+    # txnwatch_withheld_verdicts have no series at 0, txnwatch_abort_candidates always has one.
+    while_the_job_is_scraped = f"0 * sum(txnwatch_abort_candidates{{{C}}})"
     panels: list[Any] = [
         _stat(
             "Hanging transactions",
-            f"sum(txnwatch_hanging_transactions{{{C}}}) or vector(0)",
+            f"sum(txnwatch_hanging_transactions{{{C}}}) or {while_the_job_is_scraped}",
             "none",
-            _pos(0, 0, 4, 4),
-            "Open transactions proven HANGING (abort candidates).",
+            _pos(0, 0, 3, 4),
+            "Open transactions proven HANGING (abort candidates). NO DATA: the streaming job is not scraped.",
             1,
             "red",
+            ("hanging-transaction", "hanging transaction"),
         ),
         _stat(
             "Partitions with late transactions",
-            f"sum(txnwatch_cluster_partitions_with_late_transactions{{{C}}}) or vector(0)",
+            f"sum(txnwatch_cluster_partitions_with_late_transactions{{{C}}})",
             "none",
-            _pos(4, 0, 4, 4),
-            "KIP-664 PartitionsWithLateTransactionsCount over the cluster.",
+            _pos(3, 0, 3, 4),
+            "KIP-664 PartitionsWithLateTransactionsCount over the cluster. NO DATA: the job is not scraped.",
             1,
             "orange",
+            ("late-transactions", "late transactions"),
         ),
         _stat(
             "Stuck in prepare",
-            f"sum(txnwatch_stuck_prepare_transactions{{{C}}}) or vector(0)",
+            f"sum(txnwatch_stuck_prepare_transactions{{{C}}})",
             "none",
-            _pos(8, 0, 4, 4),
-            "STUCK_PREPARE: never abort these; the brokers must finish them.",
+            _pos(6, 0, 3, 4),
+            "STUCK_PREPARE: never abort these; the brokers must finish them. NO DATA: the job is not scraped.",
             1,
             "red",
+            ("stuck-prepare", "stuck prepare"),
         ),
         _stat(
             "Withheld (UNCONFIRMED)",
-            f"sum(txnwatch_withheld_verdicts{{{C}}}) or vector(0)",
+            f"sum(txnwatch_withheld_verdicts{{{C}}}) or {while_the_job_is_scraped}",
             "none",
-            _pos(12, 0, 4, 4),
-            "A HANGING rule holds but the coordinator view is not current: no proof yet.",
+            _pos(9, 0, 3, 4),
+            "A HANGING rule holds but the coordinator view is not current: no proof yet. NO DATA: the job is "
+            "not scraped.",
             1,
             "orange",
+            ("view-behind", "view behind"),
         ),
         _stat(
             "Coordinator view lag",
             f"max(txnwatch_coordinator_view_lag_seconds{{{C}}})",
             "s",
-            _pos(16, 0, 4, 4),
+            _pos(12, 0, 3, 4),
             "How far the job's view of __transaction_state is behind the collector's newest measurement.",
             120,
             "orange",
+            ("view-behind", "view behind"),
         ),
         _stat(
             "Since the last collector sweep",
             f"time() - max(txnwatch_collector_last_success_timestamp_seconds{{{C}}})",
             "s",
-            _pos(20, 0, 4, 4),
-            "Seconds since the collector last published a sweep.",
+            _pos(15, 0, 3, 4),
+            "Seconds since the collector last published a sweep. NO DATA: the collector is not scraped (or has "
+            "published none since it started).",
             180,
             "red",
+            ("collector-down", "collector down"),
+        ),
+        _stat(
+            "Since the last stream batch",
+            f'time() - max(txnwatch_stream_last_batch_timestamp_seconds{{{C}, query="txnwatch-reconcile"}})',
+            "s",
+            _pos(18, 0, 3, 4),
+            "Seconds since the reconcile query last finished a batch (TxnwatchStreamStalled at 300). NO DATA: "
+            "the streaming job is not scraped (or has finished no batch since it started).",
+            300,
+            "red",
+            ("stream-down", "stream down"),
+        ),
+        _stat(
+            "Targets up",
+            f'min(up{{job=~"(.+-)?txnwatch-(collector|stream)", {C}}})',
+            "none",
+            _pos(21, 0, 3, 4),
+            "1 (UP) when every txnwatch scrape target answers, 0 (DOWN) when one does not (TxnwatchCollectorDown, "
+            "TxnwatchStreamDown); NO DATA: no target at all (TxnwatchCollectorAbsent, TxnwatchStreamAbsent).",
+            1,
+            "green",
+            ("target-vanished", "target vanished"),
+            [
+                dm.ValueMap(
+                    options={
+                        "0": dm.ValueMappingResult(text="DOWN", color="red", index=1),
+                        "1": dm.ValueMappingResult(text="UP", color="green", index=2),
+                    }
+                )
+            ],
         ),
         hanging_table,
         _series(
@@ -458,6 +535,19 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
 
 
+def _mapped(mappings: list[dict[str, Any]], value: float | None) -> dict[str, Any] | None:
+    """The result of the panel's value mapping for `value` (None: no series), as Grafana applies the two kinds
+    the dashboard uses (a special value `null`, and exact values); None when none applies."""
+    for m in mappings:
+        if m["type"] == "special" and value is None and m["options"]["match"] == "null":
+            return m["options"]["result"]  # type: ignore[no-any-return]
+        if m["type"] == "value" and value is not None:
+            hit = m["options"].get(_fmt(value, "none"))
+            if hit is not None:
+                return hit  # type: ignore[no-any-return]
+    return None
+
+
 def _unit(panel: dict[str, Any], field: str | None = None) -> str:
     """The unit Grafana would use for `field` (overrides by name first, then the panel default)."""
     config = panel.get("fieldConfig", {})
@@ -616,15 +706,19 @@ def render(
         if p["type"] == "stat":
             result = instant(p["targets"][0]["expr"])
             value = float(result[0]["value"][1]) if result else None
-            steps = p["fieldConfig"]["defaults"]["thresholds"]["steps"]
+            defaults = p["fieldConfig"]["defaults"]
+            steps = defaults["thresholds"]["steps"]
             color = steps[0]["color"]
             for st in steps[1:]:
                 if value is not None and value >= st["value"]:
                     color = st["color"]
+            shown = defaults.get("noValue", "No data") if value is None else _fmt(value, unit)
+            mapped = _mapped(defaults.get("mappings", []), value)
+            if mapped is not None:  # as Grafana: a value mapping's text and color win over the thresholds
+                shown, color = mapped.get("text", shown), mapped.get("color", color)
             ax.set_facecolor(
                 {"green": "#1a7f37", "orange": "#b35c00", "red": "#a51d2d"}.get(color, "#181b1f")
             )
-            shown = "No data" if value is None else _fmt(value, unit)
             ax.text(
                 0.5, 0.45, shown, color="white", fontsize=28, ha="center", va="center", transform=ax.transAxes
             )

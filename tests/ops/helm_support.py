@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "txnwatch"
 CI_VALUES = CHART / "ci"
 HELM_TIMEOUT_S = 120
+# The custom resources the chart renders only where the cluster serves their CRDs (`--api-versions` stands in for
+# a cluster that does).
+CRD_API_VERSIONS = (
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+    "sparkoperator.k8s.io/v1beta2/SparkApplication",
+)
 
 
 @dataclass
@@ -44,7 +51,11 @@ class Helm:
         )
 
     def template(
-        self, *values: Path, set_values: Mapping[str, str] | None = None, release: str = "txnwatch"
+        self,
+        *values: Path,
+        set_values: Mapping[str, str] | None = None,
+        release: str = "txnwatch",
+        api_versions: Sequence[str] = CRD_API_VERSIONS,
     ) -> subprocess.CompletedProcess[str]:
         args = [
             "template",
@@ -54,6 +65,7 @@ class Helm:
             "monitoring",
             "--kube-version",
             KUBERNETES_VERSION,
+            *(f"--api-versions={v}" for v in api_versions),
         ]
         for v in values:
             args += ["-f", str(v)]
@@ -62,7 +74,7 @@ class Helm:
         return self.run(*args)
 
 
-def notes(h: Helm, values: Path, workdir: Path) -> str:
+def notes(h: Helm, values: Path, workdir: Path, api_versions: Sequence[str] = CRD_API_VERSIONS) -> str:
     """NOTES.txt rendered as `helm install` would print it (that needs a cluster; `helm template` skips NOTES):
     a copy of the chart renders the same text into a ConfigMap."""
     chart = workdir / "txnwatch"
@@ -82,6 +94,7 @@ def notes(h: Helm, values: Path, workdir: Path) -> str:
         "monitoring",
         "--kube-version",
         KUBERNETES_VERSION,
+        *(f"--api-versions={v}" for v in api_versions),
     ]
     done = h.run(*args, "-f", str(values), "--show-only", "templates/notes.yaml")
     assert done.returncode == 0, done.stderr
@@ -145,9 +158,11 @@ def kubeconform(manifest: Path) -> dict[str, Any]:
 
 def pod_specs(r: Rendered) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every pod spec the chart makes (Deployments, the SparkApplication's pod templates, the executor pod
-    template of a k8s:// driver), named."""
+    template of a k8s:// driver, the `helm test` pod), named."""
     for d in r.all("Deployment"):
         yield d["metadata"]["name"], d["spec"]["template"]["spec"]
+    for pod in r.all("Pod"):
+        yield pod["metadata"]["name"], pod["spec"]
     for app in r.all("SparkApplication"):
         for role in ("driver", "executor"):
             yield f"{app['metadata']['name']}/{role}", app["spec"][role]["template"]["spec"]

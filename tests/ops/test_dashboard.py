@@ -1,6 +1,7 @@
 """deploy/grafana/txnwatch.json: built by deploy/grafana/dashboard.py (held in sync here), every panel query valid
 PromQL (`promtool check rules` over them as recording rules) on documented metrics, datasource only through the
-`datasource` variable, a `cluster` variable used everywhere, units set, a stable uid and a grid without overlaps."""
+`datasource` variable, a `cluster` variable used everywhere, units set, a stable uid and a grid without overlaps;
+stats that say NO DATA in red when their component is not scraped (never a green 0), and runbook links."""
 
 from __future__ import annotations
 
@@ -139,3 +140,49 @@ def test_the_grid_has_no_overlaps_and_the_panels_the_issue_asks_for() -> None:
         "txnwatch_dead_letter_records_total",
     ):
         assert metric in exprs, metric
+
+
+def stats() -> list[dict[str, Any]]:
+    return [p for p in board()["panels"] if p["type"] == "stat"]
+
+
+def test_no_stat_turns_a_missing_job_into_a_green_zero() -> None:
+    assert stats()
+    for panel in stats():
+        (target,) = panel["targets"]
+        # `or vector(0)` answers 0 when every series is gone, which a stat shows as a healthy green 0
+        assert "vector(" not in target["expr"], panel["title"]
+        defaults = panel["fieldConfig"]["defaults"]
+        assert defaults["noValue"].startswith("NO DATA"), panel["title"]
+        null_maps = [
+            m for m in defaults["mappings"] if m["type"] == "special" and m["options"]["match"] == "null"
+        ]
+        assert [m["options"]["result"]["color"] for m in null_maps] == ["red"], panel["title"]
+
+
+def test_the_stats_the_pipeline_needs_and_their_drawing_without_data() -> None:
+    by_title = {p["title"]: p for p in stats()}
+    batch = by_title["Since the last stream batch"]["targets"][0]["expr"]
+    assert "txnwatch_stream_last_batch_timestamp_seconds" in batch and 'query="txnwatch-reconcile"' in batch
+    assert "up{" in by_title["Targets up"]["targets"][0]["expr"]
+    # the renderer draws what Grafana would: the null mapping's red NO DATA, UP/DOWN for the up stat
+    g = generator()
+    mappings = by_title["Targets up"]["fieldConfig"]["defaults"]["mappings"]
+    assert g._mapped(mappings, None) == {"text": "NO DATA: not scraped", "color": "red", "index": 0}
+    assert g._mapped(mappings, 0.0)["text"] == "DOWN"
+    assert g._mapped(mappings, 1.0)["text"] == "UP"
+
+
+def test_stats_and_the_hanging_table_link_to_runbook_sections_that_exist() -> None:
+    headings = {
+        re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in (ROOT / "docs" / "runbook.md").read_text().splitlines()
+        if line.startswith("#")
+    }
+    base = generator().RUNBOOK
+    linked = [p for p in board()["panels"] if p["type"] in ("stat", "table")]
+    for panel in linked:
+        (link,) = panel["links"]
+        page, _, anchor = link["url"].partition("#")
+        assert page == base and anchor in headings, (panel["title"], link["url"])
+        assert link["targetBlank"] is True

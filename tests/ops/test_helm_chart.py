@@ -2,21 +2,42 @@
 Kubernetes 1.35 and the operators' CRDs (kubeconform -strict), the apps' real flags and TXNWATCH_* settings,
 security contexts, the alert rules and dashboard read from deploy/, and bad values refused with a clear message.
 
+Also: the custom resources only where their CRDs are served (and NOTES.txt saying so when not), probes tied to
+progress in every pod that runs a component, the alerting values in every rule and the dashboard, and the
+`helm test` hook's script run for real against a local HTTP server.
+
 Helm and kubeconform come from dev/gotools.py; the schemas from tests/ops/k8s_schemas.py (cached in .cache/).
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
+import subprocess
+import sys
 import tarfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from helm_support import CHART, CI_VALUES, ROOT, Helm, Rendered, helm, kubeconform, notes, pod_specs, rendered
+from helm_support import (
+    CHART,
+    CI_VALUES,
+    CRD_API_VERSIONS,
+    ROOT,
+    Helm,
+    Rendered,
+    helm,
+    kubeconform,
+    notes,
+    pod_specs,
+    rendered,
+)
 
 import txnwatch_cli
 from detectors.settings import Settings
@@ -30,6 +51,7 @@ MODES: dict[str, list[str]] = {
     "spark-application-values.yaml": [
         "ConfigMap",  # dashboard
         "Deployment",  # collector
+        "Pod",  # the `helm test` hook
         "PodDisruptionBudget",
         "PodDisruptionBudget",
         "PrometheusRule",
@@ -45,6 +67,7 @@ MODES: dict[str, list[str]] = {
         "ConfigMap",
         "Deployment",
         "PersistentVolumeClaim",
+        "Pod",  # the `helm test` hook
         "PodDisruptionBudget",
         "PodDisruptionBudget",
         "PrometheusRule",
@@ -61,6 +84,7 @@ MODES: dict[str, list[str]] = {
         "ConfigMap",
         "Deployment",
         "Deployment",
+        "Pod",  # the `helm test` hook
         "PodDisruptionBudget",
         "PodDisruptionBudget",
         "PrometheusRule",
@@ -74,6 +98,7 @@ MODES: dict[str, list[str]] = {
         "ConfigMap",  # the executor pod template
         "Deployment",
         "Deployment",
+        "Pod",  # the `helm test` hook
         "PodDisruptionBudget",
         "PodDisruptionBudget",
         "PrometheusRule",
@@ -87,6 +112,7 @@ MODES: dict[str, list[str]] = {
     "sasl-values.yaml": [
         "ConfigMap",
         "Deployment",
+        "Pod",  # the `helm test` hook
         "PodDisruptionBudget",
         "PodDisruptionBudget",
         "PrometheusRule",
@@ -470,3 +496,175 @@ def test_notes_say_how_to_check_it_works(
         assert "deploy/txnwatch-stream" in text
     assert "coordinator view current: HANGING verdicts can be proven" in text
     assert "txnwatch proposals list" in text
+
+
+# ------------------------------------------------------------------- custom resources only where their CRDs are
+
+CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule", "SparkApplication"}
+
+
+@pytest.mark.parametrize("values", sorted(MODES))
+def test_without_the_crds_the_rest_renders_valid_and_the_notes_say_what_is_missing(
+    h: Helm, values: str, tmp_path: Path
+) -> None:
+    r = rendered(h.template(CI_VALUES / values, api_versions=()))
+    expected = sorted(k for k in MODES[values] if k not in CUSTOM_KINDS)
+    assert r.kinds() == expected
+    manifest = tmp_path / "rendered.yaml"
+    manifest.write_text(r.text)
+    report = kubeconform(manifest)
+    assert report["returncode"] == 0, json.dumps(report["resources"], indent=1) + report["stderr"]
+    assert report["summary"]["valid"] == len(r.objects), report["summary"]
+    text = notes(h, CI_VALUES / values, tmp_path, api_versions=())
+    assert "NOT INSTALLED: the ServiceMonitor" in text
+    assert "NOT INSTALLED: the PrometheusRule" in text
+    assert ("NOT INSTALLED: the streaming job" in text) == ("SparkApplication" in MODES[values])
+    # and with them, nothing is said missing
+    assert "NOT INSTALLED" not in notes(h, CI_VALUES / values, tmp_path / "with")
+
+
+def test_each_crd_gates_only_its_own_kind(h: Helm) -> None:
+    for crd in CRD_API_VERSIONS:
+        kind = crd.rsplit("/", 1)[1]
+        r = rendered(h.template(CI_VALUES / "spark-application-values.yaml", api_versions=(crd,)))
+        assert CUSTOM_KINDS & set(r.kinds()) == {kind}, crd
+
+
+# ------------------------------------------------------------------------------------ probes tied to progress
+
+
+def component_containers(r: Rendered) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(name, container, the pod's containers' ports by name) of every container running a component."""
+    for d in r.all("Deployment"):
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            yield d["metadata"]["name"], c, {p["name"]: p for p in c.get("ports", [])}
+    for app in r.all("SparkApplication"):
+        (c,) = app["spec"]["driver"]["template"]["spec"]["containers"]
+        assert c["name"] == "spark-kubernetes-driver"  # the container spark-operator v2 names to spark-submit
+        yield f"{app['metadata']['name']}/driver", c, {p["name"]: p for p in c.get("ports", [])}
+
+
+@pytest.mark.parametrize("values", sorted(MODES))
+def test_every_component_has_startup_liveness_and_readiness_probes_on_its_health_paths(
+    renders: dict[str, Rendered], values: str
+) -> None:
+    seen = []
+    for name, c, ports in component_containers(renders[values]):
+        seen.append(name)
+        assert "metrics" in ports, name
+        for probe, path in (
+            ("startupProbe", "/healthz"),
+            ("livenessProbe", "/healthz"),
+            ("readinessProbe", "/readyz"),
+        ):
+            assert c[probe]["httpGet"] == {"path": path, "port": "metrics"}, (name, probe)
+        # a slow start (Spark's JVM) is held off liveness by a startup window longer than liveness's own
+        startup = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
+        live = c["livenessProbe"]["periodSeconds"] * c["livenessProbe"]["failureThreshold"]
+        assert startup > live, name
+    # the collector and the job (a Deployment or the SparkApplication's driver)
+    assert len(seen) == 2, seen
+
+
+def test_the_drivers_startup_window_allows_a_slow_spark_start(renders: dict[str, Rendered]) -> None:
+    for values in ("spark-application-values.yaml", "deployment-local-values.yaml"):
+        windows = {
+            name: c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
+            for name, c, _ in component_containers(renders[values])
+        }
+        (driver,) = [s for n, s in windows.items() if n.endswith(("-stream", "/driver"))]
+        assert driver >= 300, windows  # minutes, not seconds: a JVM, a session and the queries start first
+
+
+# ------------------------------------------------------------------------------------ alerting values
+
+
+def test_runbook_base_url_and_extra_labels_reach_every_alert_and_the_dashboard(h: Helm) -> None:
+    base = "https://wiki.example.org/kafka/txnwatch-runbook"
+    r = rendered(
+        h.template(
+            CI_VALUES / "spark-application-values.yaml",
+            set_values={
+                "alerting.runbookBaseUrl": base + "/",
+                "alerting.extraLabels.team": "kafka-platform",
+                "alerting.extraLabels.severity": "info",  # a rule's own severity wins
+            },
+        )
+    )
+    source = {
+        rule["alert"]: rule
+        for group in yaml.safe_load(RULES.read_text())["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+    rendered_alerts = {
+        rule["alert"]: rule for group in r.one("PrometheusRule")["spec"]["groups"] for rule in group["rules"]
+    }
+    assert set(rendered_alerts) == set(source)
+    for name, rule in rendered_alerts.items():
+        anchor = source[name]["annotations"]["runbook_url"].split("#")[1]
+        assert rule["annotations"]["runbook_url"] == f"{base}#{anchor}", name
+        assert rule["labels"] == {**source[name]["labels"], "team": "kafka-platform"}, name
+        assert rule["expr"] == source[name]["expr"]
+    (text,) = r.one("ConfigMap", "-dashboard")["data"].values()
+    assert "github.com/txnwatch" not in text
+    links = [link["url"] for panel in json.loads(text)["panels"] for link in panel.get("links", [])]
+    assert links and all(url.startswith(base + "#") for url in links), links
+
+
+def test_monitoring_labels_default_to_what_kube_prometheus_stack_selects(h: Helm) -> None:
+    # deployment-local-values.yaml leaves metrics.* at the chart's defaults
+    r = rendered(h.template(CI_VALUES / "deployment-local-values.yaml"))
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        assert r.one(kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
+
+
+# ------------------------------------------------------------------------------------ helm test
+
+
+class _Ready(http.server.BaseHTTPRequestHandler):
+    """/readyz: 503 for the first `not_ready` requests, then 200."""
+
+    not_ready = 1
+    asked = 0
+
+    def do_GET(self) -> None:
+        type(self).asked += 1
+        ok = self.path == "/readyz" and type(self).asked > type(self).not_ready
+        body = b"ready: last sweep published 1.0s ago\n" if ok else b"not ready: no sweep published yet\n"
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_helm_test_pod_asks_each_components_readyz_and_waits_for_it(renders: dict[str, Rendered]) -> None:
+    r = renders["spark-application-values.yaml"]
+    pod = r.one("Pod", "-test-ready")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (c,) = pod["spec"]["containers"]
+    assert c["command"] == ["python3", "-c"]
+    script, *urls = c["args"]
+    services = {s["metadata"]["name"]: s["spec"]["ports"][0]["port"] for s in r.all("Service")}
+    assert urls == [f"http://{name}:{port}/readyz" for name, port in sorted(services.items())]
+
+    # The script itself, against a real HTTP server: it waits through a 503, then passes on the 200 ...
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/readyz"
+        done = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "waiting: HTTP 503: not ready: no sweep" in done.stdout and "ready: last sweep" in done.stdout
+        # ... and fails, naming the reason, when it stays unready past its timeout
+        _Ready.asked, _Ready.not_ready = 0, 10**6
+        quick = script.replace("time.monotonic() + 240", "time.monotonic() + 1")
+        assert quick != script
+        done = subprocess.run([sys.executable, "-c", quick, url], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1
+        assert "/readyz: not ready: HTTP 503: not ready: no sweep published yet" in done.stderr
+    finally:
+        server.shutdown()

@@ -180,3 +180,38 @@ TXNWATCH_STREAM__METRICS_PORT: {{ int64 .Values.job.metricsPort | quote }}
   emptyDir:
     sizeLimit: {{ .Values.tmpSizeLimit }}
 {{- end -}}
+
+{{/*
+The probes of a container serving the metrics port, tied to progress (the same paths on the collector and the
+streaming job's driver): startup and liveness ask /healthz (the process loop turns: 503 when it stalled, and the
+kubelet restarts the container), readiness asks /readyz (a sweep published / a batch committed lately). Startup
+holds liveness off while a slow start (Spark's JVM) is under way. Argument: the component's `probes` values.
+*/}}
+{{- define "txnwatch.probes" -}}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  periodSeconds: {{ int64 .periodSeconds }}
+  timeoutSeconds: {{ int64 .timeoutSeconds }}
+  failureThreshold: {{ int64 .startupFailureThreshold }}
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  periodSeconds: {{ int64 .periodSeconds }}
+  timeoutSeconds: {{ int64 .timeoutSeconds }}
+  failureThreshold: {{ int64 .livenessFailureThreshold }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: metrics
+  periodSeconds: {{ int64 .periodSeconds }}
+  timeoutSeconds: {{ int64 .timeoutSeconds }}
+  failureThreshold: {{ int64 .readinessFailureThreshold }}
+{{- end -}}
+
+{{/* Is this CRD (group/version/Kind) served by the cluster, or named with `helm template --api-versions`? */}}
+{{- define "txnwatch.hasCrd" -}}
+{{- if .root.Capabilities.APIVersions.Has .crd }}true{{ end -}}
+{{- end -}}
