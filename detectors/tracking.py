@@ -7,6 +7,10 @@ and the open transactions partition leaders report, judges each with `detectors.
 `build_verdict` only when the verdict changes), and emits verdicts and abort candidates (OPENED once, RESOLVED
 when the transaction is gone).
 
+Which coordinator record is newer is decided by its place in the log (`log_offset`), never by the
+coordinator's wall clock: Kafka stamps `TransactionLastUpdateTimestampMs` with the coordinator broker's clock and
+never checks that it increases. A view whose transaction is in progress (Ongoing, Prepare*) is never pruned.
+
 State is kept per hash bucket of ids, one plain dict per bucket (streaming/reconcile.py says why); rows come and
 go as plain tuples in the column orders below, which the job's Spark schemas follow (a test holds them equal).
 """
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from detectors.abort import plan_abort
-from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.contract import OWNING_STATES, TRANSACTION_LOG_TOPIC
 from detectors.currency import CurrencyState, ViewCurrency
 from detectors.lateness import age_ms
 from detectors.models import (
@@ -63,8 +67,11 @@ FACT_COLUMNS = (
     "transactional_id",
     "record_json",  # CoordinatorRecord JSON (view)
     "fact_time_ms",  # record update time, or when retired
+    # offset of the record in its coordinator topic partition (all records of a transactional id, hence of
+    # its producer ids, are in one partition): what orders the facts of a producer id; -1 when unknown
+    "log_offset",
 )
-Fact = tuple[int, str, str, str | None, int]  # FACT_COLUMNS
+Fact = tuple[int, str, str, str | None, int, int]  # FACT_COLUMNS
 
 
 class Owner(NamedTuple):
@@ -88,10 +95,11 @@ class CoordinatorRow(NamedTuple):
 def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) -> list[Fact]:
     """Apply coordinator records to `owners` (in place); the producer-id facts they imply, newest per id.
 
-    Records of one transactional id apply in log order; a record at or below the offset already applied is a
-    replay and changes nothing (the log is ordered per transactional id). `source_offset` < 0 (the
-    DescribeTransactions fallback has no offsets) always applies. Plain tuples in CoordinatorRow's order are
-    fine (the processor passes them: a NamedTuple per row costs as much as the rule).
+    Records of one transactional id apply in log order (their offset; never their timestamps); a record at or
+    below the offset already applied is a replay and changes nothing (the log is ordered per transactional id).
+    `source_offset` < 0 (the DescribeTransactions fallback has no offsets) always applies. Each fact carries the
+    offset of the record it comes from, so stage 2 orders by the log too. Plain tuples in CoordinatorRow's order
+    are fine (the processor passes them: a NamedTuple per row costs as much as the rule).
     """
     facts: list[Fact] = []
     by_id: dict[str, list[CoordinatorRow]] = {}
@@ -114,18 +122,18 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
             last_offset = max(last_offset, offset)
             if tombstone:
                 if owned is not None:
-                    per_producer[owned] = (owned, "retired", transactional_id, None, updated_ms)
+                    per_producer[owned] = (owned, "retired", transactional_id, None, updated_ms, offset)
                 owned = None
                 continue
             if owned is not None and owned != producer_id:
                 # The id moved to a new producer id (epoch overflow, or a new producer after expiry). A record
                 # that still names the old one (previous/next producer id) remains its view.
                 if owned in (previous_id, next_id):
-                    per_producer[owned] = (owned, "view", transactional_id, record_json, updated_ms)
+                    per_producer[owned] = (owned, "view", transactional_id, record_json, updated_ms, offset)
                 else:
-                    per_producer[owned] = (owned, "retired", transactional_id, None, updated_ms)
+                    per_producer[owned] = (owned, "retired", transactional_id, None, updated_ms, offset)
             owned = producer_id
-            per_producer[owned] = (owned, "view", transactional_id, record_json, updated_ms)
+            per_producer[owned] = (owned, "view", transactional_id, record_json, updated_ms, offset)
         if owned is None:
             owners.pop(transactional_id, None)
         else:
@@ -149,7 +157,7 @@ def applied_facts(topics: Sequence[str], partitions: Sequence[int], offsets: Seq
         per_topic = reached.setdefault(topic, {})
         if offset + 1 > per_topic.get(partition, 0):
             per_topic[partition] = offset + 1
-    return [(-1, "applied", topic, json.dumps(ends), 0) for topic, ends in reached.items()]
+    return [(-1, "applied", topic, json.dumps(ends), 0, -1) for topic, ends in reached.items()]
 
 
 def run_ends(transactional_ids: list[Any], producer_ids: list[Any], tombstones: list[Any]) -> list[bool]:
@@ -190,6 +198,7 @@ STAGE2_INPUT_COLUMNS = (
     "transactional_id",
     "record_json",
     "fact_time_ms",
+    "log_offset",  # a view or retired fact's place in the coordinator log (FACT_COLUMNS); null otherwise
     # open transactions: the partition, its one-transaction PartitionSnapshot JSON, and the columns the
     # decision needs, so the hot path never parses the JSON
     "topic",
@@ -251,12 +260,38 @@ class ReconcileConfig:
 
 
 class View(NamedTuple):
-    """The coordinator's latest word on a producer id: its record, or when it was retired."""
+    """The coordinator's latest word on a producer id: its record, or when it was retired.
+
+    The last two fields were added after v0.1.0: a view stored before has 4 fields and loads with their
+    defaults (position unknown, progress worked out from the record when needed).
+    """
 
     record_json: str | None
     retired_at_ms: int | None
-    fact_time_ms: int
+    fact_time_ms: int  # the record's update time (coordinator clock), or when retired: evidence, never order
     updated_ms: int  # processing time of the last update (the TTL counts from it)
+    log_offset: int = -1  # where the record (or the retirement) is in the coordinator log; -1 unknown
+    in_progress: bool | None = None  # the record is Ongoing/Prepare*: never pruned (None: not known yet)
+
+
+def newer_in_log(offset: int, stored_offset: int) -> bool:
+    """Whether a fact at coordinator-log `offset` supersedes the view stored from `stored_offset`.
+
+    The offset within one `__transaction_state` partition is the coordinator's own order of its writes, and every
+    record of a producer id is in one partition (its transactional id's). A coordinator that moves to another
+    broker loads the partition and appends to the same log, so offsets keep increasing across moves. Equal
+    offsets are the same record again. An unknown position (< 0: the describe fallback, or a view stored before
+    positions were kept) cannot be compared: the fact applies, in the order stage 1 delivered it.
+    """
+    return offset < 0 or stored_offset < 0 or offset > stored_offset
+
+
+def in_progress(record_json: str | None) -> bool:
+    """The record says the coordinator still owns a transaction (Ongoing, Prepare*): the markers are to come."""
+    if record_json is None:
+        return False
+    state = json.loads(record_json).get("state")
+    return state is not None and CoordinatorState(state) in OWNING_STATES
 
 
 class OpenEntry(NamedTuple):
@@ -381,15 +416,27 @@ class BucketState:
         return ("VIEW", -1, "", -1, None, -1) + (None,) * 6 + (json.dumps(lag._asdict()), now_ms, None, None)
 
     def apply_fact(
-        self, producer_id: int, fact: str, record_json: str | None, fact_time_ms: int, now_ms: int
+        self,
+        producer_id: int,
+        fact: str,
+        record_json: str | None,
+        fact_time_ms: int,
+        log_offset: int,
+        now_ms: int,
     ) -> None:
+        """A view or retired fact from stage 1, applied unless the view already holds a later record of the log.
+
+        Never ordered by `fact_time_ms`: a coordinator that moved to a broker whose clock is behind (or an NTP
+        step back) stamps its next record older than the last, and dropping it lost the partition it added.
+        """
         current = self.views.get(producer_id)
-        if current is not None and current.fact_time_ms > fact_time_ms:
-            return  # an older fact arriving late changes nothing
+        if current is not None and not newer_in_log(log_offset, current.log_offset):
+            return  # the same record again, or an earlier one: changes nothing
         if fact == "retired":
-            self.views[producer_id] = View(None, fact_time_ms, fact_time_ms, now_ms)
+            self.views[producer_id] = View(None, fact_time_ms, fact_time_ms, now_ms, log_offset, False)
         else:
-            self.views[producer_id] = View(record_json, None, fact_time_ms, now_ms)
+            view = View(record_json, None, fact_time_ms, now_ms, log_offset, in_progress(record_json))
+            self.views[producer_id] = view
         self.views_changed = True
 
     def confirm_open(self, key: OpenKey, row: OpenRow, now_ms: int) -> list[Event]:
@@ -590,20 +637,38 @@ class BucketState:
         return events
 
     def prune_views(self, now_ms: int) -> None:
+        """Forget views not updated for `view_ttl_ms` whose transaction is over (completed, empty, retired).
+
+        Never a view whose record is Ongoing or Prepare*: the coordinator still owns that transaction, and a
+        forgotten view reads as "no transactional id owns it". A transaction held open longer than the TTL (a
+        KIP-939 prepared one has no timeout) whose partition went unreported for `expire_after_ms` (a leader
+        restart) lost its open entry, then its view, and came back as HANGING no-coordinator-state. Nor the
+        view of a producer id with an open transaction. So the views kept are bounded by the transactions in
+        progress plus the producer ids updated within the TTL.
+        """
         ttl = self.config.view_ttl_ms
-        # Never the view of a producer id with an open transaction: a forgotten view reads as "no transactional
-        # id owns it", which a long legitimate transaction (a KIP-939 prepared one has no timeout) is not.
         in_use = {key[0] for key in self.opens}
-        stale = [pid for pid, v in self.views.items() if v.updated_ms + ttl <= now_ms and pid not in in_use]
+        stale = []
+        for pid, v in self.views.items():
+            if v.updated_ms + ttl > now_ms or pid in in_use:
+                continue
+            if v.in_progress is None:  # stored before the flag was kept: worked out once, remembered
+                v = v._replace(in_progress=in_progress(v.record_json))
+                self.views[pid] = v
+                self.views_changed = True
+            if not v.in_progress:
+                stale.append(pid)
         for pid in stale:
             del self.views[pid]
         self.views_changed = self.views_changed or bool(stale)
 
     def next_deadline(self) -> int | None:
-        """When the timer must fire next: the earliest expiry of an open transaction or a view."""
+        """When the timer must fire next: the earliest expiry of an open transaction or a prunable view."""
         deadlines = [e.confirmed_ms + self.config.expire_after_ms for e in self.opens.values()]
         in_use = {key[0] for key in self.opens}
-        prunable = [v.updated_ms for pid, v in self.views.items() if pid not in in_use]
+        prunable = [
+            v.updated_ms for pid, v in self.views.items() if pid not in in_use and v.in_progress is not True
+        ]
         if prunable:
             deadlines.append(min(prunable) + self.config.view_ttl_ms)
         return min(deadlines) if deadlines else None
@@ -617,13 +682,14 @@ def reconcile_bucket(
     Order: the view's progress and the collector's positions first (how current the view is), then the
     coordinator facts, then the open transactions are judged. `report_view` adds a VIEW event (one bucket does).
     """
-    (pid, fact, _tid, record_json, fact_time, topic, partition, snapshot_json, observed, leader, offset,
-     epoch, start_epoch, start_ts, last_ts, max_timeout, lso_lag) = columns  # fmt: skip
+    (pid, fact, _tid, record_json, fact_time, log_offset, topic, partition, snapshot_json, observed, leader,
+     offset, epoch, start_epoch, start_ts, last_ts, max_timeout, lso_lag) = columns  # fmt: skip
     events: list[Event] = []
     producer_ids: set[int] = set()
     confirmed_now: set[OpenKey] = set()
     opens = [i for i, f in enumerate(fact) if f == "open"]
-    facts = sorted((i for i, f in enumerate(fact) if f != "open"), key=lambda i: fact_time[i])
+    # Coordinator facts in log order (progress and positions carry none; their order does not matter).
+    facts = sorted((i for i, f in enumerate(fact) if f != "open"), key=lambda i: _position(log_offset[i]))
     for i in opens:
         key = (pid[i], topic[i], partition[i])
         row = OpenRow(
@@ -640,9 +706,13 @@ def reconcile_bucket(
         elif kind == "position":
             bucket.apply_position(record_json[i])
         else:
-            bucket.apply_fact(pid[i], kind, record_json[i], fact_time[i], now_ms)
+            bucket.apply_fact(pid[i], kind, record_json[i], fact_time[i], _position(log_offset[i]), now_ms)
             producer_ids.add(pid[i])
     events.extend(bucket.evaluate(producer_ids, confirmed_now, now_ms))
     if report_view:
         events.append(bucket.view_event(now_ms))
     return events
+
+
+def _position(log_offset: int | None) -> int:
+    return -1 if log_offset is None else log_offset

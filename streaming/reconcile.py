@@ -97,6 +97,8 @@ FACT_SCHEMA = T.StructType(
         T.StructField("transactional_id", T.StringType(), False),
         T.StructField("record_json", T.StringType(), True),  # CoordinatorRecord JSON (view)
         T.StructField("fact_time_ms", T.LongType(), False),  # record update time, or when retired
+        # the record's offset in its coordinator topic partition: the order of a producer id's facts (-1 unknown)
+        T.StructField("log_offset", T.LongType(), False),
     ]
 )
 

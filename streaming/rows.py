@@ -65,6 +65,7 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
         F.lit(None).cast("string").alias("transactional_id"),
         F.col("position_json").alias("record_json"),
         F.col("position_as_of_ms").alias("fact_time_ms"),
+        F.lit(None).cast("long").alias("log_offset"),
         "topic",
         "partition",
         F.when(~position, F.to_json(one)).alias("snapshot_json"),
@@ -83,7 +84,7 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
 def fact_rows(facts: DataFrame, buckets: int) -> DataFrame:
     """Stage 1's facts as stage-2 rows: a fact about a producer id goes to its bucket; an "applied" fact (how far
     the coordinator topics were read) to every bucket."""
-    none = {c: F.lit(None).cast("long") for c in STAGE2_INPUT_COLUMNS[6:]}
+    none = {c: F.lit(None).cast("long") for c in STAGE2_INPUT_COLUMNS[7:]}
     none.update(topic=F.lit(None).cast("string"), snapshot_json=F.lit(None).cast("string"))
     targets = F.when(F.col("fact") == "applied", F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
         F.array(bucket_of("producer_id", buckets).cast("int"))
@@ -95,7 +96,8 @@ def fact_rows(facts: DataFrame, buckets: int) -> DataFrame:
         "transactional_id",
         "record_json",
         "fact_time_ms",
-        *[none[c].alias(c) for c in STAGE2_INPUT_COLUMNS[6:]],
+        "log_offset",
+        *[none[c].alias(c) for c in STAGE2_INPUT_COLUMNS[7:]],
     )
 
 

@@ -90,7 +90,7 @@ def test_open_transaction_rows_give_the_rules_txn_facts(spark: SparkSession) -> 
     by_key = {(s.topic, t.producer_id): (s, t) for s in snapshots for t in s.open_transactions}
     for bucket, pid, fact, *rest in read:
         assert fact == "open" and 0 <= bucket < BUCKETS
-        row = OpenRow(pid, *rest[3:])  # as tracking.reconcile_bucket builds it
+        row = OpenRow(pid, *rest[4:])  # as tracking.reconcile_bucket builds it
         snapshot, txn = by_key[(row.topic, pid)]
         assert open_entry(row, T0, None, None).facts == txn_facts(txn, snapshot, first_seen_ms=T0)
         one = PartitionSnapshot.model_validate_json(row.snapshot_json)
@@ -144,11 +144,15 @@ def test_coordinator_rows_carry_the_record_the_rules_read(spark: SparkSession) -
 
 def test_fact_rows_send_progress_to_every_bucket_and_views_to_theirs(spark: SparkSession) -> None:
     facts = spark.createDataFrame(
-        [(7, "view", "tx-1", "{}", T0), (-1, "applied", "__transaction_state", json.dumps({0: 5}), 0)],
+        [
+            (7, "view", "tx-1", "{}", T0, 42),
+            (-1, "applied", "__transaction_state", json.dumps({0: 5}), 0, -1),
+        ],
         FACT_SCHEMA,
     )
     rows = fact_rows(facts, BUCKETS)
     assert tuple(rows.columns) == STAGE2_INPUT_COLUMNS
     read = rows.collect()
     assert sorted(r.bucket for r in read if r.fact == "applied") == list(range(BUCKETS))
-    assert len([r for r in read if r.fact == "view"]) == 1
+    # the record's place in the coordinator log rides along with the view
+    assert [r.log_offset for r in read if r.fact == "view"] == [42]

@@ -85,7 +85,7 @@ def test_a_lifecycle_gives_one_view_fact_with_the_newest_record() -> None:
         )
     ]
     facts = advance_owners(owners, [row(r) for r in reversed(records)])  # applied in log order anyway
-    assert facts == [(PID, "view", "tx-1", records[-1].model_dump_json(), T0 + 3)]
+    assert facts == [(PID, "view", "tx-1", records[-1].model_dump_json(), T0 + 3, 3)]
     assert owners == {"tx-1": Owner(PID, 3)}
     # A replay (a restart re-reading the log) changes nothing.
     assert advance_owners(owners, [row(records[1])]) == []
@@ -103,10 +103,10 @@ def test_a_new_producer_id_retires_the_old_one_unless_the_record_names_it() -> N
         last_update_timestamp_ms=T0 + 4,
     )
     facts = advance_owners(owners, [row(moved), row(bumped)])
-    assert (PID, "retired", "tx-1", None, T0 + 4) in facts
-    assert (PID + 1, "view", "tx-1", moved.model_dump_json(), T0 + 4) in facts
+    assert (PID, "retired", "tx-1", None, T0 + 4, 4) in facts
+    assert (PID + 1, "view", "tx-1", moved.model_dump_json(), T0 + 4, 4) in facts
     # Epoch overflow (KIP-360): the new record still names the old producer id, so it stays its view.
-    assert (2000, "view", "tx-2", bumped.model_dump_json(), T0 + 4) in facts
+    assert (2000, "view", "tx-2", bumped.model_dump_json(), T0 + 4, 4) in facts
     assert owners == {"tx-1": Owner(PID + 1, 4), "tx-2": Owner(2001, 4)}
 
 
@@ -114,7 +114,7 @@ def test_a_tombstone_retires_the_producer_id_and_forgets_the_transactional_id() 
     owners = {"tx-1": Owner(PID, 3)}
     gone = CoordinatorRecord.tombstone_of("tx-1", source_partition=7, source_offset=9, source_timestamp_ms=T0)
     assert advance_owners(owners, [row(gone)]) == [
-        (PID, "retired", "tx-1", None, gone.last_update_timestamp_ms)
+        (PID, "retired", "tx-1", None, gone.last_update_timestamp_ms, 9)
     ]
     assert owners == {}
 
@@ -179,7 +179,7 @@ def test_stage_1_says_the_same_of_the_compacted_log_as_of_the_whole_log() -> Non
 
 def test_stage_1_reports_how_far_each_coordinator_partition_was_read() -> None:
     facts = applied_facts([LOG, LOG, LOG, None], [0, 1, 0, None], [7, 3, 9, None])  # type: ignore[list-item]
-    assert facts == [(-1, "applied", LOG, json.dumps({0: 10, 1: 4}), 0)]
+    assert facts == [(-1, "applied", LOG, json.dumps({0: 10, 1: 4}), 0, -1)]
 
 
 # ------------------------------------------------------------------------------------------- stage 2
@@ -208,8 +208,21 @@ def open_row(s: PartitionSnapshot) -> list[Any]:
     return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
 
 
-def fact_row(record: CoordinatorRecord | None, *, producer_id: int = PID, retired_at: int = 0) -> list[Any]:
-    values: dict[str, Any] = {"producer_id": producer_id, "fact": "retired", "fact_time_ms": retired_at}
+def fact_row(
+    record: CoordinatorRecord | None,
+    *,
+    producer_id: int = PID,
+    retired_at: int = 0,
+    log_offset: int | None = None,
+) -> list[Any]:
+    """Stage 1's view fact of `record` (retired at `retired_at` if None), at `log_offset` in the coordinator log
+    (None: unknown, as stage 1 sends a fact of the describe fallback)."""
+    values: dict[str, Any] = {
+        "producer_id": producer_id,
+        "fact": "retired",
+        "fact_time_ms": retired_at,
+        "log_offset": log_offset,
+    }
     if record is not None:
         values.update(
             fact="view",
@@ -253,7 +266,7 @@ def batch(bucket: BucketState, now_ms: int, *rows: list[Any], current: bool = Tr
 def open_row_of(s: PartitionSnapshot) -> OpenRow:
     """The OpenRow reconcile_bucket makes of `open_row(s)`."""
     values = open_row(s)
-    return OpenRow(values[0], *values[5:])
+    return OpenRow(values[0], *values[6:])
 
 
 @pytest.mark.parametrize(
@@ -375,15 +388,108 @@ def test_only_the_producer_ids_in_a_batch_are_judged_but_expiry_covers_the_bucke
     assert [(e["event"], e["producer_id"]) for e in events] == [("GONE", PID), ("VERDICT", PID + 2)]
 
 
-def test_views_are_forgotten_after_their_ttl_and_older_facts_never_win() -> None:
+def test_views_of_finished_transactions_are_forgotten_after_their_ttl() -> None:
     b = new_bucket()
-    newer = coord(last_update_timestamp_ms=T0 + 2 * SECOND)
-    batch(b, T0, fact_row(newer))
-    batch(b, T0 + SECOND, fact_row(coord(last_update_timestamp_ms=T0)))
-    assert json.loads(b.views[PID].record_json or "")["last_update_timestamp_ms"] == T0 + 2 * SECOND
-    assert b.next_deadline() == T0 + CONFIG.view_ttl_ms  # the view was last updated at T0
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=())
+    batch(
+        b, T0, fact_row(done, log_offset=1), fact_row(None, producer_id=PID + 1, retired_at=T0, log_offset=2)
+    )
+    assert b.next_deadline() == T0 + CONFIG.view_ttl_ms  # the views were last updated at T0
+    b.expire(T0 + CONFIG.view_ttl_ms - 1)
+    assert set(b.views) == {PID, PID + 1}
     b.expire(T0 + CONFIG.view_ttl_ms)
     assert b.views == {} and b.views_changed and b.next_deadline() is None
+
+
+# ------------------------------------------------------- ordered by the log, not the clock (issue 20, item 3)
+
+
+def test_a_later_record_in_the_log_wins_whatever_its_timestamp() -> None:
+    """Kafka stamps TransactionLastUpdateTimestampMs with the coordinator broker's clock and never checks that it
+    increases (a coordinator moved to a broker whose clock is behind). The record that added orders-1 is later in
+    the log but stamped a minute earlier; ordered by the clock it was dropped, and the transaction on orders-1
+    was HANGING partition-not-in-transaction until it ended."""
+    first = coord(partitions=tps("orders-0"), last_update_timestamp_ms=T0 - 50, source_offset=10)
+    added = coord(
+        partitions=tps("orders-0", "orders-1"),
+        last_update_timestamp_ms=T0 - 50 - MINUTE,
+        source_offset=11,
+        transaction_timeout_ms=900_000,
+    )
+    b = new_bucket()
+    batch(b, T0, fact_row(first, log_offset=10))
+    batch(b, T0 + SECOND, fact_row(added, log_offset=11))
+    assert b.views[PID].log_offset == 11
+    batch(b, T0 + 2 * SECOND, fact_row(first, log_offset=10))  # an earlier record again: changes nothing
+    assert coord_facts_from_json(b.views[PID].record_json or "").partitions == {("orders", 0), ("orders", 1)}
+    for at in (T0 + 20 * SECOND, T0 + 40 * SECOND):
+        events = batch(b, at, open_row(snapshot(open_txn(), observed_at_ms=at, partition=1)))
+        assert [(e["event"], e["kind"]) for e in events] == [("VERDICT", "OPEN")]
+
+
+def test_facts_of_one_batch_apply_in_log_order() -> None:
+    first = coord(partitions=tps("orders-0"), last_update_timestamp_ms=T0, source_offset=10)
+    added = coord(
+        partitions=tps("orders-0", "orders-1"), last_update_timestamp_ms=T0 - MINUTE, source_offset=11
+    )
+    b = new_bucket()
+    batch(b, T0, fact_row(added, log_offset=11), fact_row(first, log_offset=10))
+    assert b.views[PID].log_offset == 11
+    assert b.views[PID].record_json == added.model_dump_json()
+
+
+def test_stage_1_facts_carry_the_log_offset_not_the_clock_order() -> None:
+    owners: dict[str, Owner] = {}
+    first = coord(state=CoordinatorState.ONGOING, source_offset=10, last_update_timestamp_ms=T0)
+    added = coord(state=CoordinatorState.ONGOING, source_offset=11, last_update_timestamp_ms=T0 - MINUTE)
+    assert advance_owners(owners, [row(first)]) == [(PID, "view", "tx-1", first.model_dump_json(), T0, 10)]
+    assert advance_owners(owners, [row(added)]) == [
+        (PID, "view", "tx-1", added.model_dump_json(), T0 - MINUTE, 11)
+    ]
+    assert owners == {"tx-1": Owner(PID, 11)}
+
+
+# --------------------------------------------- a transaction in progress keeps its view (issue 20, item 2)
+
+
+@pytest.mark.parametrize(
+    "state", [CoordinatorState.ONGOING, CoordinatorState.PREPARE_COMMIT, CoordinatorState.PREPARE_ABORT]
+)
+def test_a_transaction_in_progress_keeps_its_view_while_its_partition_goes_unreported(
+    state: CoordinatorState,
+) -> None:
+    """A transaction held open longer than the view TTL (two-phase commit: no timeout) whose partition goes
+    unreported past `expire_after_ms` (its leader restarts): its open entry is forgotten, but its view must not
+    be, or when the partition is reported again it reads as HANGING no-coordinator-state and is OPENED."""
+    held = coord(state=state, transaction_timeout_ms=2**31 - 1, last_update_timestamp_ms=T0 - 1)
+    b = new_bucket()
+    batch(b, T0, fact_row(held, log_offset=5), open_row(seen_at(T0)))
+    batch(b, T0 + 20 * SECOND, open_row(seen_at(T0 + 20 * SECOND)))
+    gone = b.expire(T0 + 20 * SECOND + CONFIG.expire_after_ms)  # the partition went unreported
+    assert [e[0] for e in gone] == ["GONE"] and b.opens == {}
+    assert b.next_deadline() is None  # nothing left to expire: the view is kept
+    later = T0 + CONFIG.view_ttl_ms + MINUTE
+    b.expire(later)
+    assert b.views[PID].record_json == held.model_dump_json()
+    events = [e for at in (later, later + 20 * SECOND) for e in batch(b, at, open_row(seen_at(at)))]
+    assert [e["event"] for e in events] == ["VERDICT", "VERDICT"]  # no OPENED
+    assert {(e["kind"], e["reason"]) for e in events} <= {("LATE", None), ("STUCK_PREPARE", None)}
+
+
+def test_views_stored_before_the_progress_flag_load_and_prune_by_their_record() -> None:
+    """A v0.1.0 checkpoint stores views as 4-tuples: they load with an unknown log position (the next fact
+    applies) and an unknown progress flag (worked out from the record when pruning)."""
+    ongoing, done = coord(), coord(producer_id=PID + 1, state=CoordinatorState.COMPLETE_ABORT, partitions=())
+    stored = {PID: (ongoing.model_dump_json(), None, T0, T0), PID + 1: (done.model_dump_json(), None, T0, T0)}
+    b = BucketState(CONFIG, {pid: View(*v) for pid, v in stored.items()}, {})
+    assert b.next_deadline() == T0 + CONFIG.view_ttl_ms
+    b.expire(T0 + CONFIG.view_ttl_ms)
+    assert set(b.views) == {PID} and b.views[PID].in_progress is True
+    assert b.next_deadline() is None
+    batch(
+        b, T0 + 2 * CONFIG.view_ttl_ms, fact_row(coord(state=CoordinatorState.COMPLETE_COMMIT), log_offset=3)
+    )
+    assert b.views[PID].log_offset == 3 and b.views[PID].in_progress is False
 
 
 # ------------------------------------------------------------------------- the view's currency (issue 9)
