@@ -297,11 +297,18 @@ def build() -> dict[str, Any]:
                 _query(
                     f"sum by (cluster, broker) (txnwatch_partitions_with_late_transactions{{{C}}})",
                     "broker {{broker}}",
-                )
+                ),
+                _query(
+                    f'sum by (cluster, broker) (txnwatch_late_partitions{{{C},two_phase_commit="true"}})',
+                    "broker {{broker}}: two-phase commit",
+                    "B",
+                ),
             ],
             "none",
             _pos(0, 12, 8, 8),
-            "Leader partitions whose oldest open transaction is older than transaction.max.timeout.ms.",
+            "Leader partitions whose oldest open transaction is older than transaction.max.timeout.ms; the "
+            "two-phase commit series counts those whose late transaction is a KIP-939 two-phase-commit one (no "
+            "timeout: its transaction manager ends it; the late alert leaves them out).",
         ),
         _series(
             "LSO lag: top 10 partitions (records)",
