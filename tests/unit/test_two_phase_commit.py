@@ -13,14 +13,19 @@ from typing import Any
 
 import pytest
 from builders import LIMITS, MINUTE, PID, T0, coord, open_txn, snapshot, tps
+from collector_fakes import FakeCoordinators, description
 from hypothesis import given
 from hypothesis import strategies as st
 from test_tracking import batch, fact_row, new_bucket, open_row, seen_at
+from test_verified_abort import run, scripted
 
+from admin.proposals import ActWith, Surroundings, candidate_row, render_show
+from admin.seams import GroupOffsets
 from detectors.abort import candidate_is_two_phase_commit, plan_abort, verify_abort
 from detectors.models import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     AbortCandidate,
+    AuditOutcome,
     CoordinatorRecord,
     CoordinatorState,
     LeaderProducer,
@@ -281,3 +286,43 @@ def test_the_late_count_splits_by_the_oldest_transactions_two_phase_commit() -> 
     kinds = samples(state, "txnwatch_open_transactions")
     assert kinds[(("cluster", "prod"), ("kind", "LATE"), ("two_phase_commit", "true"))] == 2
     assert kinds[(("cluster", "prod"), ("kind", "OPEN"), ("two_phase_commit", "false"))] == 2
+
+
+# ------------------------------------------------------------------------ proposals abort / show, end to end
+
+
+def test_proposals_abort_refuses_a_two_phase_commit_owner_with_exit_3_and_writes_nothing() -> None:
+    # The owner would otherwise allow the abort (CompleteCommit, another partition): only its 2PC timeout refuses.
+    wire = scripted(
+        coordinators=FakeCoordinators(
+            {
+                "tx-1": description(
+                    state="CompleteCommit", producer_epoch=6, partitions=(("orders", 1),), timeout_ms=TWO_PC
+                )
+            }
+        )
+    )
+    record = run(wire)  # asserts the exit code matches the outcome: REFUSED is 3
+    assert record.outcome is AuditOutcome.REFUSED and wire.markers == []
+    assert "two-phase-commit: transactional id tx-1" in record.message
+    assert "forceTerminateTransaction" in record.message
+
+
+def test_proposals_show_labels_a_two_phase_commit_candidate_and_offers_no_marker() -> None:
+    c = hanging_two_pc_candidate()
+    owner = LiveCoordinator(
+        transactional_id="tx-2pc",
+        state="Ongoing",
+        producer_id=PID,
+        producer_epoch=5,
+        partition_listed=False,
+        transaction_timeout_ms=TWO_PC,
+    )
+    now = live(owner)
+    act = ActWith("b:9092", "prod", "txnwatch")
+    shown = render_show(c, now, verify_abort(c, now), act, T0 + 2 * MINUTE, Surroundings(GroupOffsets({})))
+    assert "HANGING partition-not-in-transaction [two-phase commit]" in shown
+    assert "not listed, two-phase commit (no timeout)" in shown
+    assert "forceTerminateTransaction --transactionalId tx-2pc" in shown
+    assert act.txnwatch(c) not in shown and "abort --topic" not in shown
+    assert candidate_row(c, T0)["two_phase_commit"] is True
