@@ -206,11 +206,13 @@ def inspect_partition(
         start = outcome if isinstance(outcome, StartBatch) and outcome.producer_id == p.producer_id else None
         txn = open_transaction(p, start)
         coordinator = answers.view(p.producer_id, topic, partition, unusable)
+        unavailable = "coordinator view unavailable"
         if incomplete is not None and coordinator.transactional_id is None and coordinator.error is None:
+            # Nobody listed an owner, but the listing was not complete: no verdict can rest on that absence.
+            unavailable = "unconfirmed"
             coordinator = CoordinatorView(
                 None,
-                error=f"unconfirmed: cannot show that no transactional id owns producer {p.producer_id}: "
-                f"{incomplete}",
+                error=f"cannot show that no transactional id owns producer {p.producer_id}: {incomplete}",
             )
         verdict = None
         if coordinator.error is None:
@@ -222,9 +224,7 @@ def inspect_partition(
                 txn=txn,
                 age_ms=transaction_age_ms(txn, now),
                 coordinator=coordinator,
-                note=verdict.explanation
-                if verdict is not None
-                else f"coordinator view unavailable: {coordinator.error}",
+                note=verdict.explanation if verdict is not None else f"{unavailable}: {coordinator.error}",
                 start_batch_error=outcome.error if isinstance(outcome, FetchFailure) else None,
                 verdict=verdict,
             )

@@ -30,6 +30,7 @@ from kafka.admin import NewTopic
 from kafka.structs import TopicPartition
 from workloads import lso, partition_batches, partition_replicas, plan_by_hand, run_workload
 
+from admin.inspect import inspect_partition
 from admin.proposals import AbortAttempt, TopicAuditLog, abort
 from admin.wire import KafkaWire
 from detectors.contract import TRANSACTION_LOG_TOPIC
@@ -132,7 +133,7 @@ def test_abort_refuses_while_a_transaction_log_partition_is_offline(
     bed: Cluster, restart_stopped: None
 ) -> None:
     """A real orphan of transactional id T. The broker leading T's `__transaction_state` partition stops: no
-    broker lists T, and no broker reports an error. The abort refuses (exit 3, the partition named, no marker,
+    broker lists T, and no broker reports an error. `inspect partition` says unconfirmed, the abort refuses (exit 3, the partition named, no marker,
     LSO unchanged) instead of reading "no owner"; with the node back, the same abort goes through."""
     bootstrap = bed.bootstrap_servers
     unique = f"c{uuid.uuid4().hex[:8]}-"
@@ -162,6 +163,14 @@ def test_abort_refuses_while_a_transaction_log_partition_is_offline(
     finally:
         admin.close()
     assert lso_before is not None and lso_before <= start
+
+    admin = KafkaAdminClient(bootstrap_servers=alive)
+    try:
+        (inspected,) = inspect_partition(KafkaWire(admin), topic, partition).transactions
+    finally:
+        admin.close()
+    assert inspected.verdict is None and inspected.note.startswith("unconfirmed: "), inspected.note
+    assert f"{TRANSACTION_LOG_TOPIC} partition {log_partition} has no leader" in inspected.note
 
     refused = execute(alive, candidate, audit_topic)
     record = refused.audit
