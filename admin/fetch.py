@@ -14,6 +14,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
 from admin.seams import StartBatch
+from detectors.groups import CONSUMER_OFFSETS_TOPIC, pending_commit
 
 # Fetch v4 is the first with isolation levels; v13+ addresses topics by id, which we do not track, and kafka-python's
 # own consumer also stops at v12. Kafka 4.x serves v4..v17.
@@ -57,12 +58,15 @@ def fetch_request(wanted: Sequence[tuple[str, int, int]], *, partition_max_bytes
     )
 
 
-def parse_start_batch(records: bytes | bytearray | memoryview | None, start_offset: int) -> StartBatch | None:
+def parse_start_batch(
+    records: bytes | bytearray | memoryview | None, start_offset: int, topic: str = ""
+) -> StartBatch | None:
     """The complete magic-v2 batch that contains `start_offset`, or None if the bytes hold no such batch.
 
     Args:
         records: the partition's `records` bytes from a FetchResponse (a trailing partial batch is ignored).
         start_offset: DescribeProducers' CurrentTxnStartOffset.
+        topic: the partition's topic; on `__consumer_offsets` the batch's record keys name the committing group.
 
     Returns:
         The batch's header facts and the timestamp of the record at `start_offset`.
@@ -76,26 +80,38 @@ def parse_start_batch(records: bytes | bytearray | memoryview | None, start_offs
             continue
         if batch.base_offset > start_offset:
             return None  # the offset is gone (compacted or truncated)
+        # A batch's records can be iterated once (kafka-python decodes them as it goes): read them here.
+        try:
+            rows: list[Any] | None = list(batch)
+        except Exception:  # undecodable payload (e.g. a codec we lack): the header is still right
+            rows = None
         return StartBatch(
             base_offset=batch.base_offset,
             producer_id=batch.producer_id,
             producer_epoch=batch.producer_epoch,
-            start_timestamp_ms=_timestamp_at(batch, start_offset),
+            start_timestamp_ms=_timestamp_at(batch, rows, start_offset),
             max_timestamp_ms=batch.max_timestamp,
             transactional=batch.is_transactional,
+            **(_offset_commit(rows) if topic == CONSUMER_OFFSETS_TOPIC else {}),
         )
     return None
 
 
-def _timestamp_at(batch: DefaultRecordBatch, offset: int) -> int:
+def _offset_commit(rows: list[Any] | None) -> dict[str, Any]:
+    # A transactional offset commit on `__consumer_offsets` keys its records by (group, topic, partition): the
+    # group is whom the open transaction blocks (detectors/groups.py).
+    found = None if rows is None else pending_commit([None if r.key is None else bytes(r.key) for r in rows])
+    if found is None:
+        return {}
+    return {"offset_commit_group": found[0], "offset_commit_partitions": found[1]}
+
+
+def _timestamp_at(batch: DefaultRecordBatch, rows: list[Any] | None, offset: int) -> int:
     # A transaction starts at a batch's base offset, whose record has timestamp delta 0 in every Java and
     # kafka-python producer; read the record anyway so a client that writes otherwise is still exact.
-    try:
-        for record in batch:
-            if record.offset == offset:
-                return int(record.timestamp)
-    except Exception:  # undecodable payload (e.g. a codec we lack): the header is still right
-        pass
+    for record in rows or ():
+        if record.offset == offset:
+            return int(record.timestamp)
     if batch.timestamp_type == DefaultRecordBatch.LOG_APPEND_TIME:
         return int(batch.max_timestamp)
     return int(batch.first_timestamp)

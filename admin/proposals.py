@@ -41,7 +41,7 @@ from admin.inspect import (
     listing_incomplete,
     transaction_log_leaders,
 )
-from admin.seams import GroupOffsets, TransactionDescription, wall_clock_ms
+from admin.seams import TP, GroupOffsets, GroupStanding, StartBatch, TransactionDescription, wall_clock_ms
 from detectors.abort import (
     candidate_age_ms,
     candidate_is_two_phase_commit,
@@ -52,6 +52,7 @@ from detectors.abort import (
     prior_abort,
     verify_abort,
 )
+from detectors.groups import CONSUMER_OFFSETS_TOPIC
 from detectors.models import (
     AbortCandidate,
     AuditOutcome,
@@ -118,6 +119,8 @@ class ProposalWire(InspectWire, Protocol):
     ) -> str | None: ...
 
     def committed_offsets(self, topic: str, partition: int) -> GroupOffsets: ...
+
+    def group_standing(self, group: str, pending: Sequence[TP] = ()) -> GroupStanding: ...
 
 
 # ------------------------------------------------------------------------------------ reading topics
@@ -716,21 +719,45 @@ class Surroundings:
     groups: GroupOffsets
     named: TransactionDescription | None = None
     named_error: str | None = None
+    # On `__consumer_offsets`: the group whose pending offset commit this is, as it stands now (None elsewhere;
+    # a standing with an empty group name and an error when the start batch could not tell).
+    blocked: GroupStanding | None = None
 
 
 def look_around(wire: ProposalWire, candidate: AbortCandidate, live: LiveEvidence) -> Surroundings:
     groups = wire.committed_offsets(candidate.topic, candidate.partition)
+    blocked = blocked_group(wire, candidate, live) if candidate.topic == CONSUMER_OFFSETS_TOPIC else None
     named = candidate.evidence.coordinator.transactional_id if candidate.evidence.coordinator else None
     if named is None or (live.coordinator is not None and live.coordinator.transactional_id == named):
-        return Surroundings(groups)
+        return Surroundings(groups, blocked=blocked)
     try:
         d = describe_by_id(wire, [named]).get(named)
     except (AdminError, Errors.KafkaError) as exc:
-        return Surroundings(groups, named_error=f"DescribeTransactions {named}: {exc}")
+        return Surroundings(groups, named_error=f"DescribeTransactions {named}: {exc}", blocked=blocked)
     if d is None or d.error is not None:
         error = "NOT_DESCRIBED" if d is None else d.error or ""
-        return Surroundings(groups, named_error=explain("DescribeTransactions", error, named))
-    return Surroundings(groups, named=d)
+        return Surroundings(
+            groups, named_error=explain("DescribeTransactions", error, named), blocked=blocked
+        )
+    return Surroundings(groups, named=d, blocked=blocked)
+
+
+def blocked_group(wire: ProposalWire, candidate: AbortCandidate, live: LiveEvidence) -> GroupStanding:
+    """The consumer group a hanging transaction on `__consumer_offsets` blocks, and how it stands now.
+
+    The start batch, read now, names the group and the partitions whose offsets are pending (its record keys);
+    the evidence's group (the collector read the same keys) stands in when the batch cannot be read. Only that
+    group's offsets are pending: other groups placed on the partition still fetch theirs (they are listed as
+    neighbours: their partition cannot be compacted past the LSO).
+    """
+    tp, offset = (candidate.topic, candidate.partition), candidate.start_offset
+    got = wire.fetch_start_batches({live.leader: [(tp, offset)]}).get((tp, offset))
+    if isinstance(got, StartBatch) and got.offset_commit_group is not None:
+        return wire.group_standing(got.offset_commit_group, got.offset_commit_partitions)
+    if candidate.evidence.offset_commit_group is not None:
+        return wire.group_standing(candidate.evidence.offset_commit_group)
+    why = "holds no offset commit record" if isinstance(got, StartBatch) else f"could not be read ({got})"
+    return GroupStanding("", error=f"the start batch {why}")
 
 
 def stuck_groups(live: LiveEvidence, groups: GroupOffsets) -> dict[str, int]:
@@ -757,6 +784,7 @@ def show_json(
         "live_lso_lag": _lag(live),
         "stuck_groups": stuck_groups(live, around.groups),
         "groups_error": around.groups.error,
+        "blocked_group": None if around.blocked is None else around.blocked._asdict(),
         "named_transactional_id": None
         if named is None
         else {
@@ -770,6 +798,30 @@ def show_json(
         "verify": verify.model_dump(mode="json"),
         "act": {"txnwatch": act.txnwatch(c), "kafka_cli": act.kafka_cli(c)},
     }
+
+
+def render_blocked(b: GroupStanding, partition: int) -> list[str]:
+    """`show`'s lines for a transaction on `__consumer_offsets`: whom it blocks (the LSO means nothing there)."""
+    if not b.group:
+        return [f"  blocked     unknown consumer group: {b.error}"]
+    if b.error is not None:
+        return [f"  blocked     consumer group {b.group} (its pending offset commit); now unknown: {b.error}"]
+    members = "?" if b.members is None else str(b.members)
+    fetch = {
+        True: "its OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT now: read_committed members "
+        "(Kafka Streams exactly-once) cannot start or rebalance",
+        False: "its OffsetFetch with require_stable answers without UNSTABLE_OFFSET_COMMIT now",
+        None: "",
+    }[b.unstable]
+    lines = [
+        f"  blocked     consumer group {b.group} ({b.state or 'state unknown'}, {members} members): {fetch}"
+    ]
+    if b.neighbours:
+        lines.append(
+            f"  placed too  {', '.join(b.neighbours)} (on __consumer_offsets-{partition}: their offsets still "
+            "fetch, but the partition is not compacted past the LSO)"
+        )
+    return lines
 
 
 def _lag(live: LiveEvidence) -> int | None:
@@ -829,7 +881,9 @@ def render_show(
         lines.append("  also open   " + ", ".join(f"producer {pid} at {off}" for pid, off in live.other_open))
     groups = around.groups
     stuck = stuck_groups(live, groups)
-    if groups.error is not None:
+    if around.blocked is not None:
+        lines += render_blocked(around.blocked, c.partition)
+    elif groups.error is not None:
         lines.append(f"  stuck       unknown: {explain('ListGroups/OffsetFetch', groups.error)}")
     elif stuck:
         lines.append(

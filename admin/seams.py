@@ -86,6 +86,10 @@ class StartBatch:
     start_timestamp_ms: int
     max_timestamp_ms: int
     transactional: bool
+    # The consumer group whose offset records the batch holds (a transaction's batch on `__consumer_offsets`),
+    # and the partitions whose offsets it commits.
+    offset_commit_group: str | None = None
+    offset_commit_partitions: tuple[TP, ...] = ()
 
 
 class FetchFailure(NamedTuple):
@@ -107,6 +111,19 @@ class GroupOffsets(NamedTuple):
     left out), or the error that kept them unknown (Kafka's error name)."""
 
     offsets: Mapping[str, int]
+    error: str | None = None
+
+
+class GroupStanding(NamedTuple):
+    """How a consumer group stands now: its state and members (DescribeGroups), whether an OffsetFetch with
+    `require_stable` answers UNSTABLE_OFFSET_COMMIT (its committed offsets are pending in a transaction), the other
+    groups placed on its `__consumer_offsets` partition, and the error that kept any of it unknown."""
+
+    group: str
+    state: str | None = None
+    members: int | None = None
+    unstable: bool | None = None
+    neighbours: tuple[str, ...] = ()
     error: str | None = None
 
 
@@ -172,6 +189,7 @@ def open_transaction(p: ActiveProducer, start: StartBatch | None) -> OpenTransac
         start_batch_producer_epoch=start.producer_epoch if start is not None else None,
         last_sequence=max(p.last_sequence, -1),
         last_timestamp_ms=max(p.last_timestamp_ms, -1),
+        offset_commit_group=start.offset_commit_group if start is not None else None,
     )
 
 

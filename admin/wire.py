@@ -21,6 +21,7 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
 )
 from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.protocol.consumer.group import OffsetFetchRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka.structs import TopicPartition as KafkaTopicPartition
@@ -37,6 +38,7 @@ from admin.seams import (
     EndOffset,
     FetchFailure,
     GroupOffsets,
+    GroupStanding,
     ListingResult,
     Offsets,
     PartitionProducers,
@@ -45,6 +47,7 @@ from admin.seams import (
     TransactionListing,
     wall_clock_ms,
 )
+from detectors.groups import CONSUMER_OFFSETS_TOPIC, offsets_partition_for
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,10 @@ MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
 DESCRIBE_TRANSACTIONS_BATCH = 100
 # Fetch errors after which the same start offset will never yield its batch.
 PERMANENT_FETCH_ERRORS = frozenset({"OFFSET_OUT_OF_RANGE", "NO_BATCH_AT_OFFSET"})
+
+
+# OffsetFetch's answer while a group's committed offsets are pending in an open transaction (require_stable).
+UNSTABLE_OFFSET_COMMIT = 88
 
 
 class KafkaWire:
@@ -282,7 +289,7 @@ class KafkaWire:
                     self.requests.record_partition_error("Fetch", error)
                     out[(tp, offset)] = FetchFailure(error, permanent=error in PERMANENT_FETCH_ERRORS)
                     continue
-                batch = parse_start_batch(p.records, offset)
+                batch = parse_start_batch(p.records, offset, tp[0])
                 if batch is not None:
                     out[(tp, offset)] = batch
                 elif not p.records and p.high_watermark > offset:
@@ -519,6 +526,54 @@ class KafkaWire:
                 if (tp.topic, tp.partition) == (topic, partition) and committed.offset >= 0:
                     offsets[group] = committed.offset
         return GroupOffsets(offsets)
+
+    def group_standing(self, group: str, pending: Sequence[TP] = ()) -> GroupStanding:
+        """A consumer group's state and members, whether its offsets on `pending` are unstable now (an OffsetFetch
+        v7 with `require_stable` for them, as every read_committed consumer sends; None when no partition is
+        named: fetching all of a group's offsets leaves pending ones out), and the other groups placed on its
+        `__consumer_offsets` partition. Errors are named, never raised."""
+        try:
+            described = self._admin.describe_groups([group]).get(group) or {}
+            members = described.get("members")
+            state = described.get("group_state") or None
+            unstable = self._run(self._fetch_unstable, group, list(pending)) if pending else None
+            partitions = self._offsets_partitions()
+            placed = offsets_partition_for(group, partitions)
+            others = sorted(
+                g["group_id"]
+                for g in self._admin.list_groups()
+                if g["group_id"] != group and offsets_partition_for(g["group_id"], partitions) == placed
+            )
+        except Errors.KafkaError as exc:
+            return GroupStanding(group, error=error_name(exc))
+        return GroupStanding(
+            group,
+            state=state,
+            members=None if members is None else len(members),
+            unstable=unstable,
+            neighbours=tuple(others),
+        )
+
+    async def _fetch_unstable(self, group: str, pending: list[TP]) -> bool:
+        coordinator = await self._admin._find_coordinator_id(group)
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in pending:
+            by_topic.setdefault(topic, []).append(partition)
+        topic = OffsetFetchRequest.OffsetFetchRequestTopic
+        request = OffsetFetchRequest(
+            group_id=group,
+            topics=[topic(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+            require_stable=True,
+            min_version=7,
+            max_version=7,
+        )
+        response = await self._send("OffsetFetch", coordinator, request)
+        codes = {response.error_code} | {p.error_code for t in response.topics for p in t.partitions}
+        return UNSTABLE_OFFSET_COMMIT in codes
+
+    def _offsets_partitions(self) -> int:
+        described = self._admin.describe_topics([CONSUMER_OFFSETS_TOPIC])
+        return max(1, len(described[0]["partitions"]))
 
     # ------------------------------------------------------------------------------ WriteTxnMarkers
 

@@ -1,0 +1,104 @@
+"""Whom a hanging transaction on `__consumer_offsets` blocks: the consumer group of the pending offset commit.
+
+A transaction that commits offsets (TxnOffsetCommit, `sendOffsetsToTransaction`) appends the group's offset records
+to `__consumer_offsets` partition `abs(groupId.hashCode()) % partitions` (the group coordinator's placement,
+`GroupCoordinatorService.partitionFor`). Until a marker ends that transaction, the group coordinator keeps the
+offsets as pending: an OffsetFetch with `require_stable` (every read_committed consumer, Kafka Streams with
+exactly-once) answers UNSTABLE_OFFSET_COMMIT for that group's committed partitions, and the consumer retries until
+it times out. Other groups placed on the same partition still fetch their offsets (measured on Kafka 4.3.1:
+tests/broker/test_blocked_groups.py); what they lose is compaction past the pinned last stable offset, so the
+partition grows and a coordinator move replays more of it.
+
+The group is named by the key of the records in the batch at the transaction's start offset (`OffsetCommitKey`,
+versions 0 and 1: group, topic, partition). Pure: bytes in, names out.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+
+# `__consumer_offsets` record key versions (GroupCoordinatorRecordSerde): 0 and 1 are OffsetCommitKey; 2 is
+# GroupMetadataKey; higher ones belong to the consumer-group protocol's records (KIP-848), never to a commit.
+OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
+
+_INT32_MIN = -(2**31)
+
+
+class OffsetCommitKey(NamedTuple):
+    group: str
+    topic: str
+    partition: int
+
+
+def java_string_hash(s: str) -> int:
+    """Java's `String.hashCode()`: 31-polynomial over UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def offsets_partition_for(group_id: str, partitions: int) -> int:
+    """The `__consumer_offsets` partition of a group: `Utils.abs(groupId.hashCode()) % partitions`.
+
+    Kafka's `Utils.abs` maps Integer.MIN_VALUE to 0 (Math.abs would leave it negative).
+    """
+    if partitions < 1:
+        raise ValueError(f"__consumer_offsets has at least one partition, got {partitions}")
+    h = java_string_hash(group_id)
+    return (0 if h == _INT32_MIN else abs(h)) % partitions
+
+
+def decode_offset_commit_key(key: bytes | None) -> OffsetCommitKey | None:
+    """The (group, topic, partition) of an `__consumer_offsets` offset-commit record key; None for any other key.
+
+    Layout (non-flexible): int16 version, string group, string topic, int32 partition; a string is an int16
+    length and UTF-8 bytes.
+    """
+    if key is None or len(key) < 2:
+        return None
+    try:
+        (version,) = struct.unpack_from(">h", key, 0)
+        if version not in OFFSET_COMMIT_KEY_VERSIONS:
+            return None
+        group, at = _string(key, 2)
+        topic, at = _string(key, at)
+        (partition,) = struct.unpack_from(">i", key, at)
+        if at + 4 != len(key):
+            return None
+        return OffsetCommitKey(group, topic, partition)
+    except (struct.error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _string(buf: bytes, at: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from(">h", buf, at)
+    if n < 0 or at + 2 + n > len(buf):
+        raise ValueError("string out of bounds")
+    return buf[at + 2 : at + 2 + n].decode("utf-8"), at + 2 + n
+
+
+def pending_commit(keys: list[bytes | None]) -> tuple[str, tuple[tuple[str, int], ...]] | None:
+    """The group of the offset commit a batch holds and the partitions it commits: one TxnOffsetCommit writes one
+    group's records, so the first offset-commit key names the group. None when no key is an offset commit."""
+    decoded = [k for k in map(decode_offset_commit_key, keys) if k is not None]
+    if not decoded:
+        return None
+    group = decoded[0].group
+    return group, tuple(dict.fromkeys((k.topic, k.partition) for k in decoded if k.group == group))
+
+
+def blocked_groups_note(topic: str, partition: int, group: str | None) -> str:
+    """The explanation's words for a transaction open on `__consumer_offsets`; empty for any other topic."""
+    if topic != CONSUMER_OFFSETS_TOPIC:
+        return ""
+    who = f"consumer group {group!r}" if group else f"a consumer group placed on partition {partition}"
+    return (
+        f"; it holds a pending offset commit of {who}: that group's OffsetFetch with require_stable "
+        f"(read_committed consumers, Kafka Streams exactly-once) answers UNSTABLE_OFFSET_COMMIT until it ends"
+        + ("" if group else " (`txnwatch proposals show` names the group)")
+    )
