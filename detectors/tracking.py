@@ -263,7 +263,7 @@ class View(NamedTuple):
     """The coordinator's latest word on a producer id: its record, or when it was retired.
 
     The last two fields were added after v0.1.0: a view stored before has 4 fields and loads with their
-    defaults (position unknown, progress worked out from the record when needed).
+    defaults (position unknown, progress not worked out yet).
     """
 
     record_json: str | None
@@ -271,7 +271,9 @@ class View(NamedTuple):
     fact_time_ms: int  # the record's update time (coordinator clock), or when retired: evidence, never order
     updated_ms: int  # processing time of the last update (the TTL counts from it)
     log_offset: int = -1  # where the record (or the retirement) is in the coordinator log; -1 unknown
-    in_progress: bool | None = None  # the record is Ongoing/Prepare*: never pruned (None: not known yet)
+    # The record is Ongoing/Prepare*: never pruned. None until the view is first old enough to prune: parsing
+    # every record as it arrives would cost more than the rest of applying it.
+    in_progress: bool | None = None
 
 
 def newer_in_log(offset: int, stored_offset: int) -> bool:
@@ -435,8 +437,7 @@ class BucketState:
         if fact == "retired":
             self.views[producer_id] = View(None, fact_time_ms, fact_time_ms, now_ms, log_offset, False)
         else:
-            view = View(record_json, None, fact_time_ms, now_ms, log_offset, in_progress(record_json))
-            self.views[producer_id] = view
+            self.views[producer_id] = View(record_json, None, fact_time_ms, now_ms, log_offset)
         self.views_changed = True
 
     def confirm_open(self, key: OpenKey, row: OpenRow, now_ms: int) -> list[Event]:
@@ -652,7 +653,7 @@ class BucketState:
         for pid, v in self.views.items():
             if v.updated_ms + ttl > now_ms or pid in in_use:
                 continue
-            if v.in_progress is None:  # stored before the flag was kept: worked out once, remembered
+            if v.in_progress is None:  # worked out once, when the view is first old enough, and remembered
                 v = v._replace(in_progress=in_progress(v.record_json))
                 self.views[pid] = v
                 self.views_changed = True

@@ -467,10 +467,10 @@ def test_a_transaction_in_progress_keeps_its_view_while_its_partition_goes_unrep
     batch(b, T0 + 20 * SECOND, open_row(seen_at(T0 + 20 * SECOND)))
     gone = b.expire(T0 + 20 * SECOND + CONFIG.expire_after_ms)  # the partition went unreported
     assert [e[0] for e in gone] == ["GONE"] and b.opens == {}
-    assert b.next_deadline() is None  # nothing left to expire: the view is kept
     later = T0 + CONFIG.view_ttl_ms + MINUTE
     b.expire(later)
     assert b.views[PID].record_json == held.model_dump_json()
+    assert b.next_deadline() is None  # known to be in progress: no timer for it any more
     events = [e for at in (later, later + 20 * SECOND) for e in batch(b, at, open_row(seen_at(at)))]
     assert [e["event"] for e in events] == ["VERDICT", "VERDICT"]  # no OPENED
     assert {(e["kind"], e["reason"]) for e in events} <= {("LATE", None), ("STUCK_PREPARE", None)}
@@ -478,7 +478,7 @@ def test_a_transaction_in_progress_keeps_its_view_while_its_partition_goes_unrep
 
 def test_views_stored_before_the_progress_flag_load_and_prune_by_their_record() -> None:
     """A v0.1.0 checkpoint stores views as 4-tuples: they load with an unknown log position (the next fact
-    applies) and an unknown progress flag (worked out from the record when pruning)."""
+    applies) and an unknown progress flag (worked out from the record when pruning, as for any view)."""
     ongoing, done = coord(), coord(producer_id=PID + 1, state=CoordinatorState.COMPLETE_ABORT, partitions=())
     stored = {PID: (ongoing.model_dump_json(), None, T0, T0), PID + 1: (done.model_dump_json(), None, T0, T0)}
     b = BucketState(CONFIG, {pid: View(*v) for pid, v in stored.items()}, {})
@@ -489,7 +489,9 @@ def test_views_stored_before_the_progress_flag_load_and_prune_by_their_record() 
     batch(
         b, T0 + 2 * CONFIG.view_ttl_ms, fact_row(coord(state=CoordinatorState.COMPLETE_COMMIT), log_offset=3)
     )
-    assert b.views[PID].log_offset == 3 and b.views[PID].in_progress is False
+    assert b.views[PID].log_offset == 3 and b.views[PID].in_progress is None  # a new record: not known yet
+    b.expire(T0 + 3 * CONFIG.view_ttl_ms)
+    assert b.views == {}
 
 
 # ------------------------------------------------------------------------- the view's currency (issue 9)
