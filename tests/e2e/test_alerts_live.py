@@ -8,7 +8,11 @@ expressions are untouched). On the way, both /metrics bodies are checked against
 `promtool check metrics`, and the dashboard (deploy/grafana/txnwatch.json) is drawn from this Prometheus with
 deploy/grafana/dashboard.py's `render`: into the test's tmp dir, and into docs/dashboard.png when
 TXNWATCH_UPDATE_DASHBOARD_PNG=1. Then the runbook's end: `txnwatch proposals abort ID --execute`, and the alert
-resolves.
+resolves. Last, the scrape targets vanish (each job's target list is emptied and Prometheus reloads its config,
+as service discovery drops the target of a deleted pod: Prometheus ends its series with a staleness marker):
+TxnwatchCollectorAbsent fires naming the cluster while the stream is still scraped, then TxnwatchStreamAbsent once
+neither is, and the `up == 0` alerts stay quiet (there is no `up` series for them). The rules' own 5 minutes of `for` are promtool's to test
+(deploy/prometheus/txnwatch-rules.test.yaml); here they are 10 s like every other.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -105,7 +110,9 @@ class Prometheus:
             (target,) = job_config["static_configs"]
             target["targets"] = [f"127.0.0.1:{ports[job_config['job_name']]}"]
             target["labels"]["cluster"] = CLUSTER
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.config_path = tmp / "prometheus.yml"
+        self.config = config
+        self.config_path.write_text(yaml.safe_dump(config))
         self.log = (tmp / "prometheus.log").open("w")
         self.proc = subprocess.Popen(
             [
@@ -125,6 +132,25 @@ class Prometheus:
             return "Ready" in get(f"{self.base}/-/ready")
         except OSError:
             return False
+
+    def stop_scraping(self, job_name: str) -> None:
+        """Empty a scrape job's targets and reload the config (SIGHUP): its target vanishes, with a staleness
+        marker on its series. (Removing the whole job instead stops its scrape pool without one: `up` then stays
+        for Prometheus's 5-minute lookback, and the absent alerts fire that much later.)"""
+        (job_config,) = [j for j in self.config["scrape_configs"] if j["job_name"] == job_name]
+        (target,) = job_config["static_configs"]
+        target["targets"] = []
+        self.config_path.write_text(yaml.safe_dump(self.config))
+        self.proc.send_signal(signal.SIGHUP)
+
+    def firing(self) -> dict[str, list[dict[str, str]]]:
+        """Firing alerts: name -> the label sets (without alertname and severity)."""
+        out: dict[str, list[dict[str, str]]] = {}
+        for a in api(self.base, "/api/v1/alerts")["alerts"]:
+            if a["state"] == "firing":
+                labels = {k: v for k, v in a["labels"].items() if k not in ("alertname", "severity")}
+                out.setdefault(a["labels"]["alertname"], []).append(labels)
+        return out
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -272,8 +298,10 @@ def test_hanging_alert_fires_in_a_real_prometheus(
         # the job catches up on a transaction log other tests filled, depend on what ran before on the broker.)
         broken = {
             "TxnwatchCollectorDown",
+            "TxnwatchCollectorAbsent",
             "TxnwatchCollectorStale",
             "TxnwatchStreamDown",
+            "TxnwatchStreamAbsent",
             "TxnwatchStreamStalled",
             "TxnwatchDeadLettersGrowing",
         }
@@ -327,6 +355,31 @@ def test_hanging_alert_fires_in_a_real_prometheus(
         aborted_at = time.monotonic()
         wait_for(lambda: not firing(), 120, "the hanging alert to resolve after the abort", poll_s=2)
         print(f"hanging alert resolved {time.monotonic() - aborted_at:.1f}s after the abort")
+
+        # The targets vanish. First the collector's: the cluster's stream is still scraped, so the alert names it.
+        prom.stop_scraping("txnwatch-collector")
+        gone_at = time.monotonic()
+
+        def collector_absent() -> dict[str, list[dict[str, str]]] | None:
+            now = prom.firing()
+            return now if "TxnwatchCollectorAbsent" in now else None
+
+        now = wait_for(collector_absent, 90, "TxnwatchCollectorAbsent firing", poll_s=2)
+        print(f"collector absent alert firing {time.monotonic() - gone_at:.1f}s after its target vanished")
+        assert now["TxnwatchCollectorAbsent"] == [{"cluster": CLUSTER}]
+        assert "TxnwatchCollectorDown" not in now and "TxnwatchStreamAbsent" not in now, now
+        # Then the stream's: nothing is scraped any more, and the stream's alert fires without labels.
+        prom.stop_scraping("txnwatch-stream")
+        gone_at = time.monotonic()
+
+        def stream_absent() -> dict[str, list[dict[str, str]]] | None:
+            now = prom.firing()
+            return now if "TxnwatchStreamAbsent" in now else None
+
+        now = wait_for(stream_absent, 90, "TxnwatchStreamAbsent firing", poll_s=2)
+        print(f"stream absent alert firing {time.monotonic() - gone_at:.1f}s after its target vanished")
+        assert now["TxnwatchStreamAbsent"] == [{}]
+        assert "TxnwatchStreamDown" not in now and "TxnwatchCollectorDown" not in now, now
         print(f"live alert test: {time.monotonic() - started:.0f}s")
     finally:
         if prom is not None:
