@@ -12,6 +12,12 @@ state is plain data so a stateful stage can store it (docs/detection.md, "Curren
 Which partitions matter: a transactional id lives in `__transaction_state` partition
 `Utils.abs(transactionalId.hashCode()) % partitions` (Java's String hash; `coordinator_partition`). A producer id
 no record names yet could belong to any transactional id, so it needs every partition.
+
+Applied is not the same as read: a record that did not decode (a value version txnwatch does not know) was read,
+so the view has moved past its offset, but its content is lost. `ViewCurrency` keeps such records as taints until
+a decodable record of the same transactional id supersedes them (a key that does not decode either taints its
+whole partition, until the job is restarted on a new checkpoint); a verdict that depends on a tainted id or
+partition is no proof (`undecodable_about`).
 """
 
 from __future__ import annotations
@@ -53,8 +59,20 @@ class Position(NamedTuple):
     end_offsets: tuple[tuple[int, int], ...]  # (partition, high watermark), sorted
 
 
-# applied ends, currency per partition, pending positions, newest position per topic, first position's time
+# Records read but not decoded, not yet superseded: (topic, transactional id) -> read offset of the newest;
+# (topic, partition) -> read offset of the newest whose key did not decode either; how many were read in all.
+UndecodableState = tuple[dict[tuple[str, str], int], dict[tuple[str, int], int], int]
+# applied ends, currency per partition, pending positions, newest position per topic, first position's time,
+# undecodable records (absent in checkpoints of v0.1.0: the first five only)
 CurrencyState = tuple[
+    dict[tuple[str, int], int],
+    dict[tuple[str, int], int],
+    list[Position],
+    dict[str, Position],
+    int | None,
+    UndecodableState,
+]
+LegacyCurrencyState = tuple[
     dict[tuple[str, int], int], dict[tuple[str, int], int], list[Position], dict[str, Position], int | None
 ]
 
@@ -67,6 +85,8 @@ class ViewLag(NamedTuple):
     lag_ms: int  # newest position's as_of minus the oldest partition currency (0 when current)
     records_behind: int  # records below the newest positions not applied yet
     current_as_of_ms: int | None  # the whole view (all partitions of every topic) is current as of this
+    undecodable_pending: int = 0  # undecodable records not superseded yet (ids and keyless partitions)
+    undecodable_records: int = 0  # undecodable coordinator records read, in all
 
 
 class ViewCurrency:
@@ -84,11 +104,17 @@ class ViewCurrency:
         self,
         transaction_log: str | None,
         other_topics: Iterable[str] = (),
-        state: CurrencyState | None = None,
+        state: CurrencyState | LegacyCurrencyState | None = None,
     ) -> None:
         self.transaction_log = transaction_log
         self.topics = tuple(([transaction_log] if transaction_log else []) + list(other_topics))
-        applied, current, pending, newest, first = state or ({}, {}, [], {}, None)
+        applied, current, pending, newest, first = (state or ({}, {}, [], {}, None))[:5]
+        undecodable_ids, undecodable_partitions, undecodable_records = (
+            state[5] if state is not None and len(state) > 5 else ({}, {}, 0)
+        )
+        self.undecodable_ids: dict[tuple[str, str], int] = dict(undecodable_ids)
+        self.undecodable_partitions: dict[tuple[str, int], int] = dict(undecodable_partitions)
+        self.undecodable_records: int = undecodable_records
         self.applied_end: dict[tuple[str, int], int] = dict(applied)
         self._current: dict[tuple[str, int], int] = dict(current)
         self._pending: list[Position] = list(pending)
@@ -113,7 +139,8 @@ class ViewCurrency:
     def state(self) -> CurrencyState:
         """Plain data for a state store (pickled; restored by the constructor)."""
         self._settle()
-        return (self.applied_end, self._current, self._pending, self.newest, self.first_as_of_ms)
+        undecodable = (self.undecodable_ids, self.undecodable_partitions, self.undecodable_records)
+        return (self.applied_end, self._current, self._pending, self.newest, self.first_as_of_ms, undecodable)
 
     # -- input
 
@@ -129,6 +156,46 @@ class ViewCurrency:
         self.applied_end[key] = next_offset
         self._dirty = True
         return True
+
+    def undecodable(
+        self,
+        topic: str,
+        records: int,
+        tainted: Iterable[tuple[str, int]],
+        cleared: Iterable[tuple[str, int]],
+        keyless: Iterable[tuple[int, int]],
+    ) -> bool:
+        """Records of `topic` that were read but did not decode, and the ids a decodable record freed again.
+
+        Args:
+            records: how many undecodable records were read (the counter).
+            tainted: (transactional id, read offset): the id's newest record did not decode.
+            cleared: (transactional id, read offset): a decodable record of the id at that offset; it supersedes
+                a taint at a lower offset only.
+            keyless: (partition, read offset): a record whose key did not decode either (any id of the
+                partition).
+
+        Returns:
+            Whether anything changed.
+        """
+        changed = records > 0
+        self.undecodable_records += records
+        for transactional_id, offset in tainted:
+            key = (topic, transactional_id)
+            if offset > self.undecodable_ids.get(key, -1):
+                self.undecodable_ids[key] = offset
+                changed = True
+        for transactional_id, offset in cleared:
+            key = (topic, transactional_id)
+            if key in self.undecodable_ids and offset > self.undecodable_ids[key]:
+                del self.undecodable_ids[key]
+                changed = True
+        for partition, offset in keyless:
+            where = (topic, partition)
+            if offset > self.undecodable_partitions.get(where, -1):
+                self.undecodable_partitions[where] = offset
+                changed = True
+        return changed
 
     def add_position(
         self, topic: str, partitions: int, as_of_ms: int, end_offsets: Mapping[int, int]
@@ -197,6 +264,26 @@ class ViewCurrency:
                 result = at if result is None else min(result, at)
         return result
 
+    def undecodable_about(self, transactional_id: str | None) -> bool:
+        """A record that did not decode could be about the owner of a transaction judged against
+        `transactional_id`'s record (None: no record names the producer id, so any record anywhere could).
+
+        With an id: a taint of that id, or a keyless one in a partition that could hold it (the log's partition
+        of the id; any partition of the other topics). Producer ids are never handed from one transactional id
+        to another, so a taint of another id cannot change this one's record.
+        """
+        if transactional_id is None:
+            return bool(self.undecodable_ids or self.undecodable_partitions)
+        if any(tid == transactional_id for _, tid in self.undecodable_ids):
+            return True
+        for topic, partition in self.undecodable_partitions:
+            newest = self.newest.get(topic)
+            if topic != self.transaction_log or newest is None:
+                return True
+            if partition == coordinator_partition(transactional_id, newest.partitions):
+                return True
+        return False
+
     def lag(self) -> ViewLag:
         """How far behind the newest positions the view is."""
         measured = bool(self.topics) and all(t in self.newest for t in self.topics)
@@ -207,8 +294,17 @@ class ViewCurrency:
             for partition, end in p.end_offsets:
                 behind += max(0, end - self.applied_end.get((topic, partition), 0))
         whole = self.current_as_of(None) if measured else None
+        pending = len(self.undecodable_ids) + len(self.undecodable_partitions)
         if newest_as_of is None:
-            return ViewLag(False, False, 0, 0, None)
+            return ViewLag(False, False, 0, 0, None, pending, self.undecodable_records)
         oldest = whole if whole is not None else self.first_as_of_ms
         lag_ms = max(0, newest_as_of - oldest) if oldest is not None else 0
-        return ViewLag(measured, measured and behind == 0, lag_ms, behind, whole)
+        return ViewLag(
+            measured,
+            measured and behind == 0,
+            lag_ms,
+            behind,
+            whole,
+            pending,
+            self.undecodable_records,
+        )

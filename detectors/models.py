@@ -113,6 +113,9 @@ class WithheldReason(StrEnum):
     # The stored coordinator view names neither the producer id nor its previous/next one: the pipeline's own
     # state is inconsistent, which proves nothing about the cluster.
     COORDINATOR_VIEW_INCONSISTENT = "coordinator-view-inconsistent"
+    # A coordinator record that could be about the transaction's owner did not decode (e.g. a value version
+    # newer than txnwatch knows): its content is lost, so the view of that id (or partition) is not complete.
+    COORDINATOR_RECORD_UNDECODABLE = "coordinator-record-undecodable"
 
 
 class CoordinatorRole(StrEnum):

@@ -863,6 +863,12 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
 
 
 def _why_withheld(decision: Decision, e: Evidence) -> str:
+    if decision.withheld is WithheldReason.COORDINATOR_RECORD_UNDECODABLE:
+        return (
+            "withheld: a coordinator record that could be about its owner did not decode (on the dead-letter "
+            "topic; a value version txnwatch does not know?), so the view may miss what it said; judged again "
+            "once a decodable record of that transactional id supersedes it"
+        )
     if decision.withheld is WithheldReason.COORDINATOR_VIEW_INCONSISTENT:
         return (
             "withheld: the stored coordinator view names another producer id (an inconsistency of txnwatch's "

@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, disable_created_metrics, start_http_server
 from prometheus_client import Counter as PromCounter
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
@@ -134,7 +134,7 @@ class VerdictCollector(Collector):
         self.state = state
         self.cluster = cluster
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         verdicts, windows = self.state.snapshot()
         c = self.cluster
         duration = GaugeMetricFamily(
@@ -246,7 +246,7 @@ class VerdictCollector(Collector):
         yield lag
         yield from self._view_metrics(verdicts)
 
-    def _view_metrics(self, verdicts: list[VerdictState]) -> Iterator[GaugeMetricFamily]:
+    def _view_metrics(self, verdicts: list[VerdictState]) -> Iterator[Metric]:
         c = self.cluster
         withheld = GaugeMetricFamily(
             "txnwatch_withheld_verdicts",
@@ -283,6 +283,27 @@ class VerdictCollector(Collector):
         yield lag
         yield behind
         yield current
+        yield from self._undecodable_metrics(view)
+
+    def _undecodable_metrics(self, view: dict[str, Any] | None) -> Iterator[Metric]:
+        # Kept in the stage's state, so the counter survives restarts (it restarts from the checkpoint's count).
+        records = CounterMetricFamily(
+            "txnwatch_coordinator_records_undecodable",
+            "Coordinator records read that did not decode (on the dead-letter topic): their content is lost, so "
+            "verdicts that depend on their transactional id (or partition) are withheld until superseded.",
+            labels=["cluster"],
+        )
+        pending = GaugeMetricFamily(
+            "txnwatch_coordinator_records_undecodable_pending",
+            "Transactional ids (and partitions, when the key did not decode either) whose newest coordinator "
+            "record did not decode: verdicts that depend on them are UNCONFIRMED (coordinator-record-undecodable).",
+            labels=["cluster"],
+        )
+        if view is not None:
+            records.add_metric([self.cluster], view.get("undecodable_records", 0))
+            pending.add_metric([self.cluster], view.get("undecodable_pending", 0))
+        yield records
+        yield pending
 
 
 def _oldest_is_two_phase_commit(verdicts: Iterable[VerdictState]) -> dict[tuple[str, int], bool]:

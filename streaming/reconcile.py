@@ -36,6 +36,7 @@ from detectors.tracking import (
     ReconcileConfig,
     View,
     advance_owners,
+    advance_undecodable,
     applied_facts,
     reconcile_bucket,
     stored_open_entry,
@@ -116,7 +117,9 @@ class ProducerIdFacts(StatefulProcessor):
         records = cast("Iterator[CoordinatorRow]", zip(*columns[:-3], strict=True))
         owners: dict[str, Owner] = _load(self.owners, Owner)
         # Plain tuples in CoordinatorRow's order: a NamedTuple per row would cost as much as the rule.
-        facts = advance_owners(owners, (r for r in records if r[0] is not None))
+        # A row with no producer id did not decode: it is no record to apply, only a taint (advance_undecodable).
+        facts = advance_owners(owners, (r for r in records if r[0] is not None and r[1] is not None))
+        facts.extend(advance_undecodable(owners, columns[0], columns[1], *columns[-3:]))
         _save(self.owners, owners)
         facts.extend(applied_facts(*columns[-3:]))
         if facts:

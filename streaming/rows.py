@@ -83,10 +83,12 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
 
 def fact_rows(facts: DataFrame, buckets: int) -> DataFrame:
     """Stage 1's facts as stage-2 rows: a fact about a producer id goes to its bucket; an "applied" fact (how far
-    the coordinator topics were read) to every bucket."""
+    the coordinator topics were read) and an "undecodable" one (records read whose content is lost) to every
+    bucket."""
     none = {c: F.lit(None).cast("long") for c in STAGE2_INPUT_COLUMNS[7:]}
     none.update(topic=F.lit(None).cast("string"), snapshot_json=F.lit(None).cast("string"))
-    targets = F.when(F.col("fact") == "applied", F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
+    everywhere = F.col("fact").isin("applied", "undecodable")  # every bucket judges against the whole view
+    targets = F.when(everywhere, F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
         F.array(bucket_of("producer_id", buckets).cast("int"))
     )
     return facts.select("*", F.explode(targets).alias("target")).select(

@@ -301,11 +301,23 @@ def _decode_fields(key: bytes | None, value: bytes | None, ts_ms: int) -> tuple[
     )
 
 
+def _key_id(key: bytes | None) -> str | None:
+    """The transactional id of a record key, or None if the key does not decode either."""
+    if key is None:
+        return None
+    try:
+        return decode_key(key).transactional_id
+    except DecodeError:
+        return None
+
+
 def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: raw `__transaction_state` rows → DECODED_SCHEMA rows (runs on executors).
 
     Built column by column: only the decoded fields pass through Python objects; where a record came from is
     copied from the input arrays, and the raw bytes are kept only for rows that did not decode (dead letters).
+    A row that did not decode keeps the transactional id of its key when the key alone decodes (a value version
+    txnwatch does not know): which id the view may now miss a record of (detectors/currency.py).
     `compact` keeps only the records stage 1 needs (`run_ends`), within each Arrow batch: a Kafka partition's
     records come in offset order, and all records of a transactional id are in one partition.
     """
@@ -313,6 +325,7 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
         n = batch.num_rows
         decoded: list[list[Any]] = [[] for _ in _DECODED_FIELDS]
         errors: list[str | None] = []
+        key_ids: list[str | None] = []  # the transactional id, also for a row whose value did not decode
         for key, value, ts_ms in zip(
             batch.column("key").to_pylist(),
             batch.column("value").to_pylist(),
@@ -322,9 +335,11 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
             try:
                 fields: tuple[Any, ...] = _decode_fields(key, value, ts_ms)
                 errors.append(None)
+                key_ids.append(fields[0])
             except (DecodeError, ValueError) as exc:
                 fields = (None,) * len(_DECODED_FIELDS)
                 errors.append(f"undecodable {TRANSACTION_LOG_TOPIC} record: {exc}")
+                key_ids.append(_key_id(key))
             for column, item in zip(decoded, fields, strict=True):
                 column.append(item)
         bad = pa.array([e is not None for e in errors], pa.bool_())
@@ -334,6 +349,7 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
                 name: pa.array(col, DECODED_ARROW_SCHEMA.field(name).type)
                 for name, col in zip(_DECODED_FIELDS, decoded, strict=True)
             },
+            "transactional_id": pa.array(key_ids, pa.string()),
             "schema_version": pa.nulls(n, pa.int64()).fill_null(SCHEMA_VERSION),
             "source_partition": partition.cast(pa.int64()),
             "source_offset": batch.column("offset"),
@@ -349,7 +365,7 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
         out = pa.RecordBatch.from_arrays(
             [columns[f.name].cast(f.type) for f in DECODED_ARROW_SCHEMA], schema=DECODED_ARROW_SCHEMA
         )
-        if compact:
+        if compact:  # decoded[0] has no id for a row that did not decode: run_ends keeps every such row
             out = out.filter(pa.array(run_ends(decoded[0], decoded[1], decoded[-1]), pa.bool_()))
         yield out
 
@@ -417,12 +433,18 @@ def good_coordinator_records(decoded: DataFrame) -> DataFrame:
 
 def coordinator_rows_read(decoded: DataFrame) -> DataFrame:
     """The reconcile query's coordinator input: every row read, with where it was read (`read_topic`,
-    `read_partition`, `read_offset`). A row that did not decode keeps only that (its record fields are null):
-    it goes to the dead-letter query, and it still counts towards how far the view has read
-    (detectors/currency.py), or one bad last record would keep a partition from ever being current."""
+    `read_partition`, `read_offset`). A row that did not decode keeps only that and the transactional id its key
+    names, if any (its other record fields are null, `producer_id` among them): it goes to the dead-letter
+    query, and it counts towards how far the view has read, or one bad last record would keep a partition from
+    ever being current. But it is not applied: its content is lost, so stage 1 marks its id (or, with no id,
+    its partition) as missing a record until a decodable one supersedes it (detectors/currency.py), and no
+    verdict that depends on it is a proof."""
     good = F.col("error").isNull()
     return decoded.select(
-        *[F.when(good, F.col(f.name)).alias(f.name) for f in COORDINATOR_RECORD_SCHEMA.fields],
+        *[
+            F.col(f.name) if f.name == "transactional_id" else F.when(good, F.col(f.name)).alias(f.name)
+            for f in COORDINATOR_RECORD_SCHEMA.fields
+        ],
         F.col("kafka_topic").alias("read_topic"),
         F.col("kafka_partition").cast("long").alias("read_partition"),
         F.col("kafka_offset").alias("read_offset"),

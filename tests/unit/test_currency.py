@@ -83,7 +83,7 @@ def test_current_once_the_position_is_covered_in_either_order() -> None:
     v.applied(LOG, 1, 3)
     v.add_position(LOG, 2, 2_000, {0: 15, 1: 3})
     assert v.current_as_of(None) == 2_000
-    assert v.lag() == (True, True, 0, 0, 2_000)
+    assert v.lag() == (True, True, 0, 0, 2_000, 0, 0)
 
 
 def test_a_transactional_id_needs_only_its_partition() -> None:
@@ -140,7 +140,7 @@ def test_lag_while_behind() -> None:
     lag = v.lag()
     assert (lag.current, lag.lag_ms, lag.records_behind, lag.current_as_of_ms) == (False, 5_000, 300, 1_000)
     v.applied(LOG, 0, 400)
-    assert v.lag() == (True, True, 0, 0, 6_000)
+    assert v.lag() == (True, True, 0, 0, 6_000, 0, 0)
     assert v.pending == []
 
 

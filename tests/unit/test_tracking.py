@@ -601,4 +601,6 @@ def test_bucket_zero_reports_the_views_lag() -> None:
         "lag_ms": 0,
         "records_behind": 6,
         "current_as_of_ms": None,
+        "undecodable_pending": 0,
+        "undecodable_records": 0,
     }
