@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, disable_created_metrics, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    make_wsgi_app,
+    start_http_server,
+)
 from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -385,6 +392,7 @@ class DriverHealth:
         self._names: dict[str, str] = {}  # query id -> name (Spark's idle event carries only the id)
         # query name -> when it last finished a batch or found nothing to do
         self._progress: dict[str, int] = {}
+        self._stopped: str | None = None  # why the queries are stopped, while they are
 
     def _now_ms(self) -> int:
         return round(self._monotonic() * 1000)
@@ -400,6 +408,12 @@ class DriverHealth:
 
     def started(self, query_id: str, name: str) -> None:
         self._names = {**self._names, query_id: name}
+        self._stopped = None
+
+    def stop(self, why: str) -> None:
+        """The queries stopped (to be started again): not ready, for this reason, until they move again."""
+        self._stopped = why
+        self._names, self._progress = {}, {}
 
     def moved(self, query_id: str, name: str | None = None) -> None:
         """The query finished a batch, or checked its sources and found nothing new (Spark's idle event)."""
@@ -413,7 +427,9 @@ class DriverHealth:
         )
 
     def ready(self) -> ProbeAnswer:
-        windows, progress = self._windows, self._progress
+        windows, progress, stopped = self._windows, self._progress, self._stopped
+        if stopped is not None:
+            return ProbeAnswer(False, f"not ready: {stopped}")
         if not windows:
             return ProbeAnswer(False, "not ready: no query started yet")
         return progress_recent(
@@ -497,6 +513,40 @@ def with_probes(metrics_app: Any, driver: DriverHealth) -> Callable[[dict[str, A
         return [body]
 
     return app
+
+
+class Endpoint:
+    """One server for the driver's whole run: /healthz and /readyz from `driver`, and /metrics from the registry of
+    the queries running now (`show`). After a Kafka outage `run` (streaming/job.py) stops the queries and starts
+    them again; the probes answer all the while, and /metrics says 503 while no queries run (as a target that
+    is down: their gauges would be stale)."""
+
+    def __init__(self, host: str, port: int, driver: DriverHealth) -> None:
+        self.driver = driver
+        self._metrics_app: Any = None
+        self._why = "the queries have not started yet"
+        self.server = serve(CollectorRegistry(), host, port)
+        self.server.set_app(with_probes(self._current_metrics, driver))
+
+    def show(self, registry: CollectorRegistry) -> None:
+        self._metrics_app = make_wsgi_app(registry)
+
+    def hide(self, why: str) -> None:
+        self._metrics_app = None
+        self._why = why
+        self.driver.stop(why)
+
+    def _current_metrics(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        app = self._metrics_app
+        if app is not None:
+            return app(environ, start_response)  # type: ignore[no-any-return]
+        body = f"no metrics: {self._why}\n".encode()
+        start_response("503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
+        return [body]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def serve(registry: CollectorRegistry, host: str, port: int, driver: DriverHealth | None = None) -> Any:

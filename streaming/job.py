@@ -31,7 +31,15 @@ from detectors.health import interval_ms, stream_ready_within_ms
 from detectors.settings import Settings
 from detectors.tracking import ReconcileConfig
 from streaming import sources
-from streaming.exporter import DriverHealth, Health, HealthListener, LiveState, VerdictCollector, serve
+from streaming.exporter import (
+    DriverHealth,
+    Endpoint,
+    Health,
+    HealthListener,
+    LiveState,
+    VerdictCollector,
+    serve,
+)
 from streaming.reconcile import reconcile_events
 from streaming.sinks import Output, Sinks
 from streaming.windows import window_metrics
@@ -127,13 +135,16 @@ class RunningJob:
     listener: HealthListener
     metrics_server: Any
     driver: DriverHealth
+    # The run's endpoint, which outlives these queries; None: the server is these queries' own.
+    endpoint: Endpoint | None = None
 
     @property
     def metrics_port(self) -> int:
         return int(self.metrics_server.server_port)
 
-    def stop(self) -> None:
-        """Stop the queries, the health listener and the /metrics endpoint (a later start begins clean)."""
+    def stop(self, why: str = "the queries are stopped") -> None:
+        """Stop the queries, the health listener and the /metrics endpoint (a later start begins clean); a run's
+        endpoint stays up, saying `why` on /readyz."""
         # Stopping a query interrupts its running batch, and Spark and py4j then log the cancelled batch at ERROR
         # with whole Java and Python stack traces: noise on the way out, not a failure. Silenced while stopping.
         py4j = logging.getLogger("py4j")
@@ -153,8 +164,11 @@ class RunningJob:
             self.spark.streams.removeListener(self.listener)
         except Exception as exc:  # the session may already be gone
             log.warning("removing the health listener: %s", exc)
-        self.metrics_server.shutdown()
-        self.metrics_server.server_close()
+        if self.endpoint is not None:
+            self.endpoint.hide(why)
+        else:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
 
     def failed(self) -> str | None:
         for q in self.queries:
@@ -170,7 +184,11 @@ def ensure_topics(opts: StreamOptions, client_kwargs: Mapping[str, Any]) -> None
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(**client_kwargs)
+    # kafka-python refuses options its admin client does not take (a consumer's default.api.timeout.ms in
+    # --command-config is for Spark's consumers), as the pre-flight checks in streaming/cli.py filter them.
+    admin = KafkaAdminClient(
+        **{k: v for k, v in client_kwargs.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    )
     try:
         existing = set(admin.list_topics())
         missing = [t for t in stream_output_topics(opts.settings.topics) if t.name not in existing]
@@ -256,17 +274,23 @@ def start(
     out: TextIO | None = sys.stdout,
     registry: CollectorRegistry | None = None,
     queries: tuple[str, ...] = QUERIES,
+    endpoint: Endpoint | None = None,
 ) -> RunningJob:
-    """Start the three queries and the /metrics endpoint; returns at once."""
+    """Start the three queries and the /metrics endpoint (or show them on the run's `endpoint`); returns once
+    they started."""
     stream = opts.settings.stream
     registry = registry or CollectorRegistry()
     live = LiveState()
     health = Health(registry)
     registry.register(VerdictCollector(live, opts.settings.cluster))
-    driver = DriverHealth(stall_after_ms=round(stream.stall_after_s * 1000))
+    driver = endpoint.driver if endpoint is not None else DriverHealth(stall_after_ms=_stall_after_ms(opts))
     listener = HealthListener(health, driver)
     spark.streams.addListener(listener)
-    server = serve(registry, stream.metrics_host, stream.metrics_port, driver)
+    if endpoint is not None:
+        endpoint.show(registry)
+        server = endpoint.server
+    else:
+        server = serve(registry, stream.metrics_host, stream.metrics_port, driver)
     sinks = Sinks(
         spark,
         live,
@@ -344,7 +368,11 @@ def start(
                 "txnwatch-dead-letter", _union(dead), sinks.dead_letters, "append", opts.secondary_trigger
             )
         )
-    return RunningJob(started, live, health, spark, listener, server, driver)
+    return RunningJob(started, live, health, spark, listener, server, driver, endpoint)
+
+
+def _stall_after_ms(opts: StreamOptions) -> int:
+    return round(opts.settings.stream.stall_after_s * 1000)
 
 
 # While Kafka does not answer, the job checks again after 1, 2, 4 ... seconds, at most this long.
@@ -353,6 +381,21 @@ OUTAGE_BACKOFF_MAX_S = 15.0
 OUTAGE_RESTARTS_MAX = 5
 # No batch for this long: the job asks whether Kafka answers (then every third of it while it stays so).
 STALL_CHECK_S = 30.0
+# Stopping a query whose batch waits on a broker that does not answer (up or not, it holds the connection) blocks
+# until Kafka's timeouts fire, for minutes. `run` asks Spark to give up waiting after this long (the query's thread
+# ends later by itself) and then waits for the stopped queries' threads to end, its loop turning for at most
+# STOPPED_QUERIES_WAIT_S (then /healthz says the loop stalled: a query that never ends is for a restart).
+STOP_TIMEOUT_MS = 10_000
+STOPPED_QUERIES_WAIT_S = 600.0
+
+
+def _await_stopped(queries: list[StreamingQuery], driver: DriverHealth) -> None:
+    """Wait until the stopped queries' threads ended (a query of the same name cannot start before)."""
+    began = time.monotonic()
+    while any(q.isActive for q in queries):
+        if time.monotonic() - began < STOPPED_QUERIES_WAIT_S:
+            driver.turned()
+        time.sleep(1)
 
 
 def kafka_problem(opts: StreamOptions, timeout_ms: int = 5_000) -> str | None:
@@ -415,7 +458,17 @@ def run(
     restart would: the failed batch runs again).
     """
     quiet_kafka_network_warnings(spark)
-    first = start(spark, opts, out=out)
+    spark.conf.set("spark.sql.streaming.stopTimeout", str(STOP_TIMEOUT_MS))
+    # One endpoint for the whole run: its probes answer while the queries are stopped for a Kafka outage.
+    stream = opts.settings.stream
+    endpoint = Endpoint(
+        stream.metrics_host, stream.metrics_port, DriverHealth(stall_after_ms=_stall_after_ms(opts))
+    )
+    try:
+        first = start(spark, opts, out=out, endpoint=endpoint)
+    except BaseException:
+        endpoint.close()
+        raise
     _announce(first, opts, out)
     job: RunningJob | None = first
     deadline = None if seconds is None else time.monotonic() + seconds
@@ -464,15 +517,22 @@ def run(
                         file=sys.stderr,
                         flush=True,
                     )
-                job.stop()
+                stopped = job.queries
+                job.stop(
+                    "the queries are stopped: Kafka does not answer"
+                    if unreachable
+                    else "the queries are stopped: resuming from the checkpoints"
+                )
                 job = None
+                _await_stopped(stopped, endpoint.driver)
                 pause = 1.0
                 while kafka_problem(opts) is not None:
+                    endpoint.driver.turned()  # the loop waits for Kafka, as it should: live
                     if deadline is not None and time.monotonic() >= deadline:
                         return 0
                     time.sleep(pause)
                     pause = min(pause * 2, OUTAGE_BACKOFF_MAX_S)
-                job = start(spark, opts, out=out)
+                job = start(spark, opts, out=out, endpoint=endpoint)
                 say_up("queries resumed from their checkpoints")
                 _announce(job, opts, out)
                 last_batch, batch_seen_at = _last_batch(job), time.monotonic()
@@ -499,4 +559,5 @@ def run(
     finally:
         if job is not None:
             job.stop()
+        endpoint.close()
     return 0

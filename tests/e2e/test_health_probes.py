@@ -3,8 +3,9 @@ processes against a dedicated one-node test bed, whose broker is then paused (SI
 and answers nothing, like a wedged broker).
 
 Both components must stay live (their loops keep turning: requests time out and are retried, so a restart would
-change nothing) and turn not ready within their windows (no sweep published, no batch finished); when the broker
-resumes (SIGCONT) both are ready again. The bed is this module's own: pausing the session broker would stall
+change nothing) and turn not ready within their windows (no sweep published, no batch finished). The job goes on
+to its outage path (a query fails, it stops the queries and waits for Kafka) with its endpoint still answering;
+when the broker resumes (SIGCONT) both are ready again. The bed is this module's own: pausing the session broker would stall
 every other test.
 """
 
@@ -28,7 +29,7 @@ import pytest
 
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 # The windows, small so the test takes seconds: the collector sweeps every second and is ready while a sweep was
@@ -36,6 +37,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # finished a batch within 3 triggers + 8 s (14 s), its 15 s-trigger queries within 53 s.
 COLLECTOR_ENV = {"TXNWATCH_COLLECTOR__READY_INTERVALS": "2"}
 STREAM_ENV = {"TXNWATCH_STREAM__READY_INTERVALS": "3", "TXNWATCH_STREAM__READY_SLACK_S": "8"}
+# Spark's Kafka clients give up on a paused broker after 20 s (60 s by default), so the job's outage path runs
+# within the test: its queries fail, it stops them and waits for Kafka.
+STREAM_PROPERTIES = "request.timeout.ms=10000\ndefault.api.timeout.ms=20000\n"
 FIRST_BATCH_S = 300.0
 
 
@@ -142,6 +146,8 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
             collector_port,
         )
         started.append(collector)
+        properties = directory / "stream.properties"
+        properties.write_text(STREAM_PROPERTIES)
         stream = launch(
             "stream",
             [
@@ -149,6 +155,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
                 *common,
                 *("--checkpoint-location", str(directory / "checkpoints"), "--master", "local[2]"),
                 *("--trigger", "2 seconds", "--metrics-port", str(stream_port)),
+                *("--command-config", str(properties)),
             ],
             STREAM_ENV,
             directory,
@@ -183,27 +190,42 @@ def test_a_paused_broker_makes_both_unready_but_not_dead_and_they_recover(bed: B
     assert stream.probe("/healthz")[0] == 200
     assert "txnwatch_build_info{" in stream.probe("/metrics")[1]
 
+    live: dict[str, list[int]] = {"collector": [], "stream": []}  # every /healthz answer while paused
+
+    def readiness(c: Component) -> tuple[int, str]:
+        live[c.name].append(c.probe("/healthz")[0])
+        return c.probe("/readyz")
+
     os.kill(bed.broker_pid, signal.SIGSTOP)
     try:
         paused_at = time.monotonic()
-        seen_live: dict[str, list[int]] = {"collector": [], "stream": []}
-
-        def unready(c: Component) -> bool:
-            seen_live[c.name].append(c.probe("/healthz")[0])
-            return c.probe("/readyz")[0] == 503
-
-        took = wait_until("the collector to turn unready", 30, lambda: unready(collector), collector)
+        took = wait_until(
+            "the collector to turn unready", 30, lambda: readiness(collector)[0] == 503, collector
+        )
         status, why = collector.probe("/readyz")
         print(f"collector unready {took:.1f}s after the pause: {why}")
         assert status == 503 and why.startswith("not ready: last sweep published")
-        took = wait_until("the job to turn unready", 60, lambda: unready(stream), stream)
+        took = wait_until("the job to turn unready", 60, lambda: readiness(stream)[0] == 503, stream)
         status, why = stream.probe("/readyz")
         print(f"job unready {took:.1f}s after the pause: {why}")
         assert status == 503 and why.startswith("not ready: last txnwatch-reconcile batch")
-        # Their loops still turn (requests time out and are retried): live, so Kubernetes restarts neither.
-        assert collector.probe("/healthz")[0] == 200 and stream.probe("/healthz")[0] == 200
-        assert set(seen_live["collector"]) == {200} and set(seen_live["stream"]) == {200}, seen_live
-        print(f"paused for {time.monotonic() - paused_at:.1f}s")
+        # Spark's Kafka client gives up (20 s here: STREAM_PROPERTIES) and a query fails; the job stops its
+        # queries and waits for Kafka. Its endpoint stays up and says so; the loop that waits is live.
+        took = wait_until(
+            "the job to stop its queries",
+            180,
+            lambda: readiness(stream)[1] == "not ready: the queries are stopped: Kafka does not answer",
+            stream,
+        )
+        print(f"job stopped its queries {time.monotonic() - paused_at:.1f}s after the pause")
+        assert stream.probe("/metrics")[0] == 503
+        for _ in range(3):  # and the collector still retries
+            readiness(collector)
+        # Both loops kept turning (requests time out and are retried): live throughout, no restart wanted.
+        assert set(live["collector"]) == {200} and set(live["stream"]) == {200}, live
+        print(
+            f"paused for {time.monotonic() - paused_at:.1f}s; /healthz asked {sum(map(len, live.values()))} times"
+        )
     finally:
         os.kill(bed.broker_pid, signal.SIGCONT)
 
@@ -211,6 +233,11 @@ def test_a_paused_broker_makes_both_unready_but_not_dead_and_they_recover(bed: B
         "the collector to be ready again", 60, lambda: collector.probe("/readyz")[0] == 200, collector
     )
     print(f"collector ready again {took:.1f}s after the broker resumed")
-    took = wait_until("the job to be ready again", 180, lambda: stream.probe("/readyz")[0] == 200, stream)
-    print(f"job ready again {took:.1f}s after the broker resumed")
+    took = wait_until(
+        "the job to be ready again", FIRST_BATCH_S, lambda: stream.probe("/readyz")[0] == 200, stream
+    )
+    print(
+        f"job ready again {took:.1f}s after the broker resumed (its queries restarted from the checkpoints)"
+    )
     assert collector.probe("/healthz")[0] == 200 and stream.probe("/healthz")[0] == 200
+    assert stream.probe("/metrics")[0] == 200

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
-from streaming.exporter import DriverHealth, Health, HealthListener, serve
+from streaming.exporter import DriverHealth, Endpoint, Health, HealthListener, serve
 
 pytestmark = pytest.mark.spark
 
@@ -76,3 +76,37 @@ def test_the_driver_is_ready_while_every_query_moves_and_live_while_its_loop_tur
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_run_endpoint_keeps_answering_probes_while_the_queries_are_stopped() -> None:
+    clock = Clock()
+    driver = DriverHealth(stall_after_ms=20_000, monotonic=clock)
+    endpoint = Endpoint("127.0.0.1", 0, driver)
+    url = f"http://127.0.0.1:{endpoint.server.server_port}"
+    try:
+        registry = CollectorRegistry()
+        Health(registry)
+        endpoint.show(registry)
+        driver.expect("txnwatch-reconcile", 10_000)
+        driver.started("q-1", "txnwatch-reconcile")
+        driver.moved("q-1")
+        assert get(f"{url}/readyz")[0] == 200
+        assert "txnwatch_build_info{" in get(f"{url}/metrics")[1]
+        # A Kafka outage: run() stops the queries and waits, its loop still turning.
+        endpoint.hide("the queries are stopped: Kafka does not answer")
+        clock.s += 30
+        driver.turned()
+        assert get(f"{url}/healthz")[0] == 200
+        assert get(f"{url}/readyz") == (503, "not ready: the queries are stopped: Kafka does not answer\n")
+        status, body = get(f"{url}/metrics")
+        assert status == 503 and body.startswith("no metrics: the queries are stopped")
+        # Started again from the checkpoints: ready once the query moves again, on the new registry.
+        fresh = CollectorRegistry()
+        Health(fresh)
+        endpoint.show(fresh)
+        driver.started("q-2", "txnwatch-reconcile")
+        assert get(f"{url}/readyz") == (503, "not ready: no txnwatch-reconcile batch yet\n")
+        driver.moved("q-2")
+        assert get(f"{url}/readyz")[0] == 200 and get(f"{url}/metrics")[0] == 200
+    finally:
+        endpoint.close()
