@@ -147,7 +147,7 @@ def test_an_undecodable_record_withholds_the_verdict_until_a_decodable_one_super
             done = v is not None and v.kind in ("UNCONFIRMED", "HANGING")
             return v if done and v.withheld != "coordinator-view-behind" else None
 
-        v = wait_for(judged_on_the_current_view, 120, "the verdict once the view has read the log's end")
+        v = wait_for(judged_on_the_current_view, 180, "the verdict once the view has read the log's end")
         # The stale CompleteAbort record must not prove HANGING: the id's newest record was not read.
         assert (v.kind, v.reason, v.withheld) == (
             "UNCONFIRMED",
@@ -176,9 +176,9 @@ def test_an_undecodable_record_withholds_the_verdict_until_a_decodable_one_super
             v = verdict()
             return v if v is not None and v.kind == "HANGING" else None
 
-        v = wait_for(hanging, 120, "the verdict once a decodable record supersedes the lost one")
+        v = wait_for(hanging, 180, "the verdict once a decodable record supersedes the lost one")
         assert v.reason == "coordinator-completed"
-        (c,) = wait_for(candidates, 60, "the candidate")
+        (c,) = wait_for(candidates, 120, "the candidate")
         assert (c.topic, c.spec.producer_id, c.start_offset) == (data_topic, PID, 5)
         m = scrape(running.metrics_port)
         assert m["txnwatch_coordinator_records_undecodable_total"] == [({"cluster": "und"}, 1.0)]
