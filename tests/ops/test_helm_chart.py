@@ -566,6 +566,29 @@ def test_every_component_has_startup_liveness_and_readiness_probes_on_its_health
     assert len(seen) == 2, seen
 
 
+def test_the_spark_application_pod_templates_are_valid_pods(
+    renders: dict[str, Rendered], tmp_path: Path
+) -> None:
+    # spark-operator's CRD keeps `driver.template` / `executor.template` unchecked
+    # (x-kubernetes-preserve-unknown-fields), so the probes and security contexts in them are validated here as
+    # the Pods Spark builds from them.
+    app = renders["spark-application-values.yaml"].one("SparkApplication")
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"template-{role}"},
+            "spec": app["spec"][role]["template"]["spec"],
+        }
+        for role in ("driver", "executor")
+    ]
+    manifest = tmp_path / "templates.yaml"
+    manifest.write_text(yaml.safe_dump_all(pods))
+    report = kubeconform(manifest)
+    assert report["returncode"] == 0, json.dumps(report["resources"], indent=1) + report["stderr"]
+    assert report["summary"]["valid"] == 2, report["summary"]
+
+
 def test_the_drivers_startup_window_allows_a_slow_spark_start(renders: dict[str, Rendered]) -> None:
     for values in ("spark-application-values.yaml", "deployment-local-values.yaml"):
         windows = {
