@@ -1,13 +1,15 @@
-"""The top-level Dockerfile, checked without Docker (none on these machines): its stages, that it installs what
-`make` installs (the same POM and Maven settings for the connector jars, the project from pyproject.toml), that
-it runs as the non-root user the chart expects, that every path the chart names exists in it, and its entrypoint
-script run for real: `collect --help` as the collector starts, and `driver ...` through pyspark's spark-submit
-as Spark on Kubernetes starts a driver pod.
+"""The top-level Dockerfile read as text, next to tests/e2e/test_image.py which builds and runs it: its stages
+and targets, that it installs what `make` installs (the same POM and Maven settings for the connector jars, the
+project from pyproject.toml, the collector without the Spark side), that it runs as the non-root user the chart
+expects, that every path the chart names exists in it, its version labels, and its entrypoint script run for
+real from .venv: `collect --help` as the collector starts, and `driver ...` through pyspark's spark-submit as
+Spark on Kubernetes starts a driver pod.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import os
 import re
@@ -18,10 +20,13 @@ import tomllib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
 import yaml
+
+from dev import image
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -94,6 +99,25 @@ def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
 ARGS, STAGES = parse(DOCKERFILE.read_text())
 FINAL = STAGES[-1]
 BY_NAME = {s.name: s for s in STAGES if s.name}
+TARGETS = [BY_NAME["collector"], FINAL]
+PYPROJECT = (ROOT / "pyproject.toml").read_text()
+
+
+def _load_requirements_script() -> Any:
+    """deploy/image/requirements.py, the script the Dockerfile runs (not a package of the project)."""
+    spec = importlib.util.spec_from_file_location("image_requirements", ROOT / "deploy/image/requirements.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REQUIREMENTS = _load_requirements_script()
+SPARK_SIDE, distribution_name, requirements = (
+    REQUIREMENTS.SPARK_SIDE,
+    REQUIREMENTS.distribution_name,
+    REQUIREMENTS.requirements,
+)
 
 
 def copy_target(stage: Stage, source: str) -> str:
@@ -119,14 +143,29 @@ def dockerignored(path: str) -> bool:
 
 
 def test_stages_and_base_images() -> None:
-    assert [s.name for s in STAGES] == ["jars", "venv", None]
+    assert [s.name for s in STAGES] == [
+        "jars",
+        "collector-deps",
+        "stream-deps",
+        "wheel",
+        "collector",
+        "stream",
+    ]
+    assert (
+        image.TARGETS == ("collector", "stream") and FINAL.name == "stream"
+    )  # a plain build gives the chart's
     python = ARGS["PYTHON_VERSION"]
-    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    requires = tomllib.loads(PYPROJECT)["project"]["requires-python"]
     assert requires == ">=3.11" and tuple(map(int, python.split("."))) >= (3, 11)
-    assert BY_NAME["venv"].image == FINAL.image == "python:${PYTHON_VERSION}-slim-bookworm"
-    # Spark 4 needs Java 17+.
+    # The base images are build arguments defaulting to the public images; dev/image.py passes its own.
+    assert ARGS["PYTHON_IMAGE"] == "python:${PYTHON_VERSION}-slim-bookworm"
+    assert "temurin-17" in ARGS["MAVEN_IMAGE"]
+    assert {b.build_arg for b in image.BASES} == {"PYTHON_IMAGE", "MAVEN_IMAGE"}
+    for stage in STAGES:
+        assert stage.image in ("${PYTHON_IMAGE}", "${MAVEN_IMAGE}") or stage.image in BY_NAME, stage
+    # Spark 4 needs Java 17+; the collector has no JVM at all.
     assert "openjdk-17-jre-headless" in FINAL.all("RUN")[0].args
-    assert "temurin-17" in BY_NAME["jars"].image
+    assert not any("openjdk" in r.args or "apt-get" in r.args for r in BY_NAME["collector"].all("RUN"))
 
 
 def test_it_resolves_the_jars_as_make_does() -> None:
@@ -144,15 +183,41 @@ def test_it_resolves_the_jars_as_make_does() -> None:
 
 
 def test_it_installs_the_project_without_dev_tools() -> None:
-    venv = BY_NAME["venv"]
-    (install,) = [r for r in venv.all("RUN") if "pip install" in r.args]
-    assert install.args.split()[-1] == "."  # pyproject.toml's runtime dependencies, not `.[dev]`, not -e
-    copied = {w.rstrip("/") for c in venv.all("COPY") for w in c.words()[:-1]}
+    wheel = BY_NAME["wheel"]
+    (build,) = [r for r in wheel.all("RUN") if "pip wheel" in r.args]
+    assert (
+        build.args.split()[-1] == "." and "--no-deps" in build.args
+    )  # pyproject.toml's project, not `.[dev]`
+    copied = {w.rstrip("/") for c in wheel.all("COPY") for w in c.words()[:-1]}
     assert copied == {"pyproject.toml", "README.md", "txnwatch_cli.py", "detectors", "admin", "streaming"}
+    # Each target installs the wheel without dependencies, on the dependencies its deps stage installed.
+    for target, deps in ((BY_NAME["collector"], "collector-deps"), (FINAL, "stream-deps")):
+        assert copy_target(target, "/opt/venv") == "/opt/venv"
+        assert any(c.flags().get("from") == deps for c in target.all("COPY") if "/opt/venv" in c.words())
+        assert any(
+            "pip install --no-cache-dir --no-deps /tmp/wheels/*.whl" in r.args for r in target.all("RUN")
+        )
     # dev/ (the test bed) stays out: nothing the apps run imports it.
     for room in ("detectors", "admin", "streaming"):
         for py in (ROOT / room).rglob("*.py"):
             assert not re.search(r"^\s*(from|import) dev\b", py.read_text(), re.M), py
+
+
+def test_the_collector_gets_every_dependency_but_the_spark_side() -> None:
+    deps = tomllib.loads(PYPROJECT)["project"]["dependencies"]
+    collector, spark = requirements(PYPROJECT, "collector"), requirements(PYPROJECT, "spark")
+    assert sorted(collector + spark) == sorted(deps) and not set(collector) & set(spark)
+    assert {distribution_name(d) for d in spark} == SPARK_SIDE
+    assert "RUN python requirements.py collector" in DOCKERFILE.read_text().replace("    && ", "RUN ")
+    assert "RUN python requirements.py spark" in DOCKERFILE.read_text()
+    # What the collector image runs never imports the Spark side: admin/, detectors/, the console script and
+    # the one module of streaming/ it loads to register `txnwatch stream` (streaming/cli.py).
+    modules = "|".join(sorted(SPARK_SIDE))
+    files = [*(ROOT / "admin").rglob("*.py"), *(ROOT / "detectors").rglob("*.py")]
+    files += [ROOT / "txnwatch_cli.py", ROOT / "streaming" / "cli.py"]
+    for py in files:
+        top_level = re.findall(rf"^(?:from|import) ({modules})\b", py.read_text(), re.M)
+        assert not top_level, f"{py.relative_to(ROOT)} imports {top_level} at module level"
 
 
 def test_copied_paths_exist_and_reach_the_build_context() -> None:
@@ -165,18 +230,47 @@ def test_copied_paths_exist_and_reach_the_build_context() -> None:
                 assert (ROOT / path).exists(), f"COPY {source}: no such path"
                 assert not dockerignored(path), f"COPY {source}: left out by .dockerignore"
     assert dockerignored(".venv") and dockerignored(".cache") and dockerignored("tests")
+    # dev/image.py hashes exactly the build context to know when to rebuild.
+    sources = {
+        w.rstrip("/")
+        for s in STAGES
+        for c in s.all("COPY")
+        if "from" not in c.flags()
+        for w in c.words()[:-1]
+    }
+
+    def under(source: str, path: str) -> bool:
+        return source == path or source.startswith(path + "/")
+
+    assert all(any(under(s, p) for p in image.CONTEXT_PATHS) for s in sources), sources
+    assert all(any(under(s, p) for s in sources) for p in image.CONTEXT_PATHS), image.CONTEXT_PATHS
+    assert all(not dockerignored(p) for p in image.CONTEXT_PATHS)
+
+
+def test_labels_carry_the_version() -> None:
+    version = tomllib.loads(PYPROJECT)["project"]["version"]
+    for target in TARGETS:
+        args = dict(a.args.partition("=")[::2] for a in target.all("ARG"))
+        assert args["VERSION"] == version == image.version()
+        (label,) = target.all("LABEL")
+        labels = dict(w.split("=", 1) for w in shlex.split(label.args))
+        assert labels["org.opencontainers.image.version"] == "${VERSION}"
+        assert labels["org.opencontainers.image.revision"] == "${REVISION}"
+        assert labels["org.opencontainers.image.source"] == "${SOURCE}"
+        assert labels["org.opencontainers.image.licenses"] == tomllib.loads(PYPROJECT)["project"]["license"]
 
 
 def test_runs_as_the_non_root_user_the_chart_expects() -> None:
-    (user,) = FINAL.all("USER")
-    uid, gid = (int(x) for x in user.args.split(":"))
-    assert uid != 0 and gid != 0
-    # Numeric, so the kubelet can enforce runAsNonRoot without reading /etc/passwd.
-    assert (uid, gid) == (
-        VALUES["podSecurityContext"]["runAsUser"],
-        VALUES["podSecurityContext"]["runAsGroup"],
-    )
-    assert "--uid 10001" in FINAL.all("RUN")[0].args
+    for target in TARGETS:
+        (user,) = target.all("USER")
+        uid, gid = (int(x) for x in user.args.split(":"))
+        assert uid != 0 and gid != 0
+        # Numeric, so the kubelet can enforce runAsNonRoot without reading /etc/passwd.
+        assert (uid, gid) == (
+            VALUES["podSecurityContext"]["runAsUser"],
+            VALUES["podSecurityContext"]["runAsGroup"],
+        )
+        assert "--uid 10001" in target.all("RUN")[0].args
 
 
 def test_paths_the_chart_names_exist_in_the_image() -> None:
@@ -195,12 +289,15 @@ def test_paths_the_chart_names_exist_in_the_image() -> None:
 
 
 def entrypoint_script() -> tuple[str, str]:
-    (entrypoint,) = FINAL.all("ENTRYPOINT")
-    (path,) = json.loads(entrypoint.args)  # exec form: signals reach txnwatch / spark-submit directly
-    (written,) = [c for c in FINAL.all("COPY") if c.heredoc is not None and c.words()[-1] == path]
-    assert written.flags()["chmod"] == "0755"
-    assert written.heredoc is not None
-    return path, written.heredoc
+    paths = set()
+    for target in TARGETS:
+        (entrypoint,) = target.all("ENTRYPOINT")
+        (path,) = json.loads(entrypoint.args)  # exec form: signals reach txnwatch / spark-submit directly
+        (written,) = [c for c in target.all("COPY") if c.words()[-1] == path]
+        assert written.flags()["chmod"] == "0755"
+        paths.add((path, written.words()[0]))
+    ((path, source),) = paths
+    return path, (ROOT / source).read_text()
 
 
 @pytest.fixture
