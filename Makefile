@@ -10,7 +10,7 @@ JARS   := .cache/jars
 MVN    := mvn -q -B -s dev/jvm/settings.xml
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv jars tools lint typecheck test test-unit testbed-up testbed-down clean demo bench faults-long
+.PHONY: help deps venv jars tools image lint typecheck test test-unit testbed-up testbed-down clean demo bench faults-long
 
 help:
 	@echo "make demo          a local broker, real traffic incl. a hanging transaction, the collector and the streaming job (DEMO_SECONDS=300)"
@@ -54,6 +54,11 @@ jars: $(JARS)/kafka/.resolved $(JARS)/spark/.resolved
 tools: venv
 	$(PY) -m dev.gotools ensure promtool prometheus helm kubeconform >/dev/null
 
+# The container images, both targets of the Dockerfile (collector, stream), built with buildah on bases made from
+# Debian's packages (dev/image.py: no Docker engine or registry needed); quick when their inputs did not change.
+image:
+	$(PYTHON) -m dev.image build
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -62,7 +67,7 @@ typecheck: venv
 	$(VENV)/bin/mypy detectors admin streaming
 
 # Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
-test: deps venv jars tools lint typecheck
+test: deps venv jars tools image lint typecheck
 	$(VENV)/bin/pytest tests -m "not long" $(PYTEST_ARGS)
 
 # The fault tests that wait for real minutes (docs/reliability.md, Faults): the streaming job down for 10 minutes.
@@ -82,6 +87,7 @@ testbed-down: venv
 
 clean:
 	-$(PY) -m dev.kafka down
+	-$(PYTHON) -m dev.image release
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
 
 # The README's first command: broker, traffic (steady, late, really hanging), collector and streaming job, shown
