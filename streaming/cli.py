@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from kafka.errors import KafkaError
 from pydantic import ValidationError
@@ -166,6 +167,15 @@ def load_settings(args: argparse.Namespace) -> tuple[Settings, tuple[str, ...], 
     return settings, ignored, parse_properties(texts[0] if texts else "")
 
 
+def absolute_checkpoint(location: str) -> str:
+    """A local checkpoint path made absolute (the job may start in another working directory than the next run);
+    a Hadoop file system URI (`s3a://bucket/path`, `file:///path`) kept as given: as a path it would become a
+    local folder named `s3a:`."""
+    if urlparse(location).scheme:
+        return location
+    return str(Path(location).resolve())
+
+
 def stream_options(
     settings: Settings,
     java_props: Mapping[str, str],
@@ -178,7 +188,7 @@ def stream_options(
     made absolute) and kafka-python uses `settings.kafka`."""
     from streaming.job import StreamOptions
 
-    checkpoint = str(Path(settings.stream.checkpoint_location).resolve())
+    checkpoint = absolute_checkpoint(settings.stream.checkpoint_location)
     return StreamOptions(
         settings=overlay(settings, {"stream": {"checkpoint_location": checkpoint}}),
         kafka_options={**java_props, "bootstrap.servers": settings.kafka.bootstrap_servers},

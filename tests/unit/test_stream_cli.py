@@ -197,3 +197,22 @@ def test_connector_jars_come_from_the_settings_folder(tmp_path: Path) -> None:
     assert connector_jars(tmp_path) == [str(tmp_path / "spark" / "a.jar"), str(tmp_path / "spark" / "b.jar")]
     with pytest.raises(RuntimeError, match="run `make jars`"):
         connector_jars(tmp_path / "empty")
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_checkpoint_uri_kept_local_path_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streaming.cli import load_settings, stream_options
+
+    monkeypatch.chdir(tmp_path)
+
+    def checkpoint(location: str) -> str:
+        settings, _, java = load_settings(_parse("--checkpoint-location", location))
+        return stream_options(settings, java, is_terminal=False).settings.stream.checkpoint_location
+
+    # An object-store checkpoint is a Hadoop URI, not a folder named `s3a:` under the working directory.
+    assert checkpoint("s3a://bucket/txnwatch/ck") == "s3a://bucket/txnwatch/ck"
+    assert checkpoint("file:///var/lib/ck") == "file:///var/lib/ck"
+    assert checkpoint("ck") == str(tmp_path / "ck")
+    assert checkpoint("/var/lib/ck") == "/var/lib/ck"
