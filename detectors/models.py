@@ -174,6 +174,9 @@ class OpenTransaction(Model):
     start_batch_producer_epoch: int | None = Field(default=None, ge=0, le=MAX_PRODUCER_EPOCH)
     last_sequence: int = Field(default=-1, ge=-1)
     last_timestamp_ms: int = Field(default=-1, ge=-1)
+    # On `__consumer_offsets`: the consumer group whose offset commit the start batch holds (its record keys), the
+    # group this transaction blocks (detectors/groups.py); None elsewhere or when the batch was not read.
+    offset_commit_group: str | None = None
 
     @property
     def open_since_ms(self) -> int:
@@ -512,6 +515,8 @@ class Evidence(Model):
     judged_as_of_ms: int | None = None
     # When the pipeline first saw this transaction open (collector clock), if it tracks it.
     first_seen_ms: int | None = None
+    # On `__consumer_offsets`: the consumer group whose pending offset commit this is (OpenTransaction's).
+    offset_commit_group: str | None = None
 
 
 class Verdict(Model):

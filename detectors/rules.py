@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
 from detectors.contract import COMPLETED_STATES, OWNING_STATES, PREPARING_STATES
+from detectors.groups import blocked_groups_note
 from detectors.lateness import (
     age_ms,
     elapsed_beyond_skew_ms,
@@ -754,6 +755,7 @@ def _evidence(
         max_transaction_timeout_source="broker" if ctx.max_transaction_timeout_ms is not None else "default",
         late_threshold_ms=late_threshold_ms(max_timeout, limits.late_buffer_ms),
         overdue_threshold_ms=overdue_threshold,
+        offset_commit_group=txn.offset_commit_group,
     )
 
 
@@ -859,6 +861,7 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
             "; two-phase commit: no timeout (KIP-939, timeout Integer.MAX_VALUE): its transaction manager ends "
             "it, or Kafka 4.1+'s Admin.forceTerminateTransaction; never a marker"
         )
+    why += blocked_groups_note(e.topic, e.partition, e.offset_commit_group)
     return f"{head}; {why}"
 
 
