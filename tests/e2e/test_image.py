@@ -1,0 +1,198 @@
+"""The container images, run as a user runs them: both components and the abort from the images, not from .venv.
+
+dev/image.py builds both targets (`make image`; skipped when the inputs did not change) and runs them with
+`buildah run` (no Docker engine here): chroot isolation, the host's network (the session's test-bed broker on
+127.0.0.1), user 10001, the root file system mounted read-only and a tmpfs on /tmp, as the Helm chart runs them.
+`txnwatch collect` runs from the collector image and `txnwatch stream` (Spark, its Kafka connector, the JRE)
+from the stream image; a real orphan (dev/workload.py --scenario hanging) must come out as an OPENED candidate,
+and `txnwatch proposals abort --execute` from the collector image must end it: the record behind it reaches a
+read_committed reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_stream_e2e import read_topic, wait_for
+from workloads import produce_plain, read_committed_values, run_workload
+
+from detectors.models import AbortCandidate
+from dev import image
+
+pytestmark = pytest.mark.e2e
+
+CLUSTER = "image-test"
+ENTRYPOINT = "/opt/txnwatch/entrypoint.sh"
+# Spark's first micro-batch in the container, then the grace and two collector sweeps: generous on a shared
+# 2-core machine; a candidate that never comes fails.
+DETECTION_TIMEOUT_S = 420.0
+RUN_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, str]:
+    """Both targets, built if their inputs changed since the last build (`make test` builds them before)."""
+    return {built.target: built.name for built in image.build()}
+
+
+def stop(proc: subprocess.Popen[str], ctr: image.Container) -> None:
+    """SIGTERM to `buildah run` and everything it started in its process group, then what is left inside the
+    container (by its root directory), SIGKILL after 30 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+        for pid in ctr.processes():
+            os.kill(pid, sig)
+        deadline = time.monotonic() + 30
+        while (proc.poll() is None or ctr.processes()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if proc.poll() is not None and not ctr.processes():
+            return
+
+
+def start(ctr: image.Container, log: Path, *args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ctr.run(ENTRYPOINT, *args, env=env),
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+@pytest.fixture
+def containers(images: dict[str, str]) -> Iterator[tuple[image.Container, image.Container]]:
+    with image.container(images["collector"]) as collector, image.container(images["stream"]) as stream:
+        yield collector, stream
+
+
+def test_the_root_file_system_is_read_only_and_the_user_is_not_root(
+    containers: tuple[image.Container, image.Container],
+) -> None:
+    for ctr in containers:
+        done = subprocess.run(
+            ctr.run("sh", "-c", "id -u; touch /tmp/ok && echo tmp-writable; touch /home/txnwatch/x"),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        assert done.stdout.split() == ["10001", "tmp-writable"], done.stdout + done.stderr
+        assert "Read-only file system" in done.stderr
+        # Read-only for root too: it is the mount, not file permissions.
+        done = subprocess.run(
+            ctr.run("touch", "/opt/x", user="0:0"), capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        )
+        assert done.returncode != 0 and "Read-only file system" in done.stderr, done.stderr
+
+
+def test_the_images_carry_their_version(images: dict[str, str]) -> None:
+    for name in images.values():
+        labels = image.image_labels(name)
+        assert labels["org.opencontainers.image.version"] == image.version()
+        assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+        # The commit of the sources it was built from (a later commit that changed none of them reuses it).
+        commit = labels["org.opencontainers.image.revision"].removesuffix("-dirty")
+        assert (
+            subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=image.ROOT).returncode == 0
+        )
+
+
+@pytest.mark.timeout(1800)  # a cold build of the images happens in the fixture when `make image` did not run
+def test_collect_and_stream_from_the_images_find_and_abort_a_real_orphan(
+    containers: tuple[image.Container, image.Container], bootstrap: str, tmp_path: Path
+) -> None:
+    collector_ctr, stream_ctr = containers
+    prefix = f"img{uuid.uuid4().hex[:8]}"
+    common = ("--bootstrap-server", bootstrap, "--cluster", CLUSTER, "--topic-prefix", prefix)
+    collector = start(
+        collector_ctr, tmp_path / "collect.log", "collect", *common, "--interval", "5", "--metrics-port", "0"
+    )
+    stream = start(
+        stream_ctr,
+        tmp_path / "stream.log",
+        "stream",
+        *common,
+        "--checkpoint-location",
+        "/tmp/checkpoints",
+        "--starting-offsets",
+        "earliest",
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--metrics-port",
+        "0",
+        "--output",
+        "json",
+        HOME="/tmp",
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    try:
+        truth = run_workload(bootstrap, "--scenario", "hanging", "--topic-prefix", f"{prefix}-hang-")
+        (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
+        topic, partition, start_offset = h["topic"], h["partition"], h["start_offset"]
+        produce_plain(bootstrap, topic, partition, b"after-the-orphan")
+        made = time.monotonic()
+        assert read_committed_values(bootstrap, topic, partition, start_offset, timeout_s=3) == []
+
+        def opened() -> list[AbortCandidate]:
+            assert collector.poll() is None, (tmp_path / "collect.log").read_text()[-3000:]
+            assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
+            return [
+                c
+                for c in (
+                    AbortCandidate.model_validate_json(r.value)
+                    for r in read_topic(bootstrap, f"{prefix}.abort-candidates")
+                    if r.value is not None
+                )
+                if c.topic == topic and c.status.value == "OPENED"
+            ]
+
+        (candidate,) = wait_for(opened, DETECTION_TIMEOUT_S, "the orphan's OPENED candidate from the images")
+        assert (candidate.partition, candidate.start_offset, candidate.spec.producer_id) == (
+            partition,
+            start_offset,
+            h["producer_id"],
+        )
+        print(f"\ncandidate from the images {time.monotonic() - made:.1f}s after the orphan")
+        # Both components really ran inside the containers, as user 10001.
+        for ctr in containers:
+            pids = ctr.processes()
+            assert pids and {image.process_uid(pid) for pid in pids} == {10001}
+
+        done = subprocess.run(
+            collector_ctr.run(
+                ENTRYPOINT,
+                "proposals",
+                "abort",
+                candidate.candidate_id,
+                "--execute",
+                "--actor",
+                "image-test",
+                *common,
+                "--output",
+                "json",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["outcome"] == "ABORTED"
+        # The orphan is over: the last stable offset moved past it, the record behind it is readable.
+        assert b"after-the-orphan" in read_committed_values(bootstrap, topic, partition, start_offset)
+    finally:
+        stop(stream, stream_ctr)
+        stop(collector, collector_ctr)
