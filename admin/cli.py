@@ -397,7 +397,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
             pub, cluster = publisher, settings.cluster
 
             def poll_coordinators() -> int:
+                withheld = poller.withheld_expiries
                 poll, _ = publish_coordinator_poll(poller, pub, wire, cluster=cluster)
+                metrics.coordinator_expiries_withheld.inc(poller.withheld_expiries - withheld)
                 return len(poll.records)
 
             also.append(poll_coordinators)

@@ -102,6 +102,15 @@ class CollectorMetrics:
             subsystem=sub,
             registry=reg,
         )
+        self.coordinator_expiries_withheld = Counter(
+            "coordinator_expiries_withheld",
+            "Transactional ids gone from ListTransactions but not tombstoned (--coordinator-source describe), "
+            "because the current coordinator of their __transaction_state partition could not show they expired: "
+            "a coordinator move, a partition loading or without a leader. Counted once per poll that met them.",
+            namespace=ns,
+            subsystem=sub,
+            registry=reg,
+        )
         self.sweep_failures = Counter(
             "sweep_failures",
             "Sweeps that failed as a whole (no metadata, publish error).",

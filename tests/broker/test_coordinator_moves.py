@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -264,6 +266,9 @@ def test_describe_fallback_keeps_an_id_whose_coordinator_moves_or_goes_offline(
     producer.begin_transaction()
     producer.send(data_topic, b"open", partition=0).get(timeout=30)
     producer.flush()
+    with socket.socket() as s:  # a free loopback port for the collector's /metrics
+        s.bind(("127.0.0.1", 0))
+        metrics_port = s.getsockname()[1]
     collector = subprocess.Popen(
         [
             sys.executable,
@@ -279,10 +284,11 @@ def test_describe_fallback_keeps_an_id_whose_coordinator_moves_or_goes_offline(
             "--topic-prefix",
             prefix,
             "--metrics-port",
-            "0",
+            str(metrics_port),
         ],
         cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if not k.startswith("TXNWATCH_")},
+        env={k: v for k, v in os.environ.items() if not k.startswith("TXNWATCH_")}
+        | {"TXNWATCH_COLLECTOR__METRICS_ADDR": "127.0.0.1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -303,6 +309,16 @@ def test_describe_fallback_keeps_an_id_whose_coordinator_moves_or_goes_offline(
         assert not [
             r for r in coordinator_records(live_bootstrap(bed), state_topic, txn_id) if r["tombstone"]
         ]
+        # ...and says so on /metrics: the withheld expiries are counted.
+        scraped = (
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        )
+        (withheld,) = [
+            float(line.split()[-1])
+            for line in scraped.splitlines()
+            if line.startswith("txnwatch_collector_coordinator_expiries_withheld_total ")
+        ]
+        assert withheld > 0, "the withheld tombstones were not counted"
         start_node(bed, coordinator)
         wait_for_log_leader(bootstrap, log_partition, lambda leader: leader == coordinator)
 
