@@ -55,6 +55,7 @@ CONTEXT_PATHS = (
     "deploy/image",
 )
 INPUTS_LABEL = "io.txnwatch.image.inputs"
+DANGLING_LIMIT = 80
 # The Dockerfile's OCI labels that take a build argument.
 OCI_LABEL_ARGS = {
     "org.opencontainers.image.version": "VERSION",
@@ -321,10 +322,20 @@ def build(targets: Sequence[str] = TARGETS) -> list[Built]:
                     raise ImageError(
                         f"building {target} failed:\n{log.read_text()[-6000:]}\n(the whole log: {log})"
                     )
+                _prune_when_many_dangling()
             built = Built(target, name, cached, round(time.monotonic() - began, 1), image_size(name))
             (RECORDS / f"{target}.json").write_text(json.dumps({"inputs": key, **built.__dict__}, indent=2))
             out.append(built)
     return out
+
+
+def _prune_when_many_dangling(limit: int = DANGLING_LIMIT) -> None:
+    """Layers of earlier builds pile up (each source change leaves a few untagged images); past `limit` they are
+    removed, which also drops the layer cache: the next build redoes the dependency steps once."""
+    dangling = buildah("images", "--filter", "dangling=true", "--quiet").split()
+    if len(dangling) > limit:
+        print(f"removing {len(dangling)} untagged images of earlier builds", file=sys.stderr)
+        subprocess.run(buildah_cmd("rmi", "--prune"), capture_output=True, check=False)  # best effort
 
 
 # --- running an image as the chart runs it ----------------------------------------------------------------------
