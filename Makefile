@@ -16,6 +16,7 @@ help:
 	@echo "make demo          a local broker, real traffic incl. a hanging transaction, the collector and the streaming job (DEMO_SECONDS=300)"
 	@echo "make test          lint, type-check and run every test tier against a real local Kafka broker and Spark"
 	@echo "make test-unit     the pure tier only (no JVM)"
+	@echo "make image         build the container images (collector, stream) with buildah, no Docker engine needed"
 	@echo "make bench         every benchmark (about 40 min, BENCH=latency,peers for some); rewrites docs/BENCHMARKS.md's tables"
 	@echo "make faults-long   the fault test that keeps the streaming job down for 10 minutes (~15 min)"
 	@echo "make soak          200 transactional ids x 20 transactions/s for 5 minutes; plots docs/soak.png (~7 min)"
@@ -75,7 +76,7 @@ test: deps venv jars tools image lint typecheck
 faults-long: deps venv jars
 	$(VENV)/bin/pytest tests/e2e/test_faults_e2e.py -m long -s $(PYTEST_ARGS)
 
-# The pure tier: no JVM, no broker; the few unit tests that read the Maven jars are marked `jars` and left out.
+# The pure tier: no JVM, no jars, no broker (tests/unit/test_unit_tier.py checks nothing there reads .cache/).
 test-unit: venv
 	$(VENV)/bin/pytest tests/unit -m "not jars" $(PYTEST_ARGS)
 
