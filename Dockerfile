@@ -62,7 +62,7 @@ EXPOSE 9464
 ENTRYPOINT ["/opt/txnwatch/entrypoint.sh"]
 CMD ["--help"]
 # Last, so that a new revision reuses every layer above (docker's cache keys RUN steps on the ARGs before them).
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 ARG REVISION=
 ARG SOURCE=
 LABEL org.opencontainers.image.title="txnwatch-collector" \
@@ -103,7 +103,7 @@ EXPOSE 9464 9465
 ENTRYPOINT ["/opt/txnwatch/entrypoint.sh"]
 CMD ["--help"]
 # Last, so that a new revision reuses every layer above (docker's cache keys RUN steps on the ARGs before them).
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 ARG REVISION=
 ARG SOURCE=
 LABEL org.opencontainers.image.title="txnwatch" \
