@@ -42,15 +42,6 @@ from dev.workload import raw_transactional_produce
 pytestmark = pytest.mark.broker
 
 
-@pytest.fixture
-def wire(bootstrap: str) -> Iterator[KafkaWire]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        yield KafkaWire(admin)
-    finally:
-        admin.close()
-
-
 @dataclass(frozen=True)
 class Partition:
     """What a refusal must leave as it was: batches (with control batches), LSO, the producer's leader entry."""

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +34,6 @@ pytestmark = pytest.mark.broker
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "broker-tests"
-
-
-@pytest.fixture
-def wire(bootstrap: str) -> Iterator[KafkaWire]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        yield KafkaWire(admin)
-    finally:
-        admin.close()
 
 
 def committed_within(bootstrap: str, group: str, tp: TopicPartition, seconds: float) -> tuple[bool, Any]:

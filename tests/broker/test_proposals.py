@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,15 +114,6 @@ class Bed:
 @pytest.fixture
 def bed(bootstrap: str, unique: str) -> Bed:
     return Bed(bootstrap, unique)
-
-
-@pytest.fixture
-def wire(bootstrap: str) -> Iterator[KafkaWire]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        yield KafkaWire(admin)
-    finally:
-        admin.close()
 
 
 def commit_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:

@@ -9,12 +9,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient
 from workloads import Proposals, lso, plan_by_hand, produce_plain, run_workload
 
 from admin.wire import KafkaWire
@@ -22,15 +20,6 @@ from admin.wire import KafkaWire
 pytestmark = pytest.mark.broker
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-@pytest.fixture
-def wire(bootstrap: str) -> Iterator[KafkaWire]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        yield KafkaWire(admin)
-    finally:
-        admin.close()
 
 
 def orphan(bootstrap: str, prefix: str) -> dict[str, Any]:
