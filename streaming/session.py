@@ -32,8 +32,10 @@ BASE_CONF: dict[str, str] = {
 
 
 def connector_jars(jars_dir: Path | None = None) -> list[str]:
-    """Spark's Kafka connector and the runtime jars pyspark does not ship (kafka-clients, commons-pool2, ...), from
-    the `spark/` folder of `jars_dir` (default: DEFAULT_JARS_DIR).
+    """Spark's Kafka connector and the runtime jars pyspark does not ship (kafka-clients, commons-pool2, ...), and
+    the s3a file system (hadoop-aws, AWS SDK modules) for `s3a://` checkpoints, from the `spark/` folder of
+    `jars_dir` (default: DEFAULT_JARS_DIR). As `spark.jars` they are on the driver's class path when this process
+    starts the JVM, and reach the executors, which write the stateful stages' state to the checkpoint.
 
     Raises:
         RuntimeError: no jar there, with what to do.
