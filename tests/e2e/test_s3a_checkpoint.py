@@ -194,9 +194,6 @@ def rig(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ri
                 *("--conf", f"spark.hadoop.fs.s3a.endpoint={endpoint}"),
                 *("--conf", "spark.hadoop.fs.s3a.endpoint.region=us-east-1"),
                 *("--conf", "spark.hadoop.fs.s3a.path.style.access=true"),
-                # moto's server (Werkzeug) answers `Expect: 100-continue` in a way the SDK took once for the final
-                # status of an SST upload (S3Exception, status 100), failing a state commit; a real store does not.
-                *("--conf", "spark.hadoop.fs.s3a.connection.expect.continue=false"),
             ],
             directory,
             env,
