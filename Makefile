@@ -69,7 +69,7 @@ typecheck: venv
 
 # Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
 test: deps venv jars tools image lint typecheck
-	$(VENV)/bin/pytest tests -m "not long" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests -m "not long" --durations=25 $(PYTEST_ARGS)
 
 # The fault tests that wait for real minutes (docs/reliability.md, Faults): the streaming job down for 10 minutes.
 # `make test` runs the same test with 3 minutes down.
