@@ -3,8 +3,9 @@
 It owns `make image`: both targets of the top-level Dockerfile (`collector` and `stream`) built with buildah, on
 base images it makes from Debian's packages with mmdebstrap (the Dockerfile's defaults are the public
 `python:3.11-slim-bookworm` and `maven` images, which cannot be pulled here). Everything lives in the project:
-the image store is `.cache/containers/` (buildah's `--root`/`--runroot`, so no host configuration file is
-read or edited), the build records in `.cache/image/`.
+the image store is `~/.cache/txnwatch/containers/` (`TXNWATCH_IMAGE_STORE` to move it; buildah's
+`--root`/`--runroot`, so no host configuration file is read or edited), shared by every checkout on the machine,
+and the build records are in the checkout's `.cache/image/`.
 
 A build is skipped when an image of that target already carries the hash of its inputs (the Dockerfile, the
 files it copies, the base images, the build arguments) as a label; otherwise buildah builds with `--layers`, so
@@ -37,7 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STORE = ROOT / ".cache" / "containers"
+# The image store outlives a checkout (like Go's build cache): a fresh clone on the same machine, as CI makes one
+# for every run, reuses the bases and the layers instead of building all of it again (minutes, cold).
+STORE = Path(
+    os.environ.get("TXNWATCH_IMAGE_STORE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "txnwatch" / "containers"
+)
 RECORDS = ROOT / ".cache" / "image"
 # overlay works on this project's machines (ext4 root) and stores a layer as its difference, so `--layers`
 # caching costs little disk; vfs (TXNWATCH_IMAGE_DRIVER=vfs) copies every layer whole, for hosts without overlay.
