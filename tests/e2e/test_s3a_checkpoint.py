@@ -208,6 +208,7 @@ def rig(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ri
             print(f"\ns3a rig logs in {directory}")
 
 
+@pytest.mark.s3a  # not in `make test`: against moto an SST upload sometimes fails with S3 status 100 (docs/deploy.md)
 def test_restart_on_an_s3a_checkpoint_keeps_state(rig: Rig) -> None:
     started = time.monotonic()
     first = rig.wait_batches(0, "the job's first batch committed to the bucket")
