@@ -585,6 +585,7 @@ def soak(args: argparse.Namespace) -> int:
         "samples": samples,
         "last_progress": progress,
     }
+    result["levels"] = levels(result)
     out_json.write_text(json.dumps(result, indent=1, default=str))  # progress holds UUIDs
     plot(result, Path(args.png))
     print(summary(result))
@@ -594,6 +595,58 @@ def soak(args: argparse.Namespace) -> int:
 
 def _during_load(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in result["samples"] if s["t_s"] <= result["args"]["seconds"]]
+
+
+# The curves whose level and drift the soak reports: memory, state and the checkpoint (issue: each must level off).
+LEVEL_KEYS = (
+    ("collector_rss_mb", "collector RSS (MB)"),
+    ("driver_jvm_rss_mb", "driver JVM RSS (MB)"),
+    ("jvm_live_heap_mb", "driver JVM heap after a full GC (MB)"),
+    ("jvm_heap_committed_mb", "driver JVM heap committed (MB)"),
+    ("driver_python_rss_mb", "driver Python RSS (MB)"),
+    ("python_workers_pss_mb", "Python workers PSS, summed (MB)"),
+    ("state_rows", "state rows, all operators"),
+    ("state_memory_mb", "state store memory (MB)"),
+    ("checkpoint_mb", "checkpoint on disk (MB)"),
+    ("reconcile_batch_s", "reconcile batch (s)"),
+)
+
+
+def level_and_drift(points: list[tuple[float, float]]) -> dict[str, float] | None:
+    """The level (median) of a curve over a window and its drift: the least-squares slope, per hour and as a
+    share of the level. A median and a fitted slope, not first-against-last, so one GC or one compaction at
+    either end does not decide the figure."""
+    if len(points) < 3:
+        return None
+    ts = [t for t, _ in points]
+    vs = [v for _, v in points]
+    mt, mv = sum(ts) / len(ts), sum(vs) / len(vs)
+    var = sum((t - mt) ** 2 for t in ts)
+    slope = sum((t - mt) * (v - mv) for t, v in points) / var if var else 0.0
+    level = sorted(vs)[len(vs) // 2]
+    per_hour = slope * 3600
+    return {
+        "level": level,
+        "min": min(vs),
+        "max": max(vs),
+        "drift_per_hour": per_hour,
+        "drift_pct_per_hour": 100 * per_hour / level if level else 0.0,
+        "points": len(points),
+    }
+
+
+def levels(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each curve's level and drift over the second half of the load: past the warm-up and past the checkpoint's
+    retention (Spark keeps `minBatchesToRetain` = 100 batches, 500 s at the 5 s trigger) in a run of 20 minutes
+    or more."""
+    seconds = result["args"]["seconds"]
+    window = [s for s in _during_load(result) if s["t_s"] >= seconds / 2]
+    out: dict[str, dict[str, float]] = {}
+    for key, _ in LEVEL_KEYS:
+        found = level_and_drift([(s["t_s"], s[key]) for s in window if s.get(key) is not None])
+        if found is not None:
+            out[key] = found
+    return out
 
 
 def summary(result: dict[str, Any]) -> str:
@@ -632,6 +685,18 @@ def summary(result: dict[str, Any]) -> str:
         "sweep_s",
     ):
         lines.append(f"{key}: whole load {span(key, samples)}; after the first third {span(key, third)}")
+    lines += [
+        "",
+        f"levels over the second half of the load (t >= {result['args']['seconds'] / 2:.0f} s):",
+        "| curve | level (median) | range | drift per hour | drift per hour, % of level |",
+        "|---|---|---|---|---|",
+    ]
+    names = dict(LEVEL_KEYS)
+    for key, f in result.get("levels", {}).items():
+        lines.append(
+            f"| {names[key]} | {f['level']:.1f} | {f['min']:.1f}–{f['max']:.1f} | {f['drift_per_hour']:+.1f} "
+            f"| {f['drift_pct_per_hour']:+.1f}% |"
+        )
     return "\n".join(lines)
 
 
@@ -642,7 +707,9 @@ def plot(result: dict[str, Any], png: Path) -> None:
     import matplotlib.pyplot as plt
 
     s = result["samples"]
-    t = [x["t_s"] for x in s]
+    # minutes on the axis for a long run; the orphan and end markers below use the same unit
+    unit, div = ("minutes", 60.0) if result["args"]["seconds"] >= 1200 else ("seconds", 1.0)
+    t = [x["t_s"] / div for x in s]
     fig, axes = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
     mem = axes[0]
     for key, label in (
@@ -655,11 +722,17 @@ def plot(result: dict[str, Any], png: Path) -> None:
         mem.plot(t, [x.get(key) for x in s], label=label)
     live = [(x["t_s"], x["jvm_live_heap_mb"]) for x in s if x.get("jvm_live_heap_mb") is not None]
     if live:
-        mem.plot(*zip(*live, strict=True), "ko", ms=4, label="driver JVM heap after a full GC")
+        mem.plot(
+            [a / div for a, _ in live],
+            [b for _, b in live],
+            "ko",
+            ms=4,
+            label="driver JVM heap after a full GC",
+        )
     mem.set_ylabel("MB")
     mem.set_title(
         f"txnwatch soak: {result['args']['ids']} transactional ids, {result['args']['rate']} transactions/s in "
-        f"total, {result['args']['seconds']} s, {len(result['orphans'])} orphans"
+        f"total, {result['args']['seconds'] / div:.0f} {unit}, {len(result['orphans'])} orphans"
     )
     mem.legend(loc="upper left", fontsize=8)
     st = axes[1]
@@ -683,12 +756,12 @@ def plot(result: dict[str, Any], png: Path) -> None:
     behind.set_ylabel("records")
     behind.legend(loc="upper right", fontsize=8)
     for h in result["orphans"]:
-        lag.axvline(h["made_at_s"], color="black", ls="--", lw=0.8)
+        lag.axvline(h["made_at_s"] / div, color="black", ls="--", lw=0.8)
         if h["found_after_s"] is not None:
-            lag.axvline(h["made_at_s"] + h["found_after_s"], color="tab:orange", ls="--", lw=0.8)
-    lag.axvline(result["args"]["seconds"], color="black", lw=0.8)
+            lag.axvline((h["made_at_s"] + h["found_after_s"]) / div, color="tab:orange", ls="--", lw=0.8)
+    lag.axvline(result["args"]["seconds"] / div, color="black", lw=0.8)
     lag.set_xlabel(
-        "seconds since the load started (dashed: orphan made, black; found, orange; solid: load ends)"
+        f"{unit} since the load started (dashed: orphan made, black; found, orange; solid: load ends)"
     )
     lag.set_ylabel("s")
     lag.legend(loc="upper left", fontsize=8)
@@ -713,12 +786,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=300.0, help="how long the load runs")
     parser.add_argument("--ids", type=int, default=200, help="transactional ids")
     parser.add_argument("--rate", type=float, default=20.0, help="transactions per second, all ids together")
-    parser.add_argument("--orphans", type=int, default=3, help="real orphans, spread over the load")
+    parser.add_argument(
+        "--orphans",
+        type=int,
+        default=None,
+        help="real orphans, spread over the load (default: one per 10 minutes, 3 or more)",
+    )
     parser.add_argument("--topics", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--collector-interval", type=float, default=5.0)
-    parser.add_argument("--sample-s", type=float, default=10.0)
-    parser.add_argument("--gc-every", type=int, default=6, help="a full GC of the driver JVM every N samples")
+    parser.add_argument(
+        "--sample-s",
+        type=float,
+        default=None,
+        help="default: 10 s for runs under 20 minutes, 30 s for longer ones",
+    )
+    parser.add_argument(
+        "--gc-every",
+        type=int,
+        default=None,
+        help="a full GC of the driver JVM every N samples (default: a minute)",
+    )
     parser.add_argument(
         "--tail-s", type=float, default=240.0, help="after the load: how long to wait for orphans"
     )
@@ -727,6 +815,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "load":
         return run_load(args)
+    if args.sample_s is None:
+        args.sample_s = 10.0 if args.seconds < 1200 else 30.0
+    if args.gc_every is None:
+        args.gc_every = max(1, round(60 / args.sample_s))
+    if args.orphans is None:
+        args.orphans = max(3, int(args.seconds // 600))
     return soak(args)
 
 

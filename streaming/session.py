@@ -23,6 +23,11 @@ BASE_CONF: dict[str, str] = {
     # transformWithState needs RocksDB; the OSS default (HDFS-backed) is rejected (transformWithState checks the provider class at query start).
     "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # One memory budget for every RocksDB instance of the process (block cache and write buffers together), so
+    # native memory cannot grow with the number of state stores over weeks; the pod's memory limit is set from
+    # it (docs/deploy.md). Spark's default is unbounded: each instance sizes its own buffers.
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "500",
     "spark.sql.session.timeZone": "UTC",
     # Console progress bars redraw over the job's console view and fill captured logs with carriage returns;
     # progress is in the metrics endpoint (txnwatch_stream_*). `--conf spark.ui.showConsoleProgress=true` brings
