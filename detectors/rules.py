@@ -1,7 +1,9 @@
 """Hanging-transaction rules: a leader's open transaction against the coordinator's view of its producer id.
 
-One small pure function per verdict reason, applied by `decide` (lean: NamedTuples of primitives, for the
-streaming hot path) and `classify` (models in, a `Verdict` with evidence and explanation out). No clock:
+One small pure function per verdict reason; their order, the one rule chain, is `decide_by_rules`. `decide` is
+that chain in hot-path form (NamedTuples of primitives, each quantity computed once, the same state sets from
+`detectors.contract`), held equal to it over every coordinator state, role and listing by
+tests/unit/test_rules.py; `classify` is models in, a `Verdict` with evidence and explanation out. No clock:
 `now_ms` and the snapshot's `observed_at_ms` are arguments. The rules and why each is safe: docs/detection.md.
 """
 
@@ -386,9 +388,6 @@ _HANGING_NOT_LISTED = Decision(
 _STUCK = Decision(VerdictKind.STUCK_PREPARE, None, CoordinatorRole.CURRENT)
 _OVERDUE = Decision(VerdictKind.COORDINATOR_OVERDUE, None, CoordinatorRole.CURRENT)
 _ONGOING = CoordinatorState.ONGOING
-_PREPARE_COMMIT = CoordinatorState.PREPARE_COMMIT
-_PREPARE_ABORT = CoordinatorState.PREPARE_ABORT
-_PREPARE_EPOCH_FENCE = CoordinatorState.PREPARE_EPOCH_FENCE
 _DEAD = CoordinatorState.DEAD
 
 
@@ -402,8 +401,10 @@ def decide(
 ) -> Decision:
     """Classify one open transaction on primitives: the streaming hot path.
 
-    Same answer as `decide_by_rules` (the rule functions applied in order), computed with each quantity
-    evaluated once and dispatched on the coordinator's role and state.
+    `decide_by_rules` (the rule chain, defined there once) computed with each quantity evaluated once and
+    dispatched on the coordinator's role and state set (`detectors.contract`); a change to a rule or to the
+    order goes into `decide_by_rules` first, then here, and the equivalence test over every state, role and
+    listing (tests/unit/test_rules.py) fails until the two agree.
 
     Args:
         t: the open transaction (lean form).
@@ -467,15 +468,13 @@ def decide(
             > c.transaction_timeout_ms + limits.coordinator_cleanup_interval_ms
         ):
             return _OVERDUE
-    elif state is _PREPARE_COMMIT or state is _PREPARE_ABORT or state is _PREPARE_EPOCH_FENCE:
+    elif state in PREPARING_STATES:
         if not listed:
             if settled and obs - c.start_timestamp_ms - skew > grace:
                 return _HANGING_NOT_LISTED
         elif obs - c.last_update_timestamp_ms - skew > grace:
             return _STUCK
-    elif (
-        settled and obs - c.last_update_timestamp_ms - skew > grace
-    ):  # Empty / CompleteCommit / CompleteAbort
+    elif state in COMPLETED_STATES and settled and obs - c.last_update_timestamp_ms - skew > grace:
         return _HANGING_COMPLETED
     return _LATE_CURRENT if is_late else _OPEN_CURRENT
 

@@ -910,8 +910,10 @@ def test_fast_decide_equals_the_rules_applied_in_order() -> None:
     # `decide` must give exactly the answer of the rule functions applied in their documented order.
     rng = random.Random(20260522)
     seen: set[Decision] = set()
+    combinations: set[tuple[CoordinatorState | None, str, bool]] = set()
     for _ in range(60_000):
         t, c, now, lim, retired = random_scenario(rng)
+        combinations.add(state_combination(t, c))
         try:
             expected = decide_by_rules(t, c, now, lim, retired_at_ms=retired)
         except ValueError:
@@ -923,6 +925,23 @@ def test_fast_decide_equals_the_rules_applied_in_order() -> None:
         seen.add(got)
     # Every outcome the rules can produce was reached, so the comparison covered all of them.
     assert len(seen) == 15, sorted(seen)
+    # And every coordinator state (None = no record or a tombstone), in every role, listing the partition or
+    # not: the fast path's dispatch on state sets cannot hide a state the rules treat otherwise.
+    every = {
+        (state, role, listed)
+        for state in (None, *CoordinatorState)
+        for role in ("current", "previous", "next", "stranger")
+        for listed in (False, True)
+    } | {(None, "none", False)}
+    assert combinations == every, sorted(every - combinations, key=str)
+
+
+def state_combination(t: TxnFacts, c: CoordFacts | None) -> tuple[CoordinatorState | None, str, bool]:
+    """(coordinator state, how the record names the producer id, whether it lists the partition)."""
+    if c is None:
+        return (None, "none", False)
+    ids = {c.producer_id: "current", c.previous_producer_id: "previous", c.next_producer_id: "next"}
+    return (c.state, ids.get(t.producer_id, "stranger"), (t.topic, t.partition) in c.partitions)
 
 
 # --------------------------------------------------------------------------------- evidence, explanation
