@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from detectors.abort import plan_abort
 from detectors.contract import OWNING_STATES, TRANSACTION_LOG_TOPIC
@@ -302,26 +302,39 @@ STAGE2_INPUT_COLUMNS = (
     "lso_lag",
 )
 
-# Stage 2's output (streaming.reconcile.EVENT_SCHEMA has these names and the driver's EventRow these fields).
-EVENT_COLUMNS = (
-    "event",  # VERDICT | OPENED | RESOLVED | GONE | VIEW
-    "producer_id",
-    "topic",
-    "partition",
-    "leader",
-    "start_offset",
-    "kind",
-    "reason",
-    "age_ms",
-    "lso_lag",
+
+class EventField(NamedTuple):
+    """One column of stage 2's output: its name, its value type ("string", "long" or "boolean": a Spark type
+    by name, so this module stays free of Spark) and whether it may be null."""
+
+    name: str
+    type: Literal["string", "long", "boolean"]
+    nullable: bool
+
+
+# Stage 2's output, declared once: streaming.reconcile.EVENT_SCHEMA is built from it, the driver's EventRow
+# (streaming/sinks.py) has these fields, and the tuples stage 2 emits follow EVENT_COLUMNS.
+EVENT_FIELDS = (
+    EventField("event", "string", False),  # VERDICT | OPENED | RESOLVED | GONE | VIEW
+    EventField("producer_id", "long", False),
+    EventField("topic", "string", False),
+    EventField("partition", "long", False),
+    EventField("leader", "long", True),
+    EventField("start_offset", "long", False),
+    EventField("kind", "string", True),
+    EventField("reason", "string", True),
+    EventField("age_ms", "long", True),
+    EventField("lso_lag", "long", True),
     # set when the verdict is new or changed (VERDICT; not for plain OPEN), and on OPENED / RESOLVED
-    "explanation",
-    "candidate_id",
-    "payload",  # AbortCandidate JSON for OPENED / RESOLVED; VIEW's lag
-    "event_time_ms",
-    "withheld",  # UNCONFIRMED: why the HANGING proof was withheld
-    "two_phase_commit",  # VERDICT, OPENED, RESOLVED: the coordinator owns it as KIP-939 2PC (rules.two_phase_commit)
+    EventField("explanation", "string", True),
+    EventField("candidate_id", "string", True),
+    EventField("payload", "string", True),  # AbortCandidate JSON for OPENED / RESOLVED; VIEW's lag
+    EventField("event_time_ms", "long", False),
+    EventField("withheld", "string", True),  # UNCONFIRMED: why the HANGING proof was withheld
+    # VERDICT, OPENED, RESOLVED: the coordinator owns it as KIP-939 2PC (rules.two_phase_commit)
+    EventField("two_phase_commit", "boolean", True),
 )
+EVENT_COLUMNS = tuple(f.name for f in EVENT_FIELDS)
 Event = tuple[Any, ...]  # EVENT_COLUMNS
 
 

@@ -27,6 +27,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from detectors.tracking import (
     EVENT_COLUMNS,
+    EVENT_FIELDS,
     FACT_COLUMNS,
     STAGE1_INPUT_COLUMNS,
     STAGE2_INPUT_COLUMNS,
@@ -131,28 +132,13 @@ class ProducerIdFacts(StatefulProcessor):
 
 # ------------------------------------------------------------------------------------------- stage 2
 
-EVENT_SCHEMA = T.StructType(
-    [
-        T.StructField("event", T.StringType(), False),  # VERDICT | OPENED | RESOLVED | GONE | VIEW
-        T.StructField("producer_id", T.LongType(), False),
-        T.StructField("topic", T.StringType(), False),
-        T.StructField("partition", T.LongType(), False),
-        T.StructField("leader", T.LongType(), True),
-        T.StructField("start_offset", T.LongType(), False),
-        T.StructField("kind", T.StringType(), True),
-        T.StructField("reason", T.StringType(), True),
-        T.StructField("age_ms", T.LongType(), True),
-        T.StructField("lso_lag", T.LongType(), True),
-        # set when the verdict is new or changed (VERDICT; not for plain OPEN), and on OPENED / RESOLVED
-        T.StructField("explanation", T.StringType(), True),
-        T.StructField("candidate_id", T.StringType(), True),
-        # AbortCandidate JSON for OPENED / RESOLVED; VIEW's lag
-        T.StructField("payload", T.StringType(), True),
-        T.StructField("event_time_ms", T.LongType(), False),
-        T.StructField("withheld", T.StringType(), True),  # UNCONFIRMED: why the HANGING proof was withheld
-        T.StructField("two_phase_commit", T.BooleanType(), True),  # the coordinator owns it as KIP-939 2PC
-    ]
-)
+# Stage 2's output schema, built from the one declaration of its columns (detectors.tracking.EVENT_FIELDS).
+_SPARK_TYPES: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "long": T.LongType(),
+    "boolean": T.BooleanType(),
+}
+EVENT_SCHEMA = T.StructType([T.StructField(f.name, _SPARK_TYPES[f.type], f.nullable) for f in EVENT_FIELDS])
 
 
 def collector_clock(config: ReconcileConfig, positions: Iterable[Any], now_ms: int) -> ReconcileConfig:
