@@ -1,29 +1,34 @@
-"""`txnwatch proposals`: the abort candidates the streaming job proposed, and the verified abort of one.
+"""`txnwatch proposals`: reading the abort candidates the streaming job proposed, and the verified abort of one.
 
 The job writes `AbortCandidate`s to the compacted `<prefix>.abort-candidates` (key = candidate id, OPENED then
-RESOLVED). `proposals abort` runs plan → verify live → execute → post-check → audit:
+RESOLVED). `proposals abort` (`abort`) runs named steps, each a function here:
 
-- plan: the candidate's `WriteTxnMarkersSpec` (built purely by `detectors.abort.plan_abort`);
-- verify: `observe` reads the partition's leader (DescribeProducers, ListOffsets) and the coordinator that owns the
-  producer id (ListTransactions by producer id, DescribeTransactions); `detectors.abort.verify_abort` decides;
-- execute (`--execute` only): one WriteTxnMarkers ABORT to the current leader with the coordinator epoch it
-  reports (0 when negative, never -1). NOT_LEADER_OR_FOLLOWER (and the other leader-moved errors): metadata is
-  read again once, everything is verified again, and the marker goes to the new leader;
-- post-check: the transaction is gone and the LSO moved past its start offset (`detectors.abort.post_check`);
-- audit: one `AuditRecord` per attempt to `<prefix>.audit`, whatever the outcome.
+- `plan`: the attempt and the candidate's `WriteTxnMarkersSpec` (built purely by `detectors.abort.plan_abort`);
+  `audit_history_ending` ends it when the audit log shows the candidate aborted already;
+- `claim` (`--execute` only): a CLAIMED record on the audit log, so concurrent executions write one marker;
+- `verify_live`: `observe` reads the partition's leader (DescribeProducers, ListOffsets) and the coordinator that
+  owns the producer id (ListTransactions by producer id, DescribeTransactions); `detectors.abort.verify_abort`
+  decides (`verified_or_ending`);
+- `send_marker`: one WriteTxnMarkers ABORT to the current leader with the coordinator epoch it reports (0 when
+  negative, never -1); `marker_answer` maps its error: NOT_LEADER_OR_FOLLOWER (and the other leader-moved
+  errors) once means metadata is read again, everything verified again, and the marker goes to the new leader;
+- `post_check_until` / `post_check_ending`: the transaction is gone and the LSO moved past its start offset
+  (`detectors.abort.post_check`);
+- audit: every ending is one `AuditRecord` (`Attempt.end`) to `<prefix>.audit`, whatever the outcome.
+
+What `list` and `show` read and print is admin/show.py (its names are re-exported here for the CLI).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import shlex
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import kafka.errors as Errors
 from kafka import KafkaConsumer, KafkaProducer
@@ -35,24 +40,28 @@ from admin.inspect import (
     ask_coordinators,
     ask_leader,
     describe_by_id,
-    duration,
-    format_table,
     iso,
     listing_incomplete,
     transaction_log_leaders,
 )
-from admin.seams import TP, GroupOffsets, GroupStanding, StartBatch, TransactionDescription, wall_clock_ms
+from admin.seams import TransactionDescription, wall_clock_ms
+from admin.show import ActWith as ActWith
+from admin.show import ShowWire
+from admin.show import Surroundings as Surroundings
+from admin.show import blocked_group as blocked_group
+from admin.show import candidate_row as candidate_row
+from admin.show import look_around as look_around
+from admin.show import render_blocked as render_blocked
+from admin.show import render_list as render_list
+from admin.show import render_show as render_show
+from admin.show import show_json as show_json
+from admin.show import stuck_groups as stuck_groups
 from detectors.abort import (
-    candidate_age_ms,
-    candidate_is_two_phase_commit,
     claim_holder,
-    kafka_cli_abort,
-    lso_lag,
     post_check,
     prior_abort,
     verify_abort,
 )
-from detectors.groups import CONSUMER_OFFSETS_TOPIC
 from detectors.models import (
     AbortCandidate,
     AuditOutcome,
@@ -64,7 +73,6 @@ from detectors.models import (
     VerifyOutcome,
     VerifyResult,
     WriteTxnMarkersSpec,
-    is_two_phase_commit,
 )
 
 log = logging.getLogger(__name__)
@@ -104,7 +112,7 @@ DENIED_MESSAGE = (
 )
 
 
-class ProposalWire(InspectWire, Protocol):
+class ProposalWire(ShowWire, Protocol):
     """The seams `admin.wire.KafkaWire` offers, plus the marker."""
 
     def write_abort_marker(
@@ -117,10 +125,6 @@ class ProposalWire(InspectWire, Protocol):
         producer_epoch: int,
         coordinator_epoch: int,
     ) -> str | None: ...
-
-    def committed_offsets(self, topic: str, partition: int) -> GroupOffsets: ...
-
-    def group_standing(self, group: str, pending: Sequence[TP] = ()) -> GroupStanding: ...
 
 
 # ------------------------------------------------------------------------------------ reading topics
@@ -369,21 +373,117 @@ def abort(
     audit_log: AuditLog,
     clock_ms: Callable[[], int] = wall_clock_ms,
     sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
     post_check_timeout_s: float = 10.0,
     claim_wait_s: float = CLAIM_WAIT_S,
     claim_lease_ms: int = CLAIM_LEASE_MS,
 ) -> AbortAttempt:
     """Verify the candidate live and, with `execute`, claim it, write its ABORT marker and post-check it.
 
+    The steps, each a function of this module: `plan` (the attempt and what its audit records repeat; a
+    candidate the audit log shows aborted ends here) → `claim` (`--execute` only) → `verify_live` (again after
+    the claim and after a leader move) → `send_marker` and `marker_answer` → `post_check_until` and
+    `post_check_ending`; each ending is an audit record (`Attempt.end`).
+
     The claim (a CLAIMED record on the audit log, `detectors.abort.claim_holder`) makes concurrent executions
     write one marker: the first claim in the audit partition goes on, verifying again; the others wait for its
     ending and then find the transaction aborted (ALREADY_RESOLVED), or refuse. The caller publishes the
-    returned ending record, which releases the claim.
+    returned ending record, which releases the claim. `clock_ms` stamps records and ages claims; `monotonic`
+    and `sleep` pace the waits.
 
     Never raises for cluster trouble: every ending is an `AuditRecord` (outcome and message).
     """
+    attempt = plan(candidate, execute=execute, actor=actor, clock_ms=clock_ms)
+    ended = audit_history_ending(attempt, audit_log)
+    if ended is not None:
+        return ended
+    moves = 0
+    claimed_at_ms: int | None = None
+    verified: Verified | None = None
+    while True:
+        checked = verify_live(wire, attempt, moves=moves, previous=verified, sleep=sleep)
+        if isinstance(checked, AbortAttempt):
+            return checked
+        verified = checked
+        if not execute:
+            return dry_run_ending(attempt, verified)
+        if claimed_at_ms is None:
+            lost = claim(
+                audit_log,
+                attempt,
+                verified.context,
+                wait_s=claim_wait_s,
+                lease_ms=claim_lease_ms,
+                sleep=sleep,
+                monotonic=monotonic,
+            )
+            if lost is not None:
+                return lost
+            claimed_at_ms = clock_ms()
+            continue  # verify again: the state may have moved while the claim was taken
+        if clock_ms() - claimed_at_ms > claim_lease_ms // 2:
+            return attempt.end(
+                AuditOutcome.REFUSED,
+                "refused, no marker written: verification took so long that the claim on this candidate could "
+                "expire and another execution take over; run it again",
+                **verified.context,
+            )
+        error = send_marker(wire, verified.before.leader, verified.marker)
+        context = {**verified.context, "marker": verified.marker}
+        answer = marker_answer(error, leader=verified.before.leader, moves=moves)
+        if answer is MARKER_WRITTEN:
+            break
+        if answer is LOOK_UP_LEADER_AGAIN:
+            moves += 1
+            log.info(
+                "WriteTxnMarkers to broker %d: %s; reading metadata again", verified.before.leader, error
+            )
+            continue
+        return attempt.end(answer.outcome, answer.message, **answer.fields, **context)
+    # The marker was written: wait (bounded) until the leader shows its effect.
+    checked_after = post_check_until(
+        wire,
+        attempt.candidate,
+        timeout_s=post_check_timeout_s,
+        sleep=sleep,
+        monotonic=monotonic,
+        clock_ms=clock_ms,
+    )
+    return post_check_ending(attempt, checked_after, leader=verified.before.leader, context=context)
+
+
+# ------------------------------------------------------------------------------------- the abort's steps
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of `proposals abort` on one candidate: what every audit record of it repeats (`base`), stamped
+    with `clock_ms` (the audit step: `record`, and `end` for the record the run ends with)."""
+
+    candidate: AbortCandidate
+    execute: bool
+    base: dict[str, Any]
+    clock_ms: Callable[[], int]
+
+    def record(self, outcome: AuditOutcome, message: str, **fields: Any) -> AuditRecord:
+        return AuditRecord(**self.base, **fields, at_ms=self.clock_ms(), outcome=outcome, message=message)
+
+    def end(self, outcome: AuditOutcome, message: str, **fields: Any) -> AbortAttempt:
+        return AbortAttempt(self.record(outcome, message, **fields))
+
+
+def plan(
+    candidate: AbortCandidate,
+    *,
+    execute: bool,
+    actor: str,
+    clock_ms: Callable[[], int],
+    audit_id: str | None = None,
+) -> Attempt:
+    """The attempt: a fresh audit id and the candidate's plan (`detectors.abort.plan_abort` built its
+    WriteTxnMarkersSpec), which every audit record of this run carries."""
     base: dict[str, Any] = {
-        "audit_id": uuid.uuid4().hex,
+        "audit_id": audit_id if audit_id is not None else uuid.uuid4().hex,
         "candidate_id": candidate.candidate_id,
         "cluster": candidate.cluster,
         "topic": candidate.topic,
@@ -394,110 +494,225 @@ def abort(
         "plan": candidate.spec,
         "candidate_evidence": candidate.evidence,
     }
+    return Attempt(candidate, execute, base, clock_ms)
 
-    def record(outcome: AuditOutcome, message: str, **fields: Any) -> AuditRecord:
-        return AuditRecord(**base, **fields, at_ms=clock_ms(), outcome=outcome, message=message)
 
-    def ending(outcome: AuditOutcome, message: str, **fields: Any) -> AbortAttempt:
-        return AbortAttempt(record(outcome, message, **fields))
-
-    def history() -> list[AuditRecord] | AbortAttempt:
-        try:
-            return audit_log.history(candidate.candidate_id)
-        except AdminError as exc:
-            return ending(AuditOutcome.FAILED, f"cannot read the audit log: {exc}; nothing written")
-
-    past = history()
-    if isinstance(past, AbortAttempt):
-        return past
+def audit_history_ending(attempt: Attempt, audit_log: AuditLog) -> AbortAttempt | None:
+    """How the run ends before it looks at the cluster: the audit log shows the candidate aborted already
+    (ALREADY_RESOLVED), or cannot be read (FAILED); None to go on."""
+    try:
+        past = audit_log.history(attempt.candidate.candidate_id)
+    except AdminError as exc:
+        return attempt.end(AuditOutcome.FAILED, f"cannot read the audit log: {exc}; nothing written")
     done = prior_abort(past)
     if done is not None:
-        return ending(AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _aborted_by(done))
+        return attempt.end(AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _aborted_by(done))
+    return None
 
-    moves = 0
-    claimed = False
-    before: LiveEvidence | None = None
-    verify: VerifyResult | None = None
-    while True:
-        try:
-            before = observe(wire, candidate, clock_ms=clock_ms, sleep=sleep)
-        except AdminError as exc:
-            return ending(
-                AuditOutcome.FAILED, f"cannot verify: {exc}", before=before, verify=verify, leader_moves=moves
-            )
-        verify = verify_abort(candidate, before)
-        context: dict[str, Any] = {"before": before, "verify": verify, "leader_moves": moves}
-        if verify.outcome is VerifyOutcome.ALREADY_RESOLVED:
-            # Not by us (an abort of ours would be in the audit log): the transaction ended since the plan.
-            return ending(
-                AuditOutcome.REFUSED,
-                "refused, no marker written: the transaction changed since the plan: "
-                + "; ".join(verify.changes),
-                **context,
-            )
-        if verify.outcome is VerifyOutcome.REFUSED:
-            return ending(
-                AuditOutcome.REFUSED, "refused, no marker written: " + "; ".join(verify.changes), **context
-            )
-        marker = verify.marker
-        if marker is None:  # cannot happen: VerifyResult's validator gives SAFE a marker
-            return ending(AuditOutcome.FAILED, "verification planned no marker", **context)
-        if not execute:
-            return ending(
-                AuditOutcome.DRY_RUN,
-                f"dry run: safe to abort now (leader {before.leader}, coordinator epoch "
-                f"{marker.coordinator_epoch}); nothing written, add --execute to abort",
-                **context,
-            )
-        if not claimed:
-            lost = _claim(
-                audit_log, record, candidate, clock_ms, sleep, claim_wait_s, claim_lease_ms, context
-            )
-            if lost is not None:
-                return lost
-            claimed = True
-            claimed_at = clock_ms()
-            continue  # verify again: the state may have moved while the claim was taken
-        if clock_ms() - claimed_at > claim_lease_ms // 2:
-            return ending(
-                AuditOutcome.REFUSED,
-                "refused, no marker written: verification took so long that the claim on this candidate could "
-                "expire and another execution take over; run it again",
-                **context,
-            )
-        error = _send_marker(wire, before.leader, marker)
-        context["marker"] = marker
-        if error is None:
-            break
-        if error in LEADER_MOVED and moves == 0:
-            moves += 1
-            log.info("WriteTxnMarkers to broker %d: %s; reading metadata again", before.leader, error)
-            continue
-        if error == "CLUSTER_AUTHORIZATION_FAILED":
-            return ending(AuditOutcome.DENIED, DENIED_MESSAGE, **context)
-        if error in FENCED:
-            return ending(
-                AuditOutcome.REFUSED,
-                f"the leader refused the marker ({error}): the producer state changed since it was verified; "
-                "nothing was written",
-                **context,
-            )
-        if error in LEADER_MOVED:
-            return ending(
-                AuditOutcome.FAILED,
-                f"WriteTxnMarkers to broker {before.leader} failed with {error} after one leader move; nothing "
-                "was written: try again once the partition's leadership is stable",
-                **context,
-            )
-        return ending(
+
+@dataclass(frozen=True)
+class Verified:
+    """The live state verified safe to abort: what was read (`before`), the verification and its marker."""
+
+    before: LiveEvidence
+    verify: VerifyResult
+    marker: WriteTxnMarkersSpec
+    leader_moves: int
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """The audit fields every later record of the run carries."""
+        return {"before": self.before, "verify": self.verify, "leader_moves": self.leader_moves}
+
+
+def verify_live(
+    wire: InspectWire,
+    attempt: Attempt,
+    *,
+    moves: int,
+    previous: Verified | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Verified | AbortAttempt:
+    """Read the partition and coordinator now (`observe`) and verify the abort (`detectors.abort.verify_abort`):
+    the marker to send, or how the run ends (unreadable: FAILED, with the previous verification if any;
+    ended or not provably safe: REFUSED, nothing written)."""
+    candidate = attempt.candidate
+    try:
+        before = observe(wire, candidate, clock_ms=attempt.clock_ms, sleep=sleep)
+    except AdminError as exc:
+        return attempt.end(
             AuditOutcome.FAILED,
-            f"WriteTxnMarkers to broker {before.leader} failed with {error}; the marker may or may not have "
-            "been written: run `txnwatch proposals show` before trying again",
-            marker_written=None,
+            f"cannot verify: {exc}",
+            before=previous.before if previous else None,
+            verify=previous.verify if previous else None,
+            leader_moves=moves,
+        )
+    return verified_or_ending(attempt, before, verify_abort(candidate, before), moves=moves)
+
+
+def verified_or_ending(
+    attempt: Attempt, before: LiveEvidence, verify: VerifyResult, *, moves: int
+) -> Verified | AbortAttempt:
+    """`verify_live`'s decision on what it read: SAFE with its marker goes on; anything else ends the run."""
+    context: dict[str, Any] = {"before": before, "verify": verify, "leader_moves": moves}
+    if verify.outcome is VerifyOutcome.ALREADY_RESOLVED:
+        # Not by us (an abort of ours would be in the audit log): the transaction ended since the plan.
+        return attempt.end(
+            AuditOutcome.REFUSED,
+            "refused, no marker written: the transaction changed since the plan: "
+            + "; ".join(verify.changes),
             **context,
         )
-    # The marker was written: wait (bounded) until the leader shows its effect.
-    deadline = time.monotonic() + post_check_timeout_s
+    if verify.outcome is VerifyOutcome.REFUSED:
+        return attempt.end(
+            AuditOutcome.REFUSED, "refused, no marker written: " + "; ".join(verify.changes), **context
+        )
+    if verify.marker is None:  # cannot happen: VerifyResult's validator gives SAFE a marker
+        return attempt.end(AuditOutcome.FAILED, "verification planned no marker", **context)
+    return Verified(before, verify, verify.marker, moves)
+
+
+def dry_run_ending(attempt: Attempt, verified: Verified) -> AbortAttempt:
+    """Without --execute the run ends once verified: nothing written."""
+    return attempt.end(
+        AuditOutcome.DRY_RUN,
+        f"dry run: safe to abort now (leader {verified.before.leader}, coordinator epoch "
+        f"{verified.marker.coordinator_epoch}); nothing written, add --execute to abort",
+        **verified.context,
+    )
+
+
+def _aborted_by(r: AuditRecord) -> str:
+    return f"aborted by {r.actor} at {iso(r.at_ms)} (audit {r.audit_id})"
+
+
+def claim(
+    audit_log: AuditLog,
+    attempt: Attempt,
+    context: dict[str, Any],
+    *,
+    wait_s: float,
+    lease_ms: int,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> AbortAttempt | None:
+    """Claim the candidate on the audit log. None: this run holds it. Else how this run ends: the holder
+    aborted it meanwhile (ALREADY_RESOLVED), or it held on past `wait_s` (REFUSED), or the log failed."""
+    mine = attempt.record(AuditOutcome.CLAIMED, "claimed for --execute", **context)
+    try:
+        audit_log.append(mine)
+    except AdminError as exc:
+        return attempt.end(
+            AuditOutcome.FAILED, f"cannot claim the candidate on the audit log: {exc}; nothing written"
+        )
+    deadline = monotonic() + wait_s
+    while True:
+        try:
+            past = audit_log.history(attempt.candidate.candidate_id)
+        except AdminError as exc:
+            return attempt.end(
+                AuditOutcome.FAILED, f"cannot read the audit log: {exc}; nothing written", **context
+            )
+        done = prior_abort(past)
+        if done is not None:
+            return attempt.end(
+                AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _aborted_by(done), **context
+            )
+        holder = claim_holder(past, now_ms=attempt.clock_ms(), lease_ms=lease_ms)
+        if holder is not None and holder.audit_id == mine.audit_id:
+            return None
+        if holder is None and any(r.audit_id == mine.audit_id for r in past):
+            # Our own claim is back but already expired: far too slow to be safe.
+            return attempt.end(
+                AuditOutcome.REFUSED, "refused, no marker written: this run's claim expired", **context
+            )
+        if monotonic() > deadline:
+            who = f"{holder.actor} since {iso(holder.at_ms)} (audit {holder.audit_id})" if holder else "?"
+            return attempt.end(
+                AuditOutcome.REFUSED,
+                f"refused, no marker written: another execution holds this candidate: {who}; run "
+                "`txnwatch proposals show` to see how it ended",
+                **context,
+            )
+        sleep(0.5)
+
+
+def send_marker(wire: ProposalWire, leader: int, marker: WriteTxnMarkersSpec) -> str | None:
+    """One WriteTxnMarkers ABORT to `leader`: None when written, else the error's name."""
+    return wire.write_abort_marker(
+        leader,
+        topic=marker.topic,
+        partition=marker.partition,
+        producer_id=marker.producer_id,
+        producer_epoch=marker.producer_epoch,
+        coordinator_epoch=marker.coordinator_epoch,
+    )
+
+
+class MarkerEnding(NamedTuple):
+    """How a marker error ends the run: the outcome, the message and any audit fields of its own."""
+
+    outcome: AuditOutcome
+    message: str
+    fields: dict[str, Any]
+
+
+MARKER_WRITTEN = MarkerEnding(AuditOutcome.ABORTED, "marker written", {})
+LOOK_UP_LEADER_AGAIN = MarkerEnding(AuditOutcome.FAILED, "leader moved: read metadata and verify again", {})
+
+
+def marker_answer(error: str | None, *, leader: int, moves: int) -> MarkerEnding:
+    """What a WriteTxnMarkers answer means: `MARKER_WRITTEN`, `LOOK_UP_LEADER_AGAIN` (the first leader move),
+    or the ending (the ACL missing, the marker fenced, a second move, or an error after which the marker may
+    or may not have been written)."""
+    if error is None:
+        return MARKER_WRITTEN
+    if error in LEADER_MOVED and moves == 0:
+        return LOOK_UP_LEADER_AGAIN
+    if error == "CLUSTER_AUTHORIZATION_FAILED":
+        return MarkerEnding(AuditOutcome.DENIED, DENIED_MESSAGE, {})
+    if error in FENCED:
+        return MarkerEnding(
+            AuditOutcome.REFUSED,
+            f"the leader refused the marker ({error}): the producer state changed since it was verified; "
+            "nothing was written",
+            {},
+        )
+    if error in LEADER_MOVED:
+        return MarkerEnding(
+            AuditOutcome.FAILED,
+            f"WriteTxnMarkers to broker {leader} failed with {error} after one leader move; nothing "
+            "was written: try again once the partition's leadership is stable",
+            {},
+        )
+    return MarkerEnding(
+        AuditOutcome.FAILED,
+        f"WriteTxnMarkers to broker {leader} failed with {error}; the marker may or may not have "
+        "been written: run `txnwatch proposals show` before trying again",
+        {"marker_written": None},
+    )
+
+
+class AfterMarker(NamedTuple):
+    """The post-check's last look: what the leader showed, the check of it, or why it could not be read."""
+
+    after: LiveEvidence | None
+    check: PostCheck | None
+    problem: str | None
+
+
+def post_check_until(
+    wire: InspectWire,
+    candidate: AbortCandidate,
+    *,
+    timeout_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+    clock_ms: Callable[[], int] = wall_clock_ms,
+) -> AfterMarker:
+    """Read the partition again (every 0.2 s, for up to `timeout_s`) until `detectors.abort.post_check` says the
+    marker did its job; the last look either way."""
+    deadline = monotonic() + timeout_s
     after: LiveEvidence | None = None
     check: PostCheck | None = None
     problem: str | None = None
@@ -508,91 +723,27 @@ def abort(
             problem = None
         except AdminError as exc:
             problem = str(exc)
-        if (check is not None and check.ok) or time.monotonic() > deadline:
-            break
+        if (check is not None and check.ok) or monotonic() > deadline:
+            return AfterMarker(after, check, problem)
         sleep(0.2)
+
+
+def post_check_ending(
+    attempt: Attempt, looked: AfterMarker, *, leader: int, context: dict[str, Any]
+) -> AbortAttempt:
+    """The ending once the marker is written: ABORTED when the post-check holds, else FAILED with why."""
+    after, check = looked.after, looked.check
     fields: dict[str, Any] = {**context, "after": after, "post_check": check, "marker_written": True}
+    candidate = attempt.candidate
     if check is not None and check.ok:
-        return ending(
+        return attempt.end(
             AuditOutcome.ABORTED,
-            f"aborted: marker written by broker {before.leader}; {candidate.topic}-{candidate.partition} LSO "
+            f"aborted: marker written by broker {leader}; {candidate.topic}-{candidate.partition} LSO "
             f"{after.last_stable_offset if after else '?'} is past offset {candidate.start_offset}",
             **fields,
         )
-    why = problem or "; ".join(check.problems if check else ())
-    return ending(AuditOutcome.FAILED, f"marker written, but the post-check failed: {why}", **fields)
-
-
-def _aborted_by(r: AuditRecord) -> str:
-    return f"aborted by {r.actor} at {iso(r.at_ms)} (audit {r.audit_id})"
-
-
-def _claim(
-    audit_log: AuditLog,
-    record: Callable[..., AuditRecord],
-    candidate: AbortCandidate,
-    clock_ms: Callable[[], int],
-    sleep: Callable[[float], None],
-    wait_s: float,
-    lease_ms: int,
-    context: dict[str, Any],
-) -> AbortAttempt | None:
-    """Claim the candidate on the audit log. None: this run holds it. Else how this run ends: the holder
-    aborted it meanwhile (ALREADY_RESOLVED), or it held on past `wait_s` (REFUSED), or the log failed."""
-    mine = record(AuditOutcome.CLAIMED, "claimed for --execute", **context)
-    try:
-        audit_log.append(mine)
-    except AdminError as exc:
-        return AbortAttempt(
-            record(
-                AuditOutcome.FAILED, f"cannot claim the candidate on the audit log: {exc}; nothing written"
-            )
-        )
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            past = audit_log.history(candidate.candidate_id)
-        except AdminError as exc:
-            return AbortAttempt(
-                record(AuditOutcome.FAILED, f"cannot read the audit log: {exc}; nothing written", **context)
-            )
-        done = prior_abort(past)
-        if done is not None:
-            return AbortAttempt(
-                record(AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _aborted_by(done), **context)
-            )
-        holder = claim_holder(past, now_ms=clock_ms(), lease_ms=lease_ms)
-        if holder is not None and holder.audit_id == mine.audit_id:
-            return None
-        if holder is None and any(r.audit_id == mine.audit_id for r in past):
-            # Our own claim is back but already expired: far too slow to be safe.
-            return AbortAttempt(
-                record(
-                    AuditOutcome.REFUSED, "refused, no marker written: this run's claim expired", **context
-                )
-            )
-        if time.monotonic() > deadline:
-            who = f"{holder.actor} since {iso(holder.at_ms)} (audit {holder.audit_id})" if holder else "?"
-            return AbortAttempt(
-                record(
-                    AuditOutcome.REFUSED,
-                    f"refused, no marker written: another execution holds this candidate: {who}; run "
-                    "`txnwatch proposals show` to see how it ended",
-                    **context,
-                )
-            )
-        sleep(0.5)
-
-
-def _send_marker(wire: ProposalWire, leader: int, marker: WriteTxnMarkersSpec) -> str | None:
-    return wire.write_abort_marker(
-        leader,
-        topic=marker.topic,
-        partition=marker.partition,
-        producer_id=marker.producer_id,
-        producer_epoch=marker.producer_epoch,
-        coordinator_epoch=marker.coordinator_epoch,
-    )
+    why = looked.problem or "; ".join(check.problems if check else ())
+    return attempt.end(AuditOutcome.FAILED, f"marker written, but the post-check failed: {why}", **fields)
 
 
 def publish_audit(
@@ -637,280 +788,6 @@ class TopicAuditLog:
 
     def append(self, record: AuditRecord) -> None:
         publish_audit(self._producer, self.topic, record, timeout_s=self._timeout_s)
-
-
-# ---------------------------------------------------------------------------------------- rendering
-
-
-def candidate_row(c: AbortCandidate, now_ms: int) -> dict[str, Any]:
-    return {
-        "candidate_id": c.candidate_id,
-        "topic": c.topic,
-        "partition": c.partition,
-        "start_offset": c.start_offset,
-        "producer_id": c.spec.producer_id,
-        "producer_epoch": c.spec.producer_epoch,
-        "reason": c.reason.value,
-        "lso_lag": lso_lag(c),
-        "age_ms": candidate_age_ms(c, now_ms),
-        "first_detected_ms": c.first_detected_ms,
-        "explanation": c.explanation,
-        "kafka_cli": c.kafka_cli,
-        "two_phase_commit": candidate_is_two_phase_commit(c),
-    }
-
-
-def render_list(candidates: Sequence[AbortCandidate], now_ms: int) -> str:
-    if not candidates:
-        return "no pending abort candidates"
-    rows = [
-        ["Candidate", "Topic", "Partition", "StartOffset", "ProducerId", "Epoch", "LsoLag", "Age", "Reason"]
-    ]
-    for c in candidates:
-        lag = lso_lag(c)
-        rows.append(
-            [
-                c.candidate_id,
-                c.topic,
-                str(c.partition),
-                str(c.start_offset),
-                str(c.spec.producer_id),
-                str(c.spec.producer_epoch),
-                "-" if lag is None else str(lag),
-                duration(candidate_age_ms(c, now_ms)),
-                c.reason.value,
-            ]
-        )
-    return format_table(rows)
-
-
-@dataclass(frozen=True)
-class ActWith:
-    """How the operator reaches the cluster: what the two ways to act must repeat."""
-
-    bootstrap: str
-    cluster: str
-    topic_prefix: str
-    command_config: str | None = None
-
-    def txnwatch(self, c: AbortCandidate) -> str:
-        config = f" --command-config {shlex.quote(self.command_config)}" if self.command_config else ""
-        return (
-            f"txnwatch proposals abort {c.candidate_id} --bootstrap-server {shlex.quote(self.bootstrap)}{config} "
-            f"--cluster {shlex.quote(self.cluster)} --topic-prefix {shlex.quote(self.topic_prefix)} --execute"
-        )
-
-    def kafka_cli(self, c: AbortCandidate) -> str:
-        return kafka_cli_abort(
-            topic=c.topic,
-            partition=c.partition,
-            start_offset=c.start_offset,
-            bootstrap=self.bootstrap,
-            command_config=self.command_config,
-        )
-
-
-@dataclass(frozen=True)
-class Surroundings:
-    """What `show` reads besides the verification's evidence: the consumer groups' committed offsets (who is
-    stuck), and the current record of the transactional id the candidate's evidence names, when it no longer owns
-    the producer id (or why it could not be read)."""
-
-    groups: GroupOffsets
-    named: TransactionDescription | None = None
-    named_error: str | None = None
-    # On `__consumer_offsets`: the group whose pending offset commit this is, as it stands now (None elsewhere;
-    # a standing with an empty group name and an error when the start batch could not tell).
-    blocked: GroupStanding | None = None
-
-
-def look_around(wire: ProposalWire, candidate: AbortCandidate, live: LiveEvidence) -> Surroundings:
-    groups = wire.committed_offsets(candidate.topic, candidate.partition)
-    blocked = blocked_group(wire, candidate, live) if candidate.topic == CONSUMER_OFFSETS_TOPIC else None
-    named = candidate.evidence.coordinator.transactional_id if candidate.evidence.coordinator else None
-    if named is None or (live.coordinator is not None and live.coordinator.transactional_id == named):
-        return Surroundings(groups, blocked=blocked)
-    try:
-        d = describe_by_id(wire, [named]).get(named)
-    except (AdminError, Errors.KafkaError) as exc:
-        return Surroundings(groups, named_error=f"DescribeTransactions {named}: {exc}", blocked=blocked)
-    if d is None or d.error is not None:
-        error = "NOT_DESCRIBED" if d is None else d.error or ""
-        return Surroundings(
-            groups, named_error=explain("DescribeTransactions", error, named), blocked=blocked
-        )
-    return Surroundings(groups, named=d, blocked=blocked)
-
-
-def blocked_group(wire: ProposalWire, candidate: AbortCandidate, live: LiveEvidence) -> GroupStanding:
-    """The consumer group a hanging transaction on `__consumer_offsets` blocks, and how it stands now.
-
-    The start batch, read now, names the group and the partitions whose offsets are pending (its record keys);
-    the evidence's group (the collector read the same keys) stands in when the batch cannot be read. Only that
-    group's offsets are pending: other groups placed on the partition still fetch theirs (they are listed as
-    neighbours: their partition cannot be compacted past the LSO).
-    """
-    tp, offset = (candidate.topic, candidate.partition), candidate.start_offset
-    got = wire.fetch_start_batches({live.leader: [(tp, offset)]}).get((tp, offset))
-    if isinstance(got, StartBatch) and got.offset_commit_group is not None:
-        return wire.group_standing(got.offset_commit_group, got.offset_commit_partitions)
-    if candidate.evidence.offset_commit_group is not None:
-        return wire.group_standing(candidate.evidence.offset_commit_group)
-    why = "holds no offset commit record" if isinstance(got, StartBatch) else f"could not be read ({got})"
-    return GroupStanding("", error=f"the start batch {why}")
-
-
-def stuck_groups(live: LiveEvidence, groups: GroupOffsets) -> dict[str, int]:
-    """The consumer groups whose committed offset on the partition is at or past its LSO: a `read_committed`
-    member gets nothing beyond the LSO, so these wait on the hanging transaction (who is stuck)."""
-    lso = live.last_stable_offset
-    if lso is None:
-        return {}
-    return {g: o for g, o in sorted(groups.offsets.items()) if o >= lso}
-
-
-def show_json(
-    c: AbortCandidate,
-    live: LiveEvidence,
-    verify: VerifyResult,
-    act: ActWith,
-    now_ms: int,
-    around: Surroundings,
-) -> dict[str, Any]:
-    named = around.named
-    return {
-        "candidate": {**candidate_row(c, now_ms), "status": c.status.value},
-        "live": live.model_dump(mode="json"),
-        "live_lso_lag": _lag(live),
-        "stuck_groups": stuck_groups(live, around.groups),
-        "groups_error": around.groups.error,
-        "blocked_group": None if around.blocked is None else around.blocked._asdict(),
-        "named_transactional_id": None
-        if named is None
-        else {
-            "transactional_id": named.transactional_id,
-            "state": named.state,
-            "producer_id": named.producer_id,
-            "producer_epoch": named.producer_epoch,
-            "partition_listed": (c.topic, c.partition) in named.partitions,
-        },
-        "named_error": around.named_error,
-        "verify": verify.model_dump(mode="json"),
-        "act": {"txnwatch": act.txnwatch(c), "kafka_cli": act.kafka_cli(c)},
-    }
-
-
-def render_blocked(b: GroupStanding, partition: int) -> list[str]:
-    """`show`'s lines for a transaction on `__consumer_offsets`: whom it blocks (the LSO means nothing there)."""
-    if not b.group:
-        return [f"  blocked     unknown consumer group: {b.error}"]
-    if b.error is not None:
-        return [f"  blocked     consumer group {b.group} (its pending offset commit); now unknown: {b.error}"]
-    members = "?" if b.members is None else str(b.members)
-    fetch = {
-        True: "its OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT now: read_committed members "
-        "(Kafka Streams exactly-once) cannot start or rebalance",
-        False: "its OffsetFetch with require_stable answers without UNSTABLE_OFFSET_COMMIT now",
-        None: "",
-    }[b.unstable]
-    lines = [
-        f"  blocked     consumer group {b.group} ({b.state or 'state unknown'}, {members} members): {fetch}"
-    ]
-    if b.neighbours:
-        lines.append(
-            f"  placed too  {', '.join(b.neighbours)} (on __consumer_offsets-{partition}: their offsets still "
-            "fetch, but the partition is not compacted past the LSO)"
-        )
-    return lines
-
-
-def _lag(live: LiveEvidence) -> int | None:
-    if live.high_watermark is None or live.last_stable_offset is None:
-        return None
-    return live.high_watermark - live.last_stable_offset
-
-
-def render_show(
-    c: AbortCandidate,
-    live: LiveEvidence,
-    verify: VerifyResult,
-    act: ActWith,
-    now_ms: int,
-    around: Surroundings,
-) -> str:
-    p = live.producer
-    lines = [
-        f"candidate {c.candidate_id} ({c.status.value}): {c.topic}-{c.partition} offset {c.start_offset}",
-        f"  verdict     HANGING {c.reason.value}"
-        f"{' [two-phase commit]' if candidate_is_two_phase_commit(c) else ''}: {c.explanation}",
-        f"  planned     producer {c.spec.producer_id} epoch {c.spec.producer_epoch}, coordinator epoch "
-        f"{c.spec.coordinator_epoch}; open since {iso(c.evidence.open_since_ms)} "
-        f"({duration(candidate_age_ms(c, now_ms))} ago), first detected {iso(c.first_detected_ms)}",
-        f"  live        leader {live.leader} at {iso(live.observed_at_ms)}: LSO {live.last_stable_offset}, "
-        f"HW {live.high_watermark} ({_lag(live) if _lag(live) is not None else '?'} records held back from "
-        "read_committed readers)",
-        "  leader      "
-        + (
-            f"producer {p.producer_id} epoch {p.producer_epoch}, coordinator epoch {p.coordinator_epoch}, "
-            f"open transaction at {p.current_txn_start_offset if p.current_txn_start_offset >= 0 else 'none'}"
-            if p is not None
-            else f"no longer lists producer {c.spec.producer_id}"
-        ),
-    ]
-    co = live.coordinator
-    if live.coordinator_error is not None:
-        lines.append(f"  coordinator unknown: {live.coordinator_error}")
-    elif co is None:
-        lines.append(f"  coordinator no transactional id owns producer {c.spec.producer_id}")
-    else:
-        lines.append(
-            f"  coordinator {co.transactional_id} on broker {co.coordinator}: {co.state}, producer "
-            f"{co.producer_id} epoch {co.producer_epoch}, {c.topic}-{c.partition} "
-            f"{'listed' if co.partition_listed else 'not listed'}"
-            f"{', two-phase commit (no timeout)' if is_two_phase_commit(co.transaction_timeout_ms) else ''}"
-        )
-    if around.named is not None:
-        n = around.named
-        lines.append(
-            f"  named id    {n.transactional_id} (named by the evidence) now: {n.state}, producer {n.producer_id} "
-            f"epoch {n.producer_epoch}; it no longer owns producer {c.spec.producer_id}"
-        )
-    elif around.named_error is not None:
-        lines.append(f"  named id    unknown: {around.named_error}")
-    if live.other_open:
-        lines.append("  also open   " + ", ".join(f"producer {pid} at {off}" for pid, off in live.other_open))
-    groups = around.groups
-    stuck = stuck_groups(live, groups)
-    if around.blocked is not None:
-        lines += render_blocked(around.blocked, c.partition)
-    elif groups.error is not None:
-        lines.append(f"  stuck       unknown: {explain('ListGroups/OffsetFetch', groups.error)}")
-    elif stuck:
-        lines.append(
-            "  stuck       consumer groups at the LSO (read_committed members wait here): "
-            + ", ".join(f"{g} (committed {o})" for g, o in stuck.items())
-        )
-    else:
-        lines.append(
-            f"  stuck       no consumer group has committed up to the LSO of {c.topic}-{c.partition}"
-        )
-    lines.append(
-        f"  verify now  {verify.outcome.value}" + (": " + "; ".join(verify.changes) if verify.changes else "")
-    )
-    if verify.outcome is VerifyOutcome.ALREADY_RESOLVED:
-        lines.append("  act         nothing to do")
-    elif candidate_is_two_phase_commit(c):
-        # `abort` refuses it (two-phase-commit): point at what ends a KIP-939 transaction instead.
-        tid = c.evidence.coordinator.transactional_id if c.evidence.coordinator else "<transactional-id>"
-        lines.append(
-            "  act         two-phase commit (KIP-939): its transaction manager decides; or Kafka 4.1+: "
-            f"kafka-transactions.sh --bootstrap-server {shlex.quote(act.bootstrap)} forceTerminateTransaction "
-            f"--transactionalId {shlex.quote(tid)}"
-        )
-    else:
-        lines.append("  act (verified, dry run without --execute):  " + act.txnwatch(c))
-        lines.append("  act (Kafka's tool, re-checks nothing):      " + act.kafka_cli(c))
-    return "\n".join(lines)
 
 
 def audit_json(record: AuditRecord) -> str:

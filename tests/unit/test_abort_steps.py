@@ -1,0 +1,187 @@
+"""The verified abort's named steps one at a time (admin/proposals.py): plan, the audit history, verifying what
+was read, the marker's answer, the claim on a fake clock, the post-check's ending. The whole flow on a scripted
+cluster is tests/unit/test_verified_abort.py; on a real broker, tests/broker/test_abort_races.py."""
+
+from __future__ import annotations
+
+import pytest
+from builders import HOUR, T0
+from test_verified_abort import FakeAuditLog, candidate, live, scripted
+
+from admin.client import AdminError
+from admin.proposals import (
+    DENIED_MESSAGE,
+    LOOK_UP_LEADER_AGAIN,
+    MARKER_WRITTEN,
+    AbortAttempt,
+    AfterMarker,
+    Attempt,
+    Verified,
+    audit_history_ending,
+    claim,
+    dry_run_ending,
+    marker_answer,
+    plan,
+    post_check_ending,
+    post_check_until,
+    verified_or_ending,
+    verify_live,
+)
+from detectors.abort import post_check, verify_abort
+from detectors.models import AuditOutcome, AuditRecord, VerifyOutcome
+
+pytestmark = pytest.mark.unit
+
+NOW = T0 + HOUR
+
+
+def attempt(*, execute: bool = True) -> Attempt:
+    return plan(candidate(), execute=execute, actor="alice", clock_ms=lambda: NOW, audit_id="a1")
+
+
+def verified() -> Verified:
+    a = attempt()
+    checked = verified_or_ending(a, live(), verify_abort(a.candidate, live()), moves=0)
+    assert isinstance(checked, Verified)
+    return checked
+
+
+def test_plan_stamps_every_record_with_the_candidates_plan() -> None:
+    a = attempt()
+    r = a.record(AuditOutcome.CLAIMED, "claimed")
+    assert (r.audit_id, r.actor, r.execute, r.at_ms) == ("a1", "alice", True, NOW)
+    assert r.plan == a.candidate.spec and r.candidate_id == a.candidate.candidate_id
+    assert plan(candidate(), execute=False, actor="x", clock_ms=lambda: NOW).base["audit_id"] != "a1"
+
+
+def test_audit_history_ends_the_run_when_the_candidate_was_aborted() -> None:
+    a = attempt()
+    assert audit_history_ending(a, FakeAuditLog()) is None
+    aborted = a.record(AuditOutcome.ABORTED, "aborted")
+    ended = audit_history_ending(attempt(), FakeAuditLog(records=[aborted]))
+    assert ended is not None and ended.audit.outcome is AuditOutcome.ALREADY_RESOLVED
+    assert ended.exit_code == 4 and "aborted by alice" in ended.audit.message
+
+
+def test_audit_history_that_cannot_be_read_is_a_failure() -> None:
+    class Broken(FakeAuditLog):
+        def history(self, candidate_id: str) -> list[AuditRecord]:
+            raise AdminError("denied")
+
+    ended = audit_history_ending(attempt(), Broken())
+    assert (
+        ended is not None and ended.audit.outcome is AuditOutcome.FAILED and "denied" in ended.audit.message
+    )
+
+
+def test_a_safe_verification_goes_on_with_its_marker() -> None:
+    v = verified()
+    assert v.marker.coordinator_epoch == 0 and v.context["leader_moves"] == 0
+    assert v.verify.outcome is VerifyOutcome.SAFE
+
+
+def test_a_refused_verification_ends_the_run_with_nothing_written() -> None:
+    a = attempt()
+    changed = live(producer=None, last_stable_offset=251, high_watermark=251)
+    ended = verified_or_ending(a, changed, verify_abort(a.candidate, changed), moves=1)
+    assert isinstance(ended, AbortAttempt) and ended.audit.outcome is AuditOutcome.REFUSED
+    assert "no marker written" in ended.audit.message and ended.audit.leader_moves == 1
+
+
+def test_dry_run_ends_once_verified() -> None:
+    ended = dry_run_ending(attempt(execute=False), verified())
+    assert ended.audit.outcome is AuditOutcome.DRY_RUN and ended.exit_code == 0
+    assert "leader 1, coordinator epoch 0" in ended.audit.message
+
+
+def test_verify_live_reads_the_scripted_cluster() -> None:
+    got = verify_live(scripted(), attempt(), moves=0, sleep=lambda _s: None)
+    assert isinstance(got, Verified) and got.before.leader == 1
+
+
+def test_unreadable_leader_keeps_the_previous_verification() -> None:
+    previous = verified()
+    ended = verify_live(scripted(down={1}), attempt(), moves=1, previous=previous, sleep=lambda _s: None)
+    assert isinstance(ended, AbortAttempt) and ended.audit.outcome is AuditOutcome.FAILED
+    assert ended.audit.before == previous.before and "cannot verify" in ended.audit.message
+
+
+@pytest.mark.parametrize(
+    ("error", "moves", "outcome", "written"),
+    [
+        pytest.param("NOT_LEADER_OR_FOLLOWER", 1, AuditOutcome.FAILED, False, id="second-leader-move-fails"),
+        pytest.param("INVALID_PRODUCER_EPOCH", 0, AuditOutcome.REFUSED, False, id="fenced-is-a-refusal"),
+        pytest.param("CLUSTER_AUTHORIZATION_FAILED", 0, AuditOutcome.DENIED, False, id="acl-is-named"),
+        pytest.param("REQUEST_TIMED_OUT", 0, AuditOutcome.FAILED, None, id="unknown-error-may-have-written"),
+    ],
+)
+def test_marker_errors_end_the_run(
+    error: str, moves: int, outcome: AuditOutcome, written: bool | None
+) -> None:
+    answer = marker_answer(error, leader=3, moves=moves)
+    assert answer is not MARKER_WRITTEN and answer is not LOOK_UP_LEADER_AGAIN
+    ended = attempt().end(answer.outcome, answer.message, **answer.fields)
+    assert ended.audit.outcome is outcome and ended.audit.marker_written is written
+    assert error in ended.audit.message or ended.audit.message == DENIED_MESSAGE
+
+
+def test_marker_written_and_first_leader_move() -> None:
+    assert marker_answer(None, leader=1, moves=0) is MARKER_WRITTEN
+    assert marker_answer("NOT_LEADER_OR_FOLLOWER", leader=1, moves=0) is LOOK_UP_LEADER_AGAIN
+    assert marker_answer("UNKNOWN_BROKER", leader=1, moves=0) is LOOK_UP_LEADER_AGAIN
+
+
+class Ticks:
+    """A monotonic clock that moves only when the claim sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_claim_waits_on_its_own_clock_then_refuses() -> None:
+    a = attempt()
+    holder = a.record(AuditOutcome.CLAIMED, "theirs").model_copy(update={"audit_id": "bob", "actor": "bob"})
+    log = FakeAuditLog(records=[holder])
+    ticks = Ticks()
+    ended = claim(log, a, verified().context, wait_s=5, lease_ms=HOUR, sleep=ticks.sleep, monotonic=ticks)
+    assert ended is not None and ended.audit.outcome is AuditOutcome.REFUSED
+    assert "another execution holds this candidate: bob" in ended.audit.message
+    assert ticks.now == 5.5  # waited 0.5 s at a time past the 5 s, on the injected clock only
+
+
+def test_claim_held_by_this_run_goes_on() -> None:
+    log = FakeAuditLog()
+    assert claim(log, attempt(), verified().context, wait_s=0, lease_ms=HOUR) is None
+    assert [r.outcome for r in log.records] == [AuditOutcome.CLAIMED]
+
+
+def test_post_check_gives_up_on_its_own_clock() -> None:
+    ticks = Ticks()
+    looked = post_check_until(
+        scripted(),  # the leader keeps showing the transaction open
+        candidate(),
+        timeout_s=1,
+        sleep=ticks.sleep,
+        monotonic=ticks,
+        clock_ms=lambda: NOW,
+    )
+    assert looked.check is not None and not looked.check.ok and ticks.now == pytest.approx(1.2)
+
+
+def test_post_check_ending() -> None:
+    a, v = attempt(), verified()
+    done = live(producer=None, last_stable_offset=251, high_watermark=251)
+    ok = post_check_ending(
+        a, AfterMarker(done, post_check(a.candidate, done), None), leader=1, context=v.context
+    )
+    assert ok.audit.outcome is AuditOutcome.ABORTED and ok.audit.marker_written
+    assert "LSO 251 is past offset 100" in ok.audit.message
+    failed = post_check_ending(a, AfterMarker(None, None, "leader gone"), leader=1, context=v.context)
+    assert failed.audit.outcome is AuditOutcome.FAILED and failed.audit.marker_written
+    assert failed.audit.message == "marker written, but the post-check failed: leader gone"
