@@ -41,6 +41,7 @@ FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md txnwatch_cli.py ./
 COPY detectors/ detectors/
+COPY common/ common/
 COPY admin/ admin/
 COPY streaming/ streaming/
 RUN python -m venv /opt/build && /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .

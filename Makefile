@@ -61,12 +61,14 @@ tools: venv
 image:
 	$(PYTHON) -m dev.image build
 
+# ruff, then the rooms' arrows (import-linter's contracts in pyproject.toml: a wrong import fails here).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: venv
-	$(VENV)/bin/mypy detectors admin streaming
+	$(VENV)/bin/mypy detectors common admin streaming
 
 # Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
 test: deps venv jars tools image lint typecheck

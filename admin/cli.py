@@ -1,9 +1,9 @@
 """`txnwatch collect`, `txnwatch inspect partition|coordinator-log` and `txnwatch proposals list|show|abort`, with
 Kafka's tool conventions.
 
-Every command takes the flags of `detectors.cli_options.add_common_flags` (`--bootstrap-server`,
+Every command takes the flags of `common.cli_options.add_common_flags` (`--bootstrap-server`,
 `--command-config client.properties`, `--output`, `--cluster`, `--topic-prefix`, `--log-level`), like `txnwatch
-stream`; everything else also comes from the environment (`TXNWATCH_*`, see detectors/settings.py). This module is
+stream`; everything else also comes from the environment (`TXNWATCH_*`, see common/settings.py). This module is
 the only place in admin/ that builds `Settings()` (through `cli_options.settings_from`).
 """
 
@@ -63,13 +63,14 @@ from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_part
 from admin.seams import ClusterWire, SweepResult, wall_clock_ms
 from admin.watch import PolicyError, Watch, load_policy, policy_summary, printer
 from admin.wire import KafkaWire
+from common.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
+from common.redaction import hide_secrets_in_logs
+from common.settings import KafkaSettings, Settings
+from common.topics import OutputTopicSettings
 from detectors.abort import pending_candidates, resolved_by_audit, verify_abort
-from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import AbortCandidate, AuditRecord, CoordinatorLogPosition, CoordinatorRecord
 from detectors.policy import AbortPolicy
-from detectors.redaction import hide_secrets_in_logs
-from detectors.settings import KafkaSettings, OutputTopicSettings, Settings
 
 log = logging.getLogger("txnwatch")
 

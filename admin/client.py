@@ -14,7 +14,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
-from detectors.settings import KafkaSettings
+from common.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -37,10 +37,10 @@ from admin.seams import (
     open_transaction,
     wall_clock_ms,
 )
+from common.settings import CollectorSettings
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.health import collector_windows
 from detectors.models import BrokerSweepSummary, CoordinatorLogPosition, OpenTransaction, PartitionSnapshot
-from detectors.settings import CollectorSettings
 
 log = logging.getLogger(__name__)
 

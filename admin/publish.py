@@ -23,6 +23,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from admin.client import AdminError, error_name, explain
 from admin.metrics import CollectorMetrics
 from admin.seams import TP, SweepResult
+from common.topics import OutputTopicSettings, replication_factor
 from detectors.contract import (
     COORDINATOR_LOG_POSITION_TYPE,
     COORDINATOR_RECORD_TYPE,
@@ -30,7 +31,6 @@ from detectors.contract import (
     SUMMARY_TYPE,
     TYPE_HEADER,
     position_key,
-    replication_factor,
     snapshot_key,
     summary_key,
 )
@@ -40,7 +40,6 @@ from detectors.models import (
     CoordinatorRecord,
     PartitionSnapshot,
 )
-from detectors.settings import OutputTopicSettings
 
 log = logging.getLogger(__name__)
 

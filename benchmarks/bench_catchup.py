@@ -35,9 +35,10 @@ from kafka.admin import NewTopic
 from kafka.structs import TopicPartition
 
 from benchmarks.bench_stream import RECONCILE, coordinator_records, log, produce, state_figures, state_per_id
+from common.settings import KafkaSettings, Settings, StreamSettings
+from common.topics import TopicSettings
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import CoordinatorLogPosition
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 
 

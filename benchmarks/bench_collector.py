@@ -32,7 +32,7 @@ from admin.client import connect_admin
 from admin.collector import Collector, SweepResult
 from admin.metrics import RequestLog
 from admin.wire import KafkaWire
-from detectors.settings import CollectorSettings, KafkaSettings
+from common.settings import CollectorSettings, KafkaSettings
 from dev import oracle
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 from dev.workload import raw_transactional_produce

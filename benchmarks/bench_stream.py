@@ -56,9 +56,10 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
+from common.settings import KafkaSettings, Settings, StreamSettings
+from common.topics import TopicSettings
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.models import OpenTransaction, PartitionSnapshot
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 
 Json = dict[str, Any]
@@ -379,10 +380,219 @@ def state_figures(spark: Any, checkpoint: Path, last: Json) -> list[Json]:
     return out
 
 
+# What each phase runs over the same input topic, on the same session, with the same maxOffsetsPerTrigger and
+# trigger: the reconcile query (the job), or a noop sink behind Spark's Kafka source alone ("plain read": the
+# limit any query of that topic has on these cores) or behind the job's snapshot parse (`sources.parse_snapshots`
+# and `good_snapshots_and_positions`: header filter, from_json with PARTITION_SNAPSHOT_SCHEMA, the problem checks).
+STAGES = ("reconcile", "plain read", "parse")
+
+
+def start_noop(
+    spark: Any, *, stage: str, bootstrap: str, input_topic: str, batch: int, trigger: str, checkpoint: Path
+) -> Any:
+    """A query of `input_topic` into Spark's noop sink: the Kafka source as the job reads it (its own
+    `read_kafka`, the same options), and for "parse" the job's snapshot parse on top."""
+    from streaming import sources
+
+    raw = sources.read_kafka(
+        spark,
+        sources.KafkaSource(
+            topic=input_topic,
+            options={"kafka.bootstrap.servers": bootstrap},
+            starting_offsets="earliest",
+            max_offsets_per_trigger=batch,
+        ),
+    )
+    df = raw if stage == "plain read" else sources.good_snapshots_and_positions(sources.parse_snapshots(raw))
+    return (
+        df.writeStream.queryName(f"bench-{stage.replace(' ', '-')}")
+        .format("noop")
+        .outputMode("append")
+        .trigger(processingTime=trigger)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid`, of all its threads (the JVM forks Python from threads other than main)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def spark_pids(me: int, broker_pids: set[int]) -> tuple[int | None, list[int]]:
+    """(Spark's JVM, the Python processes it started: the pyspark daemon and any worker not forked by it)."""
+    jvm = next((c for c in _children(me) if c not in broker_pids and (_stat(c) or ("",))[0] == "java"), None)
+    if jvm is None:
+        return None, []
+    return jvm, [c for c in _children(jvm) if (_stat(c) or ("",))[0].startswith("python")]
+
+
+class Profilers:
+    """py-spy on Spark's Python processes (with the workers they fork) and a JFR recording of Spark's JVM, over
+    one batch. Both sample; py-spy stops each worker briefly per sample (100 Hz), so a profiled batch is never one
+    of the measured ones."""
+
+    def __init__(self, out: Path, phase: str, me: int, broker_pids: set[int]) -> None:
+        import subprocess
+
+        self.out, self.phase = out, phase
+        out.mkdir(parents=True, exist_ok=True)
+        self.jvm, pythons = spark_pids(me, broker_pids)
+        self.spies = []
+        # py-spy comes with the dev extra, into the venv this runs from (not necessarily on PATH)
+        spy = shutil.which(
+            "py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        )
+        if spy is None:
+            raise SystemExit("--profile needs py-spy (pip install -e '.[dev]')")
+        for pid in pythons:
+            raw = out / f"{phase}-python-{pid}.txt"
+            self.spies.append(
+                (
+                    raw,
+                    subprocess.Popen(
+                        [
+                            spy,
+                            "record",
+                            "--pid",
+                            str(pid),
+                            "--subprocesses",
+                            "--rate",
+                            "100",
+                            "--format",
+                            "raw",
+                            "--nonblocking",
+                            "--output",
+                            str(raw),
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    ),
+                )
+            )
+        self.jfr = out / f"{phase}-jvm.jfr"
+        if self.jvm is not None:
+            subprocess.run(
+                [
+                    "jcmd",
+                    str(self.jvm),
+                    "JFR.start",
+                    "name=bench",
+                    "settings=profile",
+                    f"filename={self.jfr}",
+                ],
+                check=False,
+                capture_output=True,
+            )
+        log(f"[{phase}] profiling one batch: py-spy on {pythons}, JFR on {self.jvm}")
+
+    def stop(self) -> Json:
+        import signal
+        import subprocess
+
+        if self.jvm is not None:
+            subprocess.run(
+                ["jcmd", str(self.jvm), "JFR.stop", "name=bench"], check=False, capture_output=True
+            )
+        stacks: dict[str, int] = {}
+        for raw, proc in self.spies:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if raw.exists():
+                for line in raw.read_text().splitlines():
+                    stack, _, n = line.rpartition(" ")
+                    if stack and n.isdigit():
+                        stacks[stack] = stacks.get(stack, 0) + int(n)
+        return {
+            "python": summarize_py_spy(stacks),
+            "jvm": summarize_jfr(self.jfr) if self.jfr.exists() else None,
+            "files": str(self.out),
+        }
+
+
+def _top(counts: dict[str, int], total: int, n: int = 25) -> list[Json]:
+    return [
+        {"frame": k, "samples": v, "share": round(v / total, 3)}
+        for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+    ]
+
+
+def summarize_py_spy(stacks: dict[str, int]) -> Json:
+    """py-spy's raw stacks ("process ...;thread ...;frame;frame count", root first) → the functions that took the
+    samples themselves (self) and those on the stack (inclusive), per process kind, of samples with Python
+    frames. A frame is "function (file)" without the line, so one function is one entry."""
+    self_: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for stack, n in stacks.items():
+        frames = [
+            re.sub(r":\d+\)$", ")", f)
+            for f in stack.split(";")
+            if not f.startswith(("process ", "thread ")) and f.strip()
+        ]
+        if not frames:
+            continue
+        total += n
+        leaf = frames[-1]
+        self_[leaf] = self_.get(leaf, 0) + n
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + n
+    return {"samples": total, "self": _top(self_, total or 1), "inclusive": _top(incl, total or 1, 40)}
+
+
+def summarize_jfr(path: Path) -> Json | None:
+    """JFR's Java execution samples → top methods by self and inclusive samples, and by thread kind."""
+    import subprocess
+
+    done = subprocess.run(
+        ["jfr", "print", "--json", "--stack-depth", "64", "--events", "jdk.ExecutionSample", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        return {"error": done.stderr.strip()[-300:]}
+    events = json.loads(done.stdout).get("recording", {}).get("events", [])
+    self_: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    threads: dict[str, int] = {}
+    for e in events:
+        v = e.get("values", {})
+        frames = [
+            f"{f['method']['type']['name']}.{f['method']['name']}"
+            for f in (v.get("stackTrace") or {}).get("frames", [])
+            if f.get("method")
+        ]
+        if not frames:
+            continue
+        self_[frames[0]] = self_.get(frames[0], 0) + 1
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + 1
+        name = re.sub(r"\d+", "N", (v.get("sampledThread") or {}).get("javaName") or "?")
+        threads[name] = threads.get(name, 0) + 1
+    total = sum(self_.values()) or 1
+    return {
+        "samples": sum(self_.values()),
+        "self": _top(self_, total),
+        "inclusive": _top(incl, total, 40),
+        "threads": _top(threads, total, 10),
+    }
+
+
 def run_phase(
     spark: Any,
     *,
     name: str,
+    stage: str = "reconcile",
     bootstrap: str,
     prefix: str,
     log_topic: str,
@@ -397,30 +607,17 @@ def run_phase(
     broker_pids: set[int],
     progress_out: Path | None,
     state_buckets: int,
+    profile_dir: Path | None = None,
 ) -> Json:
-    """One reconcile query over a backlog of `total` rows in `input_topic`; stops by itself."""
+    """One query (`stage`: the reconcile query, or a noop sink behind the plain read or the parse) over a
+    backlog of `total` rows in `input_topic`; stops by itself. With `profile_dir`, one more batch after the
+    steady ones is profiled (Profilers)."""
     from streaming import job
 
-    checkpoint = workdir / f"checkpoint-{name}"
-    settings = Settings(
-        cluster="bench",
-        kafka=KafkaSettings(bootstrap_servers=bootstrap),
-        topics=TopicSettings(prefix=prefix),
-        stream=StreamSettings(
-            checkpoint_location=str(checkpoint),
-            trigger=trigger,
-            starting_offsets="earliest",
-            max_offsets_per_trigger=batch,
-            state_buckets=state_buckets,
-            transaction_log_topic=log_topic,
-            metrics_port=0,
-        ),
-    )
-    opts = job.StreamOptions(settings=settings, kafka_options={"bootstrap.servers": bootstrap})
-    job.ensure_topics(opts, settings.kafka.client_kwargs())
+    checkpoint = workdir / f"checkpoint-{name}-{stage.replace(' ', '-')}"
     load_before = Path("/proc/loadavg").read_text().strip()
     log(
-        f"[{name}] reconcile query over {total:,} rows of {input_topic}, maxOffsetsPerTrigger {batch:,}, "
+        f"[{name} {stage}] over {total:,} rows of {input_topic}, maxOffsetsPerTrigger {batch:,}, "
         f"trigger {trigger}; loadavg {load_before}"
     )
     began = time.monotonic()
@@ -428,12 +625,52 @@ def run_phase(
     # CPU seconds of this process tree when each batch was first seen finished (the driver polls every 0.2 s;
     # with a backlog the next batch starts at once, so the difference between two is one batch's CPU).
     cpu_at: dict[int, dict[str, float]] = {}
-    running = job.start(spark, opts, out=None, queries=("reconcile",))  # returns after the first batch
-    (query,) = running.queries
+    if stage == "reconcile":
+        settings = Settings(
+            cluster="bench",
+            kafka=KafkaSettings(bootstrap_servers=bootstrap),
+            topics=TopicSettings(prefix=prefix),
+            stream=StreamSettings(
+                checkpoint_location=str(checkpoint),
+                trigger=trigger,
+                starting_offsets="earliest",
+                max_offsets_per_trigger=batch,
+                state_buckets=state_buckets,
+                transaction_log_topic=log_topic,
+                metrics_port=0,
+            ),
+        )
+        opts = job.StreamOptions(settings=settings, kafka_options={"bootstrap.servers": bootstrap})
+        job.ensure_topics(opts, settings.kafka.client_kwargs())
+        running = job.start(spark, opts, out=None, queries=("reconcile",))  # returns after the first batch
+        (query,) = running.queries
+        failed, stop = (
+            running.failed,
+            running.stop,
+        )  # stop also removes its listener: the next phase must not pay for it
+    else:
+        query = start_noop(
+            spark,
+            stage=stage,
+            bootstrap=bootstrap,
+            input_topic=input_topic,
+            batch=batch,
+            trigger=trigger,
+            checkpoint=checkpoint,
+        )
+
+        def failed() -> str | None:
+            exc = query.exception()
+            return None if exc is None else str(exc)
+
+        stop = query.stop
     stop_reason = "time budget"
+    profilers: Profilers | None = None
+    profile: Json | None = None
+    profiled_batch: int | None = None
     try:
         while True:
-            problem = running.failed()
+            problem = failed()
             if problem:
                 raise RuntimeError(problem)
             last = query.lastProgress
@@ -441,28 +678,41 @@ def run_phase(
                 cpu_at[last["batchId"]] = tree_cpu_s(me, broker_pids)
                 rows, ms = last["numInputRows"], max(last["batchDuration"], 1)
                 log(
-                    f"[{name}] batch {last['batchId']}: {rows:,} rows in {ms / 1000:.1f}s ({rows / ms * 1000:,.0f}/s), "
-                    f"read {end_offset_total(last, input_topic):,}/{total:,}"
+                    f"[{name} {stage}] batch {last['batchId']}: {rows:,} rows in {ms / 1000:.1f}s "
+                    f"({rows / ms * 1000:,.0f}/s), read {end_offset_total(last, input_topic):,}/{total:,}"
                 )
+                if profilers is not None:
+                    profile = profilers.stop()
+                    profiled_batch = last["batchId"]
+                    stop_reason = "enough steady batches, one more profiled"
+                    break
                 if end_offset_total(last, input_topic) >= total:
                     stop_reason = "input consumed"
                     break
                 if sum(1 for p in query.recentProgress if p["numInputRows"] > 0) >= warmup + steady_wanted:
                     stop_reason = "enough steady batches"
-                    break
+                    if profile_dir is None or stage != "reconcile":
+                        break
+                    # The next batch started as this one ended (a backlog): profile it to its end.
+                    profilers = Profilers(profile_dir, f"{name}-{stage.replace(' ', '-')}", me, broker_pids)
             if time.monotonic() - began > budget_s:
                 break
             time.sleep(0.2)
     finally:
-        running.stop()  # also removes its listener: the next phase must not pay for it
+        if profilers is not None and profile is None:
+            profile = profilers.stop()
+        stop()
     wall = time.monotonic() - began
     load_after = Path("/proc/loadavg").read_text().strip()
     progress = [json.loads(p.json) for p in query.recentProgress]
     if progress_out is not None:
         with progress_out.open("a") as f:
             for p in progress:
-                f.write(json.dumps({"phase": name, **p}) + "\n")
+                f.write(json.dumps({"phase": name, "stage": stage, **p}) + "\n")
     data = [p for p in progress if p["numInputRows"] > 0]
+    profiled = [p for p in data if p["batchId"] == profiled_batch]
+    if profiled:  # a profiled batch is none of the measured ones
+        data = data[: data.index(profiled[0])]
     steady = data[warmup:]
     if steady and steady[-1]["numInputRows"] < 0.9 * batch:
         steady = steady[:-1]  # the tail (input ran out) is no steady batch
@@ -476,9 +726,14 @@ def run_phase(
         end, begin = cpu_at[steady[-1]["batchId"]], cpu_at[data[warmup - 1]["batchId"]]
         cpu = {k: round(end[k] - begin[k], 1) for k in end}
     cpu_s = sum(cpu.values()) if cpu else None
-    states = state_figures(spark, checkpoint / RECONCILE, progress[-1] if progress else {})
+    states = (
+        state_figures(spark, checkpoint / RECONCILE, progress[-1] if progress else {})
+        if stage == "reconcile"
+        else []
+    )
     result = {
         "phase": name,
+        "stage": stage,
         "state_buckets": state_buckets,
         "input_topic": input_topic,
         "input_rows": total,
@@ -505,10 +760,11 @@ def run_phase(
         # What the same CPU work would sustain on 2 idle cores (an upper bound: assumes both stay busy).
         "idle_2core_rows_per_s": round(rows / (cpu_s / 2)) if cpu_s and rows else None,
         "state": states,
+        "profile": profile,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
     }
-    log(f"[{name}] stopped ({stop_reason}) after {wall:.0f}s; loadavg {load_after}")
+    log(f"[{name} {stage}] stopped ({stop_reason}) after {wall:.0f}s; loadavg {load_after}")
     return result
 
 
@@ -518,7 +774,10 @@ def run_phase(
 def state_per_id(results: list[Json]) -> Json | None:
     """State bytes per transactional id, from the coordinator run (one id = one stage-1 row and one stage-2
     view): payload (what the state holds) and RocksDB's in-memory footprint."""
-    coord = next((r for r in results if r["phase"] == "coordinator"), None)
+    coord = next(
+        (r for r in results if r["phase"] == "coordinator" and r.get("stage", "reconcile") == "reconcile"),
+        None,
+    )
     if coord is None:
         return None
     by = {s["stage"]: s for s in coord["state"]}
@@ -544,8 +803,8 @@ def state_per_id(results: list[Json]) -> Json | None:
 def print_report(results: list[Json], trigger_s: float, per_id: Json | None) -> None:
     print()
     print(
-        f"{'input':<12} {'batch':>7} {'steady':>6} {'rows/s':>7} {'min/s':>6} {'max/s':>6} {'p50 s':>6} "
-        f"{'p99 s':>6} {'CPU ms/1k':>9} {'idle-2-core/s':>13}  target (>= {TARGET_ROWS_PER_S:,}/s, p99 < {trigger_s:g} s)"
+        f"{'input':<12} {'stage':<10} {'batch':>7} {'steady':>6} {'rows/s':>7} {'min/s':>6} {'max/s':>6} {'p50 s':>6} "
+        f"{'p99 s':>6} {'CPU ms/1k':>9} {'idle-2-core/s':>13} {'of plain':>8}  target (>= {TARGET_ROWS_PER_S:,}/s, p99 < {trigger_s:g} s)"
     )
     for r in results:
         rates = r["batch_rows_per_s"] or [0]
@@ -555,14 +814,15 @@ def print_report(results: list[Json], trigger_s: float, per_id: Json | None) -> 
             and r["batch_s_p99"] < trigger_s
         )
         print(
-            f"{r['phase']:<12} {r['max_offsets_per_trigger']:>7,} {r['steady_batches']:>6} "
+            f"{r['phase']:<12} {r.get('stage', 'reconcile'):<10} {r['max_offsets_per_trigger']:>7,} {r['steady_batches']:>6} "
             f"{r['sustained_rows_per_s'] or 0:>7,} {min(rates):>6,} {max(rates):>6,} {r['batch_s_p50'] or 0:>6} "
-            f"{r['batch_s_p99'] or 0:>6} {r['cpu_ms_per_1k_rows'] or 0:>9,} {r['idle_2core_rows_per_s'] or 0:>13,}  "
+            f"{r['batch_s_p99'] or 0:>6} {r['cpu_ms_per_1k_rows'] or 0:>9,} {r['idle_2core_rows_per_s'] or 0:>13,} "
+            f"{format(r['share_of_plain_read'], '.0%') if r.get('share_of_plain_read') else '-':>8}  "
             f"{'met' if met else 'NOT met'}"
         )
     for r in results:
         print(
-            f"\n{r['phase']} ({r['stop_reason']}; loadavg before {r['loadavg_before'].split()[0]}, after "
+            f"\n{r['phase']} {r.get('stage', 'reconcile')} ({r['stop_reason']}; loadavg before {r['loadavg_before'].split()[0]}, after "
             f"{r['loadavg_after'].split()[0]}): median durationMs "
             + ", ".join(f"{k} {v:,.0f}" for k, v in r["duration_ms_median"].items())
         )
@@ -582,6 +842,18 @@ def print_report(results: list[Json], trigger_s: float, per_id: Json | None) -> 
                 f"(task sum), commit {s['commit_ms']} ms; RocksDB memory {s['memory_bytes_per_row']} B/row, "
                 f"checkpoint dir {s['checkpoint_bytes_per_row']} B/row; payload: {payload or '-'}"
             )
+        prof = r.get("profile") or {}
+        for side in ("python", "jvm"):
+            p = prof.get(side) or {}
+            if p.get("samples"):
+                print(
+                    f"  profile, {side} ({p['samples']:,} samples), self: "
+                    + "; ".join(f"{x['frame']} {x['share']:.0%}" for x in p["self"][:8])
+                )
+                print(
+                    f"  profile, {side}, inclusive: "
+                    + "; ".join(f"{x['frame']} {x['share']:.0%}" for x in p["inclusive"][:12])
+                )
     if per_id:
         print(
             f"\nstate per transactional id ({per_id['transactional_ids']:,} ids): payload "
@@ -646,6 +918,19 @@ def main(argv: list[str] | None = None) -> int:
         default=4,
         help="spark.sql.shuffle.partitions (the job's default: 4)",
     )
+    parser.add_argument(
+        "--plain-read",
+        action="store_true",
+        help="after each reconcile run, the same input through Spark's Kafka source alone to a noop sink, and "
+        "(snapshots) through the job's parse alone: the limit on these cores, in the same run",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="profile one more batch after the steady ones of each reconcile run: py-spy on the Python workers, "
+        "JFR on Spark's JVM (raw files kept in DIR, the top frames in the JSON)",
+    )
     parser.add_argument("--bootstrap", help="use this running broker instead of starting a test bed")
     parser.add_argument("--progress-out", type=Path, help="append every batch's progress (JSON lines) here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (checkpoints)")
@@ -655,7 +940,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--warmup-batches must be at least 1 (the first batch starts the Python workers)")
 
     trigger_s = trigger_seconds(args.trigger)
-    batches_wanted = args.warmup_batches + args.steady_batches + 1
+    # +1: the tail batch; +1 more for the profiled batch
+    batches_wanted = args.warmup_batches + args.steady_batches + 1 + (1 if args.profile else 0)
     records_per_id = 1 + 3 * args.txns_per_id
     ids = args.ids or math.ceil(args.coordinator_batch * batches_wanted / records_per_id)
     sweeps = args.sweeps or math.ceil(args.snapshot_batch * batches_wanted / args.partitions)
@@ -750,7 +1036,10 @@ def main(argv: list[str] | None = None) -> int:
             "broker_pids": broker_pids,
             "progress_out": args.progress_out,
             "state_buckets": args.state_buckets,
+            "profile_dir": args.profile,
         }
+        # Each input: the reconcile query, then (--plain-read) the same rows through less of it.
+        limits = {"coordinator": ("plain read",), "snapshot": ("plain read", "parse")}
         if "coordinator" in phases:
             results.append(
                 run_phase(
@@ -763,6 +1052,19 @@ def main(argv: list[str] | None = None) -> int:
                     **common,
                 )
             )
+            for stage in limits["coordinator"] if args.plain_read else ():
+                results.append(
+                    run_phase(
+                        name="coordinator",
+                        stage=stage,
+                        prefix=prefix_coord,
+                        log_topic=log_topic,
+                        input_topic=log_topic,
+                        total=produced["coordinator"]["records"],
+                        batch=args.coordinator_batch,
+                        **common,
+                    )
+                )
         if "snapshot" in phases:
             results.append(
                 run_phase(
@@ -775,6 +1077,19 @@ def main(argv: list[str] | None = None) -> int:
                     **common,
                 )
             )
+            for stage in limits["snapshot"] if args.plain_read else ():
+                results.append(
+                    run_phase(
+                        name="snapshot",
+                        stage=stage,
+                        prefix=prefix_snap,
+                        log_topic=empty_log,
+                        input_topic=f"{prefix_snap}.producer-state",
+                        total=produced["snapshot"]["records"],
+                        batch=args.snapshot_batch,
+                        **common,
+                    )
+                )
     finally:
         if spark is not None:
             spark.stop()
@@ -787,6 +1102,13 @@ def main(argv: list[str] | None = None) -> int:
     log(f"loadavg at end: {load_end}; whole run {total_s:.0f}s")
 
     per_id = state_per_id(results)
+    # Each stage's rate as a share of the plain read of the same input, measured in this run.
+    plain = {r["phase"]: r["sustained_rows_per_s"] for r in results if r["stage"] == "plain read"}
+    for r in results:
+        limit = plain.get(r["phase"])
+        r["share_of_plain_read"] = (
+            round(r["sustained_rows_per_s"] / limit, 3) if limit and r["sustained_rows_per_s"] else None
+        )
     print_report(results, trigger_s, per_id)
     figures = {
         "benchmark": "bench_stream",

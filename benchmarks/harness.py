@@ -202,8 +202,9 @@ def pipeline(
     collector_args: tuple[str, ...] = (),
 ) -> Iterator[Pipeline]:
     """Start bed → collector → job → watcher; stop all of it (by pid / handle) on exit."""
+    from common.settings import KafkaSettings, Settings, StreamSettings
+    from common.topics import TopicSettings
     from detectors.models import DetectionLimits
-    from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 
     state_dir = workdir / "testbed"
     bed = bed or TestBedConfig(nodes=1, partition_verification=False, heap="1g")

@@ -315,7 +315,8 @@ def soak(args: argparse.Namespace) -> int:
     from kafka import KafkaAdminClient, KafkaConsumer
     from kafka.admin import NewTopic
 
-    from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
+    from common.settings import KafkaSettings, Settings, StreamSettings
+    from common.topics import TopicSettings
     from dev.kafka import TestBedConfig, start_cluster, stop_cluster
     from streaming import job
     from streaming.session import build_session

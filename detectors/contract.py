@@ -2,18 +2,13 @@
 and its values, record keys, the dead-letter headers, and the coordinator state sets the rooms reason about.
 
 admin/ (the collector, inspection, proposals) and streaming/ (the job) never import each other; both import
-these names from here, so a producer and its consumer cannot drift apart. Our own topics are named by
-`detectors.settings.TopicSettings` (one prefix); how the streaming job's output topics are created is here.
+these names from here, so a producer and its consumer cannot drift apart. Our own topics' names and how they are
+created are application settings, not domain: common/topics.py.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
-
 from detectors.models import CoordinatorState
-
-if TYPE_CHECKING:  # names only: settings must stay importable without this module and vice versa
-    from detectors.settings import TopicSettings
 
 # Kafka's transaction log (clients cannot write it; the job reads it with the consumer-based offset reader).
 TRANSACTION_LOG_TOPIC = "__transaction_state"
@@ -58,37 +53,3 @@ OWNING_STATES = PREPARING_STATES | {CoordinatorState.ONGOING}
 COMPLETED_STATES = frozenset(
     {CoordinatorState.EMPTY, CoordinatorState.COMPLETE_COMMIT, CoordinatorState.COMPLETE_ABORT}
 )
-
-
-# ------------------------------------------------------------------------------------------ output topics
-
-
-class TopicSpec(NamedTuple):
-    """A topic as txnwatch creates it when it is missing (an existing topic is left as it is)."""
-
-    name: str
-    partitions: int
-    configs: tuple[tuple[str, str], ...]  # topic configs, (name, value)
-
-
-DEAD_LETTER_RETENTION_MS = 14 * 24 * 3_600_000
-
-
-def abort_candidates_topic(topics: TopicSettings) -> TopicSpec:
-    """Abort candidates, compacted on the candidate id: a consumer sees the latest record of each candidate."""
-    return TopicSpec(topics.abort_candidates, 1, (("cleanup.policy", "compact"),))
-
-
-def dead_letter_topic(topics: TopicSettings) -> TopicSpec:
-    """Malformed input with its raw bytes, kept 14 days for a person to look at."""
-    return TopicSpec(topics.dead_letter, 1, (("retention.ms", str(DEAD_LETTER_RETENTION_MS)),))
-
-
-def stream_output_topics(topics: TopicSettings) -> tuple[TopicSpec, ...]:
-    """The topics the streaming job writes (and creates when missing)."""
-    return (abort_candidates_topic(topics), dead_letter_topic(topics))
-
-
-def replication_factor(brokers: int) -> int:
-    """Replicas of a topic txnwatch creates: three where the cluster has them, else every broker."""
-    return min(3, max(brokers, 1))

@@ -55,6 +55,7 @@ CONTEXT_PATHS = (
     "README.md",
     "txnwatch_cli.py",
     "detectors",
+    "common",
     "admin",
     "streaming",
     "dev/jvm",

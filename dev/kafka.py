@@ -191,7 +191,7 @@ def _client_properties_text(bootstrap: str, user: str, password: str) -> str:
 
 
 def _scram_kwargs(path: Path) -> dict[str, object]:
-    from detectors.client_properties import parse_client_properties
+    from common.client_properties import parse_client_properties
 
     return dict(parse_client_properties(path.read_text()).kwargs)
 

@@ -1,7 +1,7 @@
 """`txnwatch stream`: the Structured Streaming job, with Kafka's tool conventions.
 
 `--command-config client.properties` is handed to Spark's Kafka connector as `kafka.<key>` options unchanged (it
-speaks Java client properties) and to kafka-python (topic creation) through detectors.settings' translation.
+speaks Java client properties) and to kafka-python (topic creation) through common.settings' translation.
 This module is the only place in streaming/ that builds `Settings()`.
 """
 
@@ -19,11 +19,11 @@ from urllib.parse import urlparse
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from detectors.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
-from detectors.client_properties import parse_properties
-from detectors.contract import stream_output_topics
-from detectors.redaction import hide_secrets_in_logs
-from detectors.settings import Settings, StreamSettings, overlay
+from common.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
+from common.client_properties import parse_properties
+from common.redaction import hide_secrets_in_logs
+from common.settings import Settings, StreamSettings, overlay
+from common.topics import stream_output_topics
 
 if TYPE_CHECKING:
     from streaming.job import StreamOptions
@@ -155,7 +155,7 @@ def load_settings(args: argparse.Namespace) -> tuple[Settings, tuple[str, ...], 
     keys kafka-python does not use, and the file's Java properties for Spark (read once, so both agree).
 
     Raises:
-        SettingsError, pydantic.ValidationError: see `detectors.cli_options.settings_from`.
+        SettingsError, pydantic.ValidationError: see `common.cli_options.settings_from`.
     """
     texts: list[str] = []
 

@@ -26,9 +26,9 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from detectors.contract import replication_factor, stream_output_topics
+from common.settings import Settings
+from common.topics import replication_factor, stream_output_topics
 from detectors.health import interval_ms, stream_ready_within_ms
-from detectors.settings import Settings
 from detectors.tracking import ReconcileConfig
 from streaming import sources
 from streaming.exporter import (
@@ -178,7 +178,7 @@ class RunningJob:
 
 
 def ensure_topics(opts: StreamOptions, client_kwargs: Mapping[str, Any]) -> None:
-    """Create the job's output topics that are missing, as `detectors.contract.stream_output_topics` specifies
+    """Create the job's output topics that are missing, as `common.topics.stream_output_topics` specifies
     (kafka-python here: streaming/ does not import admin/)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic

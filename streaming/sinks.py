@@ -16,8 +16,8 @@ from typing import Any, Literal, NamedTuple, TextIO
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from common.topics import TopicSettings
 from detectors.contract import DEAD_LETTER_HEADERS
-from detectors.settings import TopicSettings
 from detectors.tracking import EVENT_COLUMNS
 from streaming.exporter import Health, LiveState
 

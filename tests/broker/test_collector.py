@@ -37,6 +37,8 @@ from admin.metrics import CollectorMetrics, RequestLog
 from admin.publish import KafkaSink, Publisher, ensure_topics
 from admin.seams import ClusterView, SweepResult
 from admin.wire import KafkaWire
+from common.settings import CollectorSettings, KafkaSettings
+from common.topics import OutputTopicSettings
 from detectors.codec import DecodeError, TxnStatus, decode_key, decode_value
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
@@ -45,7 +47,6 @@ from detectors.models import (
     CoordinatorState,
     PartitionSnapshot,
 )
-from detectors.settings import CollectorSettings, KafkaSettings, OutputTopicSettings
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster
 from dev.workload import ensure_topics as ensure_workload_topics
 from dev.workload import raw_transactional_produce

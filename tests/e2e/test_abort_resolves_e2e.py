@@ -21,8 +21,9 @@ from pyspark.sql import SparkSession
 from test_stream_e2e import Console, first_batch_done, read_topic, wait_for
 from workloads import Proposals, produce_plain, read_committed_values, run_workload
 
+from common.settings import KafkaSettings, Settings, StreamSettings
+from common.topics import TopicSettings
 from detectors.models import AbortCandidate
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from streaming import job
 
 pytestmark = pytest.mark.e2e

@@ -39,8 +39,9 @@ from pyspark.sql import SparkSession
 from test_stream_e2e import Console, first_batch_done, read_topic, wait_for
 from workloads import ROOT, run_workload, start_workload
 
+from common.settings import KafkaSettings, Settings, StreamSettings
+from common.topics import TopicSettings
 from detectors.models import AbortCandidate
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from dev.gotools import ensure
 from streaming import job
 

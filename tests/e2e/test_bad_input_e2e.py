@@ -34,10 +34,11 @@ from pyspark.sql import SparkSession
 from test_stream_e2e import Console, first_batch_done, read_topic, scrape, wait_for
 from workloads import run_workload
 
+from common.settings import KafkaSettings, Settings, StreamSettings
+from common.topics import TopicSettings
 from detectors.codec import DecodeError, TxnLogKey, decode_value, encode_key
 from detectors.contract import SNAPSHOT_TYPE, TYPE_HEADER
 from detectors.models import SCHEMA_VERSION, OpenTransaction, PartitionSnapshot
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from streaming import job
 from streaming.sources import _decode_fields
 

@@ -42,7 +42,7 @@ from kafka.admin import (
 from kafka.structs import TopicPartition
 
 import dev.kafka as testbed
-from detectors.client_properties import parse_client_properties
+from common.client_properties import parse_client_properties
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import AbortCandidate, AuditRecord
 from dev import workload

@@ -28,8 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 from workloads import run_workload, start_workload
 
+from common.settings import KafkaSettings, Settings, StreamSettings, overlay
+from common.topics import TopicSettings
 from detectors.models import AbortCandidate, HangingReason
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings, overlay
 from streaming import job
 
 pytestmark = pytest.mark.e2e

@@ -23,6 +23,8 @@ from kafka.admin import NewTopic
 from pyspark.sql import SparkSession
 from test_stream_e2e import Console, scrape, wait_for
 
+from common.settings import KafkaSettings, Settings, StreamSettings
+from common.topics import TopicSettings
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.contract import (
     COORDINATOR_LOG_POSITION_TYPE,
@@ -37,7 +39,6 @@ from detectors.models import (
     OpenTransaction,
     PartitionSnapshot,
 )
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from streaming import job
 
 pytestmark = pytest.mark.e2e

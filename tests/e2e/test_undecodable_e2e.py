@@ -22,10 +22,11 @@ from kafka.admin import NewTopic
 from pyspark.sql import SparkSession
 from test_stream_e2e import Console, first_batch_done, read_topic, scrape, wait_for
 
+from common.settings import KafkaSettings, Settings, StreamSettings
+from common.topics import TopicSettings
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE, SNAPSHOT_TYPE, TYPE_HEADER
 from detectors.models import AbortCandidate, CoordinatorLogPosition, OpenTransaction, PartitionSnapshot
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from streaming import job
 
 pytestmark = pytest.mark.e2e

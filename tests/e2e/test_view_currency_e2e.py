@@ -29,9 +29,10 @@ from pyspark.sql import SparkSession
 from test_stream_e2e import Console, first_batch_done, read_topic, scrape, wait_for
 from workloads import ROOT, run_workload
 
+from common.settings import KafkaSettings, Settings, StreamSettings, overlay
+from common.topics import TopicSettings
 from detectors.currency import coordinator_partition
 from detectors.models import AbortCandidate, HangingReason
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings, overlay
 from streaming import job
 
 pytestmark = pytest.mark.e2e

@@ -40,7 +40,7 @@ from helm_support import (
 )
 
 import txnwatch_cli
-from detectors.settings import Settings
+from common.settings import Settings
 
 RULES = ROOT / "deploy" / "prometheus" / "txnwatch-rules.yaml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "txnwatch.json"

@@ -15,10 +15,11 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from pyspark.sql import SparkSession
 
+from common.settings import KafkaSettings, Settings, StreamSettings
+from common.topics import TopicSettings
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE, SNAPSHOT_TYPE, TYPE_HEADER, snapshot_key
 from detectors.models import CoordinatorLogPosition, DetectionLimits, OpenTransaction, PartitionSnapshot
-from detectors.settings import KafkaSettings, Settings, StreamSettings, TopicSettings
 from streaming import job
 
 pytestmark = pytest.mark.spark

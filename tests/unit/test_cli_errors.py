@@ -216,7 +216,7 @@ def test_a_bad_flag_is_named_in_one_line(argv: list[str], expected: str) -> None
 @pytest.mark.parametrize(
     ("command", "content", "expected"),
     [
-        # every command reads the file the same way (detectors/cli_options.settings_from): each case is run with
+        # every command reads the file the same way (common/cli_options.settings_from): each case is run with
         # one command in turn, the missing file with all four
         pytest.param(PROPERTIES_COMMANDS[i % len(PROPERTIES_COMMANDS)], *case.values, id=case.id)
         for i, case in enumerate(PROPERTIES_CASES)

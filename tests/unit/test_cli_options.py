@@ -1,4 +1,4 @@
-"""The flags every command shares (detectors/cli_options.py): the same flags with the same help on `collect`,
+"""The flags every command shares (common/cli_options.py): the same flags with the same help on `collect`,
 `inspect partition`, `inspect coordinator-log` and `stream`, and one precedence for all of them:
 TXNWATCH_* environment → `--command-config` → flags (flags win)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import txnwatch_cli
-from detectors.cli_options import (
+from common.cli_options import (
     COMMON_FLAGS,
     SettingsError,
     add_common_flags,
@@ -19,7 +19,7 @@ from detectors.cli_options import (
     output_format,
     settings_from,
 )
-from detectors.settings import Settings
+from common.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -17,8 +17,8 @@ import admin.cli
 import txnwatch_cli
 from admin.inspect import decode_entry
 from admin.seams import Offsets
+from common.settings import Settings
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
-from detectors.settings import Settings
 
 pytestmark = pytest.mark.unit
 

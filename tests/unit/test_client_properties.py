@@ -1,4 +1,4 @@
-"""The `--command-config` client.properties parser (detectors/client_properties.py): Java properties syntax,
+"""The `--command-config` client.properties parser (common/client_properties.py): Java properties syntax,
 sasl.jaas.config, and the translation to kafka-python kwargs with what it refuses and why."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from detectors.client_properties import (
+from common.client_properties import (
     ClientPropertiesError,
     coerce_value,
     parse_client_properties,

@@ -27,11 +27,11 @@ from admin.inspect import (
     render_partition,
 )
 from admin.seams import FetchFailure, Offsets
-from detectors.cli_options import settings_from
+from common.cli_options import settings_from
+from common.settings import CollectorSettings, Settings
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.models import CoordinatorState, DetectionLimits, HangingReason, VerdictKind, WithheldReason
 from detectors.rules import classify
-from detectors.settings import CollectorSettings, Settings
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from admin.client import (
     explain,
     missing_acl,
 )
-from detectors.settings import KafkaSettings
+from common.settings import KafkaSettings
 
 pytestmark = pytest.mark.unit
 

@@ -25,13 +25,14 @@ from admin.publish import (
     sweep_records,
 )
 from admin.seams import SweepResult
+from common.settings import CollectorSettings
+from common.topics import OutputTopicSettings
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
     BrokerSweepSummary,
     CoordinatorLogPosition,
     PartitionSnapshot,
 )
-from detectors.settings import CollectorSettings, OutputTopicSettings
 
 pytestmark = pytest.mark.unit
 

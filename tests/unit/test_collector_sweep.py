@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from admin.collector import Collector, chunks, run
 from admin.metrics import CollectorMetrics
 from admin.seams import BrokerTimeout, FetchFailure, Offsets, SweepResult
-from detectors.settings import CollectorSettings
+from common.settings import CollectorSettings
 
 pytestmark = pytest.mark.unit
 

@@ -18,6 +18,7 @@ from prometheus_client import generate_latest
 
 from admin.collector import SWEEP_BACKOFF_MAX_S, loop_health, run
 from admin.metrics import CollectorMetrics, LoopHealth, serve
+from common.settings import CollectorSettings
 from detectors.health import (
     NOT_INSTALLED,
     ProbeAnswer,
@@ -30,7 +31,6 @@ from detectors.health import (
     progress_recent,
     stream_ready_within_ms,
 )
-from detectors.settings import CollectorSettings
 
 pytestmark = pytest.mark.unit
 

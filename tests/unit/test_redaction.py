@@ -1,4 +1,4 @@
-"""`detectors.redaction`: the SASL and SSL key passwords never reach a log line, whatever logs them."""
+"""`common.redaction`: the SASL and SSL key passwords never reach a log line, whatever logs them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from detectors.redaction import RedactSecrets, kafka_secrets
-from detectors.settings import KafkaSettings
+from common.redaction import RedactSecrets, kafka_secrets
+from common.settings import KafkaSettings
 
 pytestmark = pytest.mark.unit
 

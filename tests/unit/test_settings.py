@@ -10,15 +10,15 @@ import pytest
 from pydantic import SecretStr, ValidationError
 from test_client_properties import SCRAM_SSL
 
-from detectors.settings import (
+from common.settings import (
     CollectorSettings,
     KafkaSettings,
     Settings,
     StreamSettings,
-    TopicSettings,
     kafka_settings_from_properties,
     overlay,
 )
+from common.topics import TopicSettings
 
 pytestmark = pytest.mark.unit
 

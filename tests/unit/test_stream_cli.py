@@ -137,7 +137,7 @@ def test_stream_settings_environment_then_flags(monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.usefixtures("clean_env")
 def test_flag_defaults_are_the_settings_defaults() -> None:
-    from detectors.settings import StreamSettings
+    from common.settings import StreamSettings
     from streaming.cli import load_settings
 
     s, _, _ = load_settings(_parse())

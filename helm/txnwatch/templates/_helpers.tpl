@@ -82,7 +82,7 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* TXNWATCH_* settings both apps read (detectors/settings.py), as a name → value map. */}}
+{{/* TXNWATCH_* settings both apps read (common/settings.py), as a name → value map. */}}
 {{- define "txnwatch.commonEnv" -}}
 HOME: /tmp
 TXNWATCH_CLUSTER: {{ .Values.cluster | quote }}

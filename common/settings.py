@@ -1,9 +1,9 @@
 """txnwatch's one settings object: `Settings`, read from the environment (`TXNWATCH_*`, sections nested with `__`).
 
-`Settings()` is built only by the apps' entry points (through `detectors.cli_options.settings_from`, which lays
+`Settings()` is built only by the apps' entry points (through `common.cli_options.settings_from`, which lays
 `--command-config` and the command line over it: flags win); everything else receives its section. Sections:
-`kafka` (kafka-python client keys), `detection` (rule thresholds), `topics` (txnwatch's topic names), `collector`
-(`txnwatch collect`) and `stream` (`txnwatch stream`).
+`kafka` (kafka-python client keys), `detection` (rule thresholds, the domain's `DetectionLimits`), `topics`
+(txnwatch's topic names, common/topics.py), `collector` (`txnwatch collect`) and `stream` (`txnwatch stream`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, computed_field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -20,14 +20,14 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from detectors.client_properties import ClientValue, coerce_value, parse_client_properties
+from common.client_properties import ClientValue, coerce_value, parse_client_properties
+from common.topics import CoordinatorStateTopicSettings, ProducerStateTopicSettings, TopicSettings
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import DetectionLimits, Model
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 OutputChoice = Literal["auto", "table", "json"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
-CleanupPolicy = Literal["compact", "delete", "compact,delete"]
 CoordinatorSource = Literal["log", "describe"]
 StreamCoordinatorSource = Literal["log", "describe", "both"]
 
@@ -69,69 +69,6 @@ class KafkaSettings(Model):
         for key, raw in self.extra.items():
             out[key.replace(".", "_")] = coerce_value(raw)
         return out
-
-
-class TopicSettings(Model):
-    """txnwatch's own topics, all named from one prefix."""
-
-    prefix: str = Field(default="txnwatch", min_length=1)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def producer_state(self) -> str:
-        return f"{self.prefix}.producer-state"
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def coordinator_state(self) -> str:
-        return f"{self.prefix}.coordinator-state"
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def abort_candidates(self) -> str:
-        return f"{self.prefix}.abort-candidates"
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def audit(self) -> str:
-        return f"{self.prefix}.audit"
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def dead_letter(self) -> str:
-        return f"{self.prefix}.dead-letter"
-
-
-class OutputTopicSettings(Model):
-    """How the collector creates one of its output topics when it is missing (an existing topic is left alone)."""
-
-    partitions: int = Field(default=6, ge=1)
-    # None: min(3, number of brokers).
-    replication_factor: int | None = Field(default=None, ge=1)
-    # None: the broker's default retention.
-    retention_ms: int | None = Field(default=None, ge=-1)
-    cleanup_policy: CleanupPolicy = "compact,delete"
-
-    def topic_configs(self) -> dict[str, str]:
-        configs: dict[str, str] = {"cleanup.policy": self.cleanup_policy}
-        if self.retention_ms is not None:
-            configs["retention.ms"] = str(self.retention_ms)
-        return configs
-
-
-# Each output topic's own defaults live on its class, so that setting one field of it (for example
-# TXNWATCH_COLLECTOR__PRODUCER_STATE_TOPIC__PARTITIONS) keeps the others: a default_factory instance would be
-# replaced by a plain OutputTopicSettings built from that one field.
-class ProducerStateTopicSettings(OutputTopicSettings):
-    """<prefix>.producer-state: compacted, and a day's retention."""
-
-    retention_ms: int | None = Field(default=86_400_000, ge=-1)
-
-
-class CoordinatorStateTopicSettings(OutputTopicSettings):
-    """<prefix>.coordinator-state (describe fallback): compacted, the broker's retention."""
-
-    cleanup_policy: CleanupPolicy = "compact"
 
 
 class CollectorSettings(Model):

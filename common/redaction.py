@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from detectors.settings import KafkaSettings
+from common.settings import KafkaSettings
 
 
 def kafka_secrets(kafka: KafkaSettings) -> list[str]:

@@ -14,14 +14,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import ValidationError
 
-from detectors.client_properties import ClientPropertiesError
-from detectors.settings import (
-    LogLevel,
-    OutputChoice,
-    Settings,
-    kafka_settings_from_properties,
-    overlay,
-)
+from common.client_properties import ClientPropertiesError
+from common.settings import LogLevel, OutputChoice, Settings, kafka_settings_from_properties, overlay
 
 # argparse dest → the Settings field it overrides ("section.field"), for the flags of add_common_flags.
 COMMON_FLAGS: dict[str, str] = {
