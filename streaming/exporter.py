@@ -41,6 +41,7 @@ from detectors.health import (
     probe_response,
     progress_recent,
 )
+from detectors.kip664 import LatePartition, count_late_partitions
 
 log = logging.getLogger("txnwatch.stream.metrics")
 
@@ -150,31 +151,30 @@ class VerdictCollector(Collector):
             "transactions (newest snapshot).",
             labels=["cluster", "topic", "partition"],
         )
-        late_by_broker: Counter[int] = Counter()
-        late_two_phase_commit: Counter[int] = Counter()
-        oldest_is_two_phase_commit = _oldest_is_two_phase_commit(verdicts)
         for (topic, partition), w in sorted(windows.items()):
             if w.open_count > 0:
                 duration.add_metric([c, topic, str(partition)], w.duration_ms / 1000)
-                late_by_broker[w.leader] += int(w.late)
-                if w.late and oldest_is_two_phase_commit.get((topic, partition), False):
-                    late_two_phase_commit[w.leader] += 1
         yield duration
+        oldest_is_two_phase_commit = _oldest_is_two_phase_commit(verdicts)
+        counts = count_late_partitions(
+            LatePartition(w.leader, w.open_count > 0 and w.late, oldest_is_two_phase_commit.get(key, False))
+            for key, w in windows.items()
+        )
         late = GaugeMetricFamily(
             "txnwatch_partitions_with_late_transactions",
             "KIP-664 PartitionsWithLateTransactionsCount: leader partitions whose oldest open transaction is "
             "older than transaction.max.timeout.ms (+ buffer), per broker.",
             labels=["cluster", "broker"],
         )
-        for broker in sorted({w.leader for w in windows.values()}):
-            late.add_metric([c, str(broker)], late_by_broker[broker])
+        for broker, n in counts.per_broker.items():
+            late.add_metric([c, str(broker)], n)
         yield late
         cluster_late = GaugeMetricFamily(
             "txnwatch_cluster_partitions_with_late_transactions",
             "PartitionsWithLateTransactionsCount summed over the cluster.",
             labels=["cluster"],
         )
-        cluster_late.add_metric([c], sum(late_by_broker.values()))
+        cluster_late.add_metric([c], counts.cluster)
         yield cluster_late
         # The same count split by whether the late transaction (the partition's oldest open one, which KIP-664
         # counts) is a KIP-939 two-phase-commit one: those have no timeout and wait for their transaction manager,
@@ -187,9 +187,9 @@ class VerdictCollector(Collector):
             "The two sum to txnwatch_partitions_with_late_transactions.",
             labels=["cluster", "broker", "two_phase_commit"],
         )
-        for broker in sorted({w.leader for w in windows.values()}):
-            two_pc = late_two_phase_commit[broker]
-            late_split.add_metric([c, str(broker), "false"], late_by_broker[broker] - two_pc)
+        for broker, n in counts.per_broker.items():
+            two_pc = counts.two_phase_commit_per_broker[broker]
+            late_split.add_metric([c, str(broker), "false"], n - two_pc)
             late_split.add_metric([c, str(broker), "true"], two_pc)
         yield late_split
 

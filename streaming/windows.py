@@ -2,10 +2,12 @@
 
 Per (window, partition): the longest open transaction (MaxActiveTransactionDuration), whether any open
 transaction is late, how many were open in the partition's latest snapshot of the window. The exporter turns the
-newest window of each partition into gauges and counts late partitions per broker and for the cluster.
-The arithmetic mirrors detectors.models.open_since_ms and detectors.lateness (age_ms, is_late): a non-positive
-timestamp is unknown, so its transaction has duration 0 and is never late, as in detectors.metrics
-(tests/spark/test_streaming_stages.py::test_windows_agree_with_detectors_metrics holds them equal).
+newest window of each partition into gauges and counts late partitions per broker and for the cluster
+(`detectors.kip664.count_late_partitions`). The arithmetic is defined once in the domain
+(`detectors.kip664.partition_duration_ms` / `partition_has_late_transaction`, on `detectors.lateness`); these
+columns are its Spark form (a Python function per row would cost the windows their JVM speed): a non-positive
+timestamp is unknown, so its transaction has duration 0 and is never late.
+tests/spark/test_streaming_stages.py::test_windows_agree_with_detectors_kip664 holds the two equal.
 """
 
 from __future__ import annotations

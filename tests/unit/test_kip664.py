@@ -1,4 +1,5 @@
-"""KIP-664 metric arithmetic: MaxActiveTransactionDuration and PartitionsWithLateTransactionsCount."""
+"""KIP-664 metric arithmetic (detectors/kip664.py): MaxActiveTransactionDuration and
+PartitionsWithLateTransactionsCount, both definitions of "late" pinned at their boundaries."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from builders import LIMITS, MINUTE, T0, coord, limits, open_txn, snapshot
 from hypothesis import given
 from hypothesis import strategies as st
 
-from detectors.lateness import LATE_TRANSACTION_BUFFER_MS, LateDefinition
-from detectors.metrics import (
-    BrokerLateCount,
-    max_active_transaction_duration,
+from detectors.kip664 import (
+    LateCounts,
+    LatePartition,
+    count_late_partitions,
+    oldest_open_transaction,
+    partition_duration_ms,
     partition_has_late_transaction,
-    partitions_with_late_transactions,
 )
+from detectors.lateness import LATE_TRANSACTION_BUFFER_MS, LateDefinition
 from detectors.models import DetectionLimits, PartitionSnapshot, VerdictKind
 from detectors.rules import classify
 
@@ -37,41 +40,46 @@ def test_duration_is_from_the_oldest_exact_start() -> None:
         open_txn(producer_id=1, start_offset=100, start_timestamp_ms=T0),
         open_txn(producer_id=2, start_offset=90, start_timestamp_ms=T0 + MINUTE),
     )
-    [d] = max_active_transaction_duration([s], now_ms=T0 + 5 * MINUTE)
-    assert (d.duration_ms, d.basis, d.producer_id, d.start_offset) == (5 * MINUTE, "start-timestamp", 1, 100)
+    assert partition_duration_ms(s, now_ms=T0 + 5 * MINUTE) == 5 * MINUTE
+    oldest = oldest_open_transaction(s, now_ms=T0 + 5 * MINUTE)
+    assert oldest is not None and (oldest.producer_id, oldest.start_offset) == (1, 100)
+    assert oldest.open_since_basis == "start-timestamp"
 
 
 def test_duration_falls_back_to_last_timestamp_and_says_so() -> None:
     s = snap(
         open_txn(start_timestamp_ms=None, start_batch_producer_epoch=None, last_timestamp_ms=T0 + MINUTE)
     )
-    [d] = max_active_transaction_duration([s], now_ms=T0 + 5 * MINUTE)
-    assert (d.duration_ms, d.basis) == (4 * MINUTE, "last-timestamp")
+    oldest = oldest_open_transaction(s, now_ms=T0 + 5 * MINUTE)
+    assert partition_duration_ms(s, now_ms=T0 + 5 * MINUTE) == 4 * MINUTE
+    assert oldest is not None and oldest.open_since_basis == "last-timestamp"
 
 
-def test_duration_leaves_out_partitions_without_open_transactions() -> None:
-    busy = snap(open_txn(), partition=1)
-    idle = snap(partition=2)
-    assert [d.partition for d in max_active_transaction_duration([busy, idle], now_ms=T0 + MINUTE)] == [1]
+def test_a_partition_without_open_transactions_has_no_duration() -> None:
+    assert partition_duration_ms(snap(partition=2), now_ms=T0 + MINUTE) is None
+    assert oldest_open_transaction(snap(partition=2), now_ms=T0 + MINUTE) is None
 
 
-def test_duration_uses_the_newest_snapshot_of_a_partition() -> None:
-    old = snap(open_txn(), observed_at_ms=T0 + MINUTE, sweep_id="s1")
-    closed = snap(observed_at_ms=T0 + 2 * MINUTE, sweep_id="s2")
-    assert max_active_transaction_duration([closed, old], now_ms=T0 + 3 * MINUTE) == []
+def test_duration_ties_go_to_the_lowest_start_offset() -> None:
+    s = snap(
+        open_txn(producer_id=1, start_offset=200, start_timestamp_ms=T0),
+        open_txn(producer_id=2, start_offset=100, start_timestamp_ms=T0),
+    )
+    oldest = oldest_open_transaction(s, now_ms=T0 + MINUTE)
+    assert oldest is not None and oldest.producer_id == 2
 
 
 def test_duration_without_any_timestamp_is_zero_and_says_unknown() -> None:
     s = snap(open_txn(start_timestamp_ms=None, start_batch_producer_epoch=None, last_timestamp_ms=-1))
-    [d] = max_active_transaction_duration([s], now_ms=T0)
-    assert (d.duration_ms, d.basis) == (0, "unknown")
+    oldest = oldest_open_transaction(s, now_ms=T0)
+    assert partition_duration_ms(s, now_ms=T0) == 0
+    assert oldest is not None and oldest.open_since_basis == "unknown"
     assert not partition_has_late_transaction(s, now_ms=T0, limits=LIMITS, definition="txnwatch")
 
 
 def test_duration_is_never_negative() -> None:
     s = snap(open_txn(start_timestamp_ms=T0 + MINUTE))
-    [d] = max_active_transaction_duration([s], now_ms=T0)
-    assert d.duration_ms == 0
+    assert partition_duration_ms(s, now_ms=T0) == 0
 
 
 # -------------------------------------------------------------------------- late: both definitions pinned
@@ -185,39 +193,30 @@ def test_unknown_broker_max_timeout_uses_the_default() -> None:
 
 
 def test_counts_per_broker_and_cluster_keep_zero_brokers() -> None:
-    late_txn = open_txn(start_timestamp_ms=T0, last_timestamp_ms=T0)
-    snapshots = [
-        snap(late_txn, partition=0, leader=1),
-        snap(late_txn, partition=1, leader=1),
-        snap(late_txn, partition=2, leader=2),
-        snap(partition=3, leader=3),  # nothing open: broker 3 reports 0
-        snap(late_txn, partition=0, leader=9, cluster="dr"),
-    ]
-    counts = partitions_with_late_transactions(snapshots, now_ms=T0 + 20 * MINUTE, limits=LIMITS)
-    assert counts.brokers == (
-        BrokerLateCount(cluster="dr", broker=9, count=1),
-        BrokerLateCount(cluster="prod", broker=1, count=2),
-        BrokerLateCount(cluster="prod", broker=2, count=1),
-        BrokerLateCount(cluster="prod", broker=3, count=0),
+    counts = count_late_partitions(
+        [
+            LatePartition(leader=2, late=True),
+            LatePartition(leader=1, late=True),
+            LatePartition(leader=1, late=True, two_phase_commit=True),
+            LatePartition(leader=3, late=False),  # nothing late: broker 3 reports 0
+            LatePartition(leader=3, late=False, two_phase_commit=True),  # 2PC but not late: not counted
+        ]
     )
-    assert counts.clusters == {"prod": 3, "dr": 1}
-    assert counts.definition == "txnwatch"
+    assert counts == LateCounts(
+        per_broker={1: 2, 2: 1, 3: 0}, two_phase_commit_per_broker={1: 1, 2: 0, 3: 0}, cluster=3
+    )
+    assert list(counts.per_broker) == [1, 2, 3]  # sorted: the exporter's series come out in broker order
 
 
-def test_counts_follow_the_newest_snapshot_after_a_leader_move() -> None:
-    late_txn = open_txn(start_timestamp_ms=T0)
-    before = snap(late_txn, leader=1, observed_at_ms=T0 + MINUTE, sweep_id="s1")
-    after = snap(late_txn, leader=2, observed_at_ms=T0 + 2 * MINUTE, sweep_id="s2")
-    counts = partitions_with_late_transactions([before, after], now_ms=T0 + 20 * MINUTE, limits=LIMITS)
-    assert [(b.broker, b.count) for b in counts.brokers] == [(2, 1)]
+def test_no_partitions_no_brokers() -> None:
+    assert count_late_partitions([]) == LateCounts({}, {}, 0)
 
 
 def test_broker_definition_is_slower_than_ours() -> None:
-    s = [snap(open_txn(start_timestamp_ms=T0, last_timestamp_ms=T0))]
+    s = snap(open_txn(start_timestamp_ms=T0, last_timestamp_ms=T0))
     now = T0 + MAX_TIMEOUT + MINUTE
-    ours = partitions_with_late_transactions(s, now_ms=now, limits=LIMITS, definition="txnwatch")
-    kafka = partitions_with_late_transactions(s, now_ms=now, limits=LIMITS, definition="broker")
-    assert (ours.clusters, kafka.clusters) == ({"prod": 1}, {"prod": 0})
+    assert partition_has_late_transaction(s, now_ms=now, limits=LIMITS, definition="txnwatch")
+    assert not partition_has_late_transaction(s, now_ms=now, limits=LIMITS, definition="broker")
 
 
 # ------------------------------------------------------------------- the LATE verdict and the metric agree
