@@ -4,6 +4,7 @@ and streaming/ never import each other, and detectors/ imports neither."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,60 @@ def test_detectors_module_is_pure(path: Path) -> None:
 )
 def test_the_guard_catches_what_it_should(source: str, expected: list[str]) -> None:
     assert [v.split(":", 1)[1] for v in _violations(source, "x.py")] == expected
+
+
+# ------------------------------------------------------------------------------------- application plumbing
+
+# What belongs to the apps or common/, never to the domain, found by grepping the text (comments and docstrings
+# too: a domain module that talks about reading the environment is already doing an app's job). The AST guard
+# above sees imports and calls; this one also sees a name reached some other way (`getattr(os, "environ")` aside).
+PLUMBING: dict[str, re.Pattern[str]] = {
+    "argparse": re.compile(r"\bargparse\b"),
+    "the environment": re.compile(r"\bos\.environ\b|\bgetenv\b|\benviron\["),
+    "logging handlers or filters": re.compile(
+        r"\blogging\.(Handler|Filter|handlers|StreamHandler|FileHandler)\b|\badd(Handler|Filter)\b|\bhandlers\b"
+    ),
+    "sockets": re.compile(r"\bsocket\b"),
+    "a clock": re.compile(r"\btime\.(time|time_ns|monotonic|monotonic_ns|perf_counter)\b"),
+}
+
+
+def _plumbing(source: str, filename: str) -> list[str]:
+    return [
+        f"{filename}:{number}: {what}"
+        for number, line in enumerate(source.splitlines(), 1)
+        for what, pattern in PLUMBING.items()
+        if pattern.search(line)
+    ]
+
+
+@pytest.mark.parametrize("path", detector_files(), ids=lambda p: p.name)
+def test_detectors_has_no_application_plumbing(path: Path) -> None:
+    # Settings, flags, client properties and log redaction live in common/ (issue 23); the domain takes values.
+    assert _plumbing(path.read_text(encoding="utf-8"), path.name) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        pytest.param("import argparse", ["x.py:1: argparse"], id="argparse"),
+        pytest.param("import os\nx = os.environ.get('A')", ["x.py:2: the environment"], id="os-environ"),
+        pytest.param("from os import getenv", ["x.py:1: the environment"], id="getenv"),
+        pytest.param(
+            "class F(logging.Filter):\n    pass", ["x.py:1: logging handlers or filters"], id="logging-filter"
+        ),
+        pytest.param(
+            "import logging.handlers", ["x.py:1: logging handlers or filters"], id="logging-handlers"
+        ),
+        pytest.param("h.addFilter(f)", ["x.py:1: logging handlers or filters"], id="add-filter"),
+        pytest.param("import socket", ["x.py:1: sockets"], id="socket"),
+        pytest.param("t = time.monotonic()", ["x.py:1: a clock"], id="monotonic"),
+        pytest.param("now = time.time()", ["x.py:1: a clock"], id="time-time"),
+        pytest.param("environment_ms = 1\ntimeout = now_ms - since_ms", [], id="names-that-only-look-alike"),
+    ],
+)
+def test_the_plumbing_grep_catches_what_it_should(source: str, expected: list[str]) -> None:
+    assert _plumbing(source, "x.py") == expected
 
 
 # ----------------------------------------------------------------------------------------------- rooms
