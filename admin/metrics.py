@@ -11,7 +11,7 @@ import platform
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -25,13 +25,13 @@ from prometheus_client import (
 )
 
 from admin.seams import SweepResult
+from common.probes import with_probes
 from detectors.health import (
     BUILD_INFO_LABELS,
     ProbeAnswer,
     Progress,
     build_info,
     loop_turning,
-    probe_response,
     progress_recent,
 )
 
@@ -264,23 +264,6 @@ class LoopHealth:
             [Progress("sweep published", self._last_published_ms, self.ready_within_ms)],
             now_ms=self._now_ms(),
         )
-
-
-def with_probes(metrics_app: Any, health: LoopHealth) -> Callable[[dict[str, Any], Any], Iterable[bytes]]:
-    """A WSGI app: /healthz and /readyz from `health` (detectors.health.probe_response), every other path to
-    prometheus_client's app, as before."""
-
-    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-        answer = probe_response(environ.get("PATH_INFO", ""), live=health.live, ready=health.ready)
-        if answer is None:
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
-        status, body = answer
-        start_response(
-            status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
-        )
-        return [body]
-
-    return app
 
 
 def serve(

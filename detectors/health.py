@@ -3,9 +3,9 @@ the HTTP contract both components' metrics endpoints serve; plus the labels of `
 
 Pure: every time is an argument (milliseconds on one clock the caller chose, a monotonic one in practice), and
 version lookups come in as a function. The collector (admin/metrics.py) and the streaming job's driver
-(streaming/exporter.py) each keep their own timestamps and WSGI glue; what the answers mean, how their windows
-are sized and which path gives which status is decided here, once, so the two endpoints cannot drift apart and
-the Helm probes can rely on both.
+(streaming/exporter.py) each keep their own timestamps and share the WSGI glue (common/probes.py); what the
+answers mean, how their windows are sized and which path gives which status is decided here, once, so the two
+endpoints cannot drift apart and the Helm probes can rely on both.
 """
 
 from __future__ import annotations

@@ -32,13 +32,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from common.probes import with_probes
 from detectors.health import (
     BUILD_INFO_LABELS,
     ProbeAnswer,
     Progress,
     build_info,
     loop_turning,
-    probe_response,
     progress_recent,
 )
 from detectors.kip664 import LatePartition, count_late_partitions
@@ -496,23 +496,6 @@ def _source_name(description: str) -> str:
     if "[" in description:
         return description.rsplit("[", 1)[-1].rstrip("]")
     return description
-
-
-def with_probes(metrics_app: Any, driver: DriverHealth) -> Callable[[dict[str, Any], Any], Iterable[bytes]]:
-    """A WSGI app: /healthz and /readyz from `driver` (detectors.health.probe_response), every other path to
-    prometheus_client's app, as before."""
-
-    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-        answer = probe_response(environ.get("PATH_INFO", ""), live=driver.live, ready=driver.ready)
-        if answer is None:
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
-        status, body = answer
-        start_response(
-            status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
-        )
-        return [body]
-
-    return app
 
 
 class Endpoint:
