@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
@@ -63,16 +63,34 @@ from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_part
 from admin.seams import ClusterWire, SweepResult, wall_clock_ms
 from admin.watch import PolicyError, Watch, load_policy, policy_summary, printer
 from admin.wire import KafkaWire
-from common.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
+from common.cli_options import (
+    FlagTargets,
+    SettingsError,
+    add_common_flags,
+    default_text,
+    output_format,
+    settings_from,
+)
 from common.redaction import hide_secrets_in_logs
-from common.settings import KafkaSettings, Settings
-from common.topics import OutputTopicSettings
+from common.settings import (
+    MAX_DESCRIBE_BATCH,
+    CollectorSettings,
+    CoordinatorSource,
+    KafkaSettings,
+    Settings,
+)
+from common.topics import CleanupPolicy, OutputTopicSettings
 from detectors.abort import pending_candidates, resolved_by_audit, verify_abort
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import AbortCandidate, AuditRecord, CoordinatorLogPosition, CoordinatorRecord
 from detectors.policy import AbortPolicy
 
 log = logging.getLogger("txnwatch")
+
+
+def _default(field: str) -> str:
+    """A `collect` flag's default in its help text, from CollectorSettings."""
+    return default_text(CollectorSettings, field)
 
 
 def register(subparsers: Any) -> None:
@@ -86,7 +104,9 @@ def register(subparsers: Any) -> None:
         "DescribeTransactions to <prefix>.coordinator-state.",
     )
     add_common_flags(collect)
-    collect.add_argument("--interval", type=float, help="seconds between sweeps (default 10)")
+    collect.add_argument(
+        "--interval", type=float, help=f"seconds between sweeps (default {_default('interval_s')})"
+    )
     collect.add_argument(
         "--once", action="store_true", help="run one sweep, print it (see --output) and exit"
     )
@@ -94,9 +114,10 @@ def register(subparsers: Any) -> None:
     collect.add_argument("--max-sweeps", type=int, help="stop after this many sweeps")
     collect.add_argument(
         "--coordinator-source",
-        choices=("log", "describe"),
-        help="log: the streaming job reads __transaction_state (default); describe: poll ListTransactions + "
-        "DescribeTransactions and publish to <prefix>.coordinator-state (no Read on __transaction_state needed)",
+        choices=get_args(CoordinatorSource),
+        help="log: the streaming job reads __transaction_state; describe: poll ListTransactions + "
+        "DescribeTransactions and publish to <prefix>.coordinator-state (no Read on __transaction_state needed) "
+        f"(default {_default('coordinator_source')})",
     )
     collect.add_argument(
         "--coordinator-duration-filter-ms",
@@ -104,17 +125,27 @@ def register(subparsers: Any) -> None:
         help="describe mode: re-describe only active transactions running longer than this (Kafka 3.8+)",
     )
     collect.add_argument(
-        "--metrics-port", type=int, help="Prometheus endpoint port, 0 to disable (default 9464)"
+        "--metrics-port",
+        type=int,
+        help=f"Prometheus endpoint port, 0 to disable (default {_default('metrics_port')})",
     )
-    collect.add_argument("--describe-batch-size", type=int, help="partitions per DescribeProducers (<= 500)")
-    collect.add_argument("--request-timeout-ms", type=int, help="per-request timeout (default 15000)")
+    collect.add_argument(
+        "--describe-batch-size",
+        type=int,
+        help=f"partitions per DescribeProducers (<= {MAX_DESCRIBE_BATCH}, default {_default('describe_batch_size')})",
+    )
+    collect.add_argument(
+        "--request-timeout-ms",
+        type=int,
+        help=f"per-request timeout (default {_default('request_timeout_ms')})",
+    )
     collect.add_argument("--topic-partitions", type=int, help="partitions of output topics created")
     collect.add_argument("--topic-replication-factor", type=int, help="replication of output topics created")
     collect.add_argument("--topic-retention-ms", type=int, help="retention.ms of output topics created")
     collect.add_argument(
         "--topic-cleanup-policy",
-        choices=("compact", "delete", "compact,delete"),
-        metavar="compact|delete|compact,delete",
+        choices=get_args(CleanupPolicy),
+        metavar="|".join(get_args(CleanupPolicy)),
         help="cleanup.policy of output topics created",
     )
     collect.add_argument(

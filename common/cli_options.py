@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from common.client_properties import ClientPropertiesError
 from common.settings import LogLevel, OutputChoice, Settings, kafka_settings_from_properties, overlay
@@ -184,6 +184,16 @@ def bootstrap_problem(servers: str) -> str | None:
         if sep and not host:
             return f"{servers!r}: {entry!r} has no host"
     return None
+
+
+def default_text(model: type[BaseModel], field: str) -> str:
+    """A settings field's default as a flag's help text shows it (a whole float without its `.0`: 10.0 → "10"), read
+    from the model so the help cannot drift from the settings it describes (the flags themselves default to None,
+    so that the environment can set the same fields)."""
+    value = model.model_fields[field].default
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def output_format(choice: OutputChoice, *, is_terminal: bool) -> Literal["table", "json"]:

@@ -13,16 +13,23 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 from urllib.parse import urlparse
 
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from common.cli_options import FlagTargets, SettingsError, add_common_flags, output_format, settings_from
+from common.cli_options import (
+    FlagTargets,
+    SettingsError,
+    add_common_flags,
+    default_text,
+    output_format,
+    settings_from,
+)
 from common.client_properties import parse_properties
 from common.redaction import hide_secrets_in_logs
-from common.settings import Settings, StreamSettings, overlay
+from common.settings import Settings, StreamCoordinatorSource, StreamSettings, overlay
 from common.topics import stream_output_topics
 
 if TYPE_CHECKING:
@@ -59,8 +66,8 @@ STREAM_FLAGS: FlagTargets = {
 
 
 def _default(field: str) -> str:
-    """The help text's `(default: ...)`: the flags default to None so the environment can set them too."""
-    return f"(default: {StreamSettings.model_fields[field].default})"
+    """The help text's `(default: ...)`, from StreamSettings."""
+    return f"(default: {default_text(StreamSettings, field)})"
 
 
 def spark_conf_pair(text: str) -> tuple[str, str]:
@@ -135,7 +142,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--coordinator-source",
-        choices=("log", "describe", "both"),
+        choices=get_args(StreamCoordinatorSource),
         help="log: read __transaction_state (needs Read on it); describe: read the collector's "
         f"<prefix>.coordinator-state (collect --coordinator-source describe) {_default('coordinator_source')}",
     )

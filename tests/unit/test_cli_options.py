@@ -7,19 +7,25 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Literal, get_args, get_origin
 
 import pytest
+from pydantic import BaseModel
 
 import txnwatch_cli
+from admin import cli as admin_cli
 from common.cli_options import (
     COMMON_FLAGS,
+    FlagTargets,
     SettingsError,
     add_common_flags,
+    default_text,
     flag_overrides,
     output_format,
     settings_from,
 )
-from common.settings import Settings
+from common.settings import CollectorSettings, Settings, StreamSettings
+from streaming import cli as stream_cli
 
 pytestmark = pytest.mark.unit
 
@@ -198,3 +204,57 @@ def test_command_flags_set_their_section_and_may_set_several_fields() -> None:
 )
 def test_output_format(choice: str, is_terminal: bool, shown: str) -> None:
     assert output_format(choice, is_terminal=is_terminal) == shown  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------- choices and defaults come from Settings
+
+
+def _settings_field(target: str) -> tuple[type[BaseModel], str]:
+    """The model class and field name a flag target ("section.sub.field") names, walking Settings' annotations."""
+    model: type[BaseModel] = Settings
+    *sections, name = target.split(".")
+    for section in sections:
+        annotation = model.model_fields[section].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            raise AssertionError(f"{target}: {section} is not a settings section")
+        model = annotation
+    return model, name
+
+
+def _literal_choices(model: type[BaseModel], name: str) -> tuple[object, ...] | None:
+    annotation = model.model_fields[name].annotation
+    return get_args(annotation) if get_origin(annotation) is Literal else None
+
+
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [(("collect",), admin_cli.COLLECT_FLAGS), (("stream",), stream_cli.STREAM_FLAGS)],
+    ids=["collect", "stream"],
+)
+def test_flag_choices_and_defaults_are_the_settings(command: tuple[str, ...], flags: FlagTargets) -> None:
+    # The flags default to None (the environment may set the same field), so what the help promises and what
+    # argparse accepts must be read from the settings model, not written again.
+    actions = {a.dest: a for a in _subparser(*command)._actions}
+    checked = 0
+    for dest, targets in flags.items():
+        action = actions[dest]
+        for target in (targets,) if isinstance(targets, str) else targets:
+            model, name = _settings_field(target)
+            literal = _literal_choices(model, name)
+            if literal is not None:
+                assert action.choices is not None and tuple(action.choices) == literal, dest
+                checked += 1
+            help_text = action.help or ""
+            # A None default is said in words ("default: the one spark-submit gives", "--max-offsets-per-trigger").
+            if "(default" in help_text and model.model_fields[name].default is not None:
+                shown = default_text(model, name)
+                assert f"default {shown}" in help_text or f"default: {shown}" in help_text, (dest, help_text)
+                checked += 1
+    assert checked >= 5
+
+
+def test_default_text_is_read_from_the_model() -> None:
+    assert default_text(CollectorSettings, "interval_s") == "10"
+    assert default_text(CollectorSettings, "metrics_port") == "9464"
+    assert default_text(StreamSettings, "trigger") == "5 seconds"
+    assert default_text(CollectorSettings, "broker_backoff_initial_s") == "1"
