@@ -1,8 +1,9 @@
 """The collector's own Prometheus metrics (explicit registry): sweep health, requests and errors by API, what
 runs (`txnwatch_build_info`), and the endpoint that serves them with the /healthz and /readyz probes.
 
-Named `txnwatch_collector_*` in base units; `_total` only on counters. No producer or transactional ids in
-labels; the broker label is bounded by the cluster size.
+Named `txnwatch_collector_*` in base units; `_total` only on counters; names, help and labels are declared once
+in common/metric_descriptors.py (the dashboard and the alert checks use the same). No producer or transactional
+ids in labels; the broker label is bounded by the cluster size.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from prometheus_client import (
 )
 
 from admin.seams import SweepResult
+from common import metric_descriptors as metrics
 from common.probes import with_probes
 from detectors.health import (
-    BUILD_INFO_LABELS,
     ProbeAnswer,
     Progress,
     build_info,
@@ -35,9 +36,19 @@ from detectors.health import (
     progress_recent,
 )
 
-NAMESPACE = "txnwatch"
-SUBSYSTEM = "collector"
 SWEEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+def _gauge(d: metrics.Metric, registry: CollectorRegistry) -> Gauge:
+    return Gauge(d.name, d.help, d.labels, registry=registry)
+
+
+def _counter(d: metrics.Metric, registry: CollectorRegistry) -> Counter:
+    return Counter(d.name, d.help, d.labels, registry=registry)
+
+
+def _histogram(d: metrics.Metric, registry: CollectorRegistry, *, buckets: tuple[float, ...]) -> Histogram:
+    return Histogram(d.name, d.help, d.labels, registry=registry, buckets=buckets)
 
 
 class RequestLog:
@@ -85,122 +96,24 @@ class CollectorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         reg = self.registry
-        ns, sub = NAMESPACE, SUBSYSTEM
-        self.build_info = Gauge(
-            "build_info",
-            "What runs: txnwatch's version and those of Python, PySpark and kafka-python (always 1).",
-            list(BUILD_INFO_LABELS),
-            namespace=ns,
-            registry=reg,
-        )
+        self.build_info = _gauge(metrics.BUILD_INFO, reg)
         self.build_info.labels(**installed_versions()).set(1)
-        self.sweep_duration = Histogram(
-            "sweep_duration_seconds",
-            "Duration of one sweep of the cluster.",
-            buckets=SWEEP_BUCKETS,
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
+        self.sweep_duration = _histogram(metrics.COLLECTOR_SWEEP_DURATION_SECONDS, reg, buckets=SWEEP_BUCKETS)
+        self.coordinator_expiries_withheld = _counter(metrics.COLLECTOR_COORDINATOR_EXPIRIES_WITHHELD, reg)
+        self.sweep_failures = _counter(metrics.COLLECTOR_SWEEP_FAILURES, reg)
+        self.partitions_scanned = _gauge(metrics.COLLECTOR_PARTITIONS_SCANNED, reg)
+        self.partitions_described = _counter(metrics.COLLECTOR_PARTITIONS_DESCRIBED, reg)
+        self.partitions_uncovered = _gauge(metrics.COLLECTOR_PARTITIONS_UNCOVERED, reg)
+        self.open_transactions = _gauge(metrics.COLLECTOR_OPEN_TRANSACTIONS, reg)
+        self.partitions_with_open_transactions = _gauge(
+            metrics.COLLECTOR_PARTITIONS_WITH_OPEN_TRANSACTIONS, reg
         )
-        self.coordinator_expiries_withheld = Counter(
-            "coordinator_expiries_withheld",
-            "Transactional ids gone from ListTransactions but not tombstoned (--coordinator-source describe), "
-            "because the current coordinator of their __transaction_state partition could not show they expired: "
-            "a coordinator move, a partition loading or without a leader. Counted once per poll that met them.",
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.sweep_failures = Counter(
-            "sweep_failures",
-            "Sweeps that failed as a whole (no metadata, publish error).",
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.partitions_scanned = Gauge(
-            "partitions_scanned",
-            "Partitions described in the last sweep, by the leader that answered.",
-            ["broker"],
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.partitions_described = Counter(
-            "partitions_described",
-            "Partitions described by DescribeProducers, over all sweeps.",
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.partitions_uncovered = Gauge(
-            "partitions_uncovered",
-            "Partitions the last sweep could not describe, by reason (an error name, LEADER_NOT_AVAILABLE, "
-            "BROKER_BACKOFF).",
-            ["reason"],
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.open_transactions = Gauge(
-            "open_transactions",
-            "Open transactions partition leaders reported in the last sweep.",
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.partitions_with_open_transactions = Gauge(
-            "partitions_with_open_transactions",
-            "Partitions with at least one open transaction in the last sweep.",
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.new_open_transactions = Counter(
-            "open_transactions_seen",
-            "Open transactions seen for the first time.",
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.start_batch_cache = Gauge(
-            "start_batch_cache_entries",
-            "Open transactions whose start batch is cached.",
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.requests = Counter(
-            "requests",
-            "Requests sent to brokers, by API and outcome.",
-            ["api", "outcome"],
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.errors = Counter(
-            "errors",
-            "Errors by API and Kafka error name (request failures and per-partition errors).",
-            ["api", "error"],
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.records_published = Counter(
-            "records_published",
-            "Records produced, by type.",
-            ["type"],
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
-        self.last_success = Gauge(
-            "last_success_timestamp_seconds",
-            "Unix time at which the last sweep finished and was published.",
-            namespace=ns,
-            subsystem=sub,
-            registry=reg,
-        )
+        self.new_open_transactions = _counter(metrics.COLLECTOR_OPEN_TRANSACTIONS_SEEN, reg)
+        self.start_batch_cache = _gauge(metrics.COLLECTOR_START_BATCH_CACHE_ENTRIES, reg)
+        self.requests = _counter(metrics.COLLECTOR_REQUESTS, reg)
+        self.errors = _counter(metrics.COLLECTOR_ERRORS, reg)
+        self.records_published = _counter(metrics.COLLECTOR_RECORDS_PUBLISHED, reg)
+        self.last_success = _gauge(metrics.COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, reg)
 
     def observe_sweep(self, result: SweepResult, *, cached_start_batches: int) -> None:
         self.sweep_duration.observe(result.duration_s)

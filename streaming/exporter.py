@@ -3,7 +3,8 @@
 A custom collector yields only what is current (partitions with open transactions, verdicts not yet gone), so
 no series goes stale and nothing needs deleting. Query health comes from a StreamingQueryListener, which also
 feeds the /healthz and /readyz probes served beside /metrics (`DriverHealth`); `txnwatch_build_info` says what
-runs. Producer ids and transactional ids never become labels.
+runs. Producer ids and transactional ids never become labels. Every family's name, help and labels come from
+common/metric_descriptors.py, where the dashboard and the alert checks read them too.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from common import metric_descriptors as metrics
 from common.probes import with_probes
 from detectors.health import (
-    BUILD_INFO_LABELS,
     ProbeAnswer,
     Progress,
     build_info,
@@ -44,6 +45,14 @@ from detectors.health import (
 from detectors.kip664 import LatePartition, count_late_partitions
 
 log = logging.getLogger("txnwatch.stream.metrics")
+
+
+def _gauge(d: metrics.Metric) -> GaugeMetricFamily:
+    return GaugeMetricFamily(d.name, d.help, labels=d.labels)
+
+
+def _counter(d: metrics.Metric) -> CounterMetricFamily:
+    return CounterMetricFamily(d.name, d.help, labels=d.labels)
 
 
 @dataclass
@@ -145,12 +154,7 @@ class VerdictCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         verdicts, windows = self.state.snapshot()
         c = self.cluster
-        duration = GaugeMetricFamily(
-            "txnwatch_max_active_transaction_duration_seconds",
-            "KIP-664 MaxActiveTransactionDuration: age of the oldest open transaction, per partition with open "
-            "transactions (newest snapshot).",
-            labels=["cluster", "topic", "partition"],
-        )
+        duration = _gauge(metrics.MAX_ACTIVE_TRANSACTION_DURATION_SECONDS)
         for (topic, partition), w in sorted(windows.items()):
             if w.open_count > 0:
                 duration.add_metric([c, topic, str(partition)], w.duration_ms / 1000)
@@ -160,88 +164,49 @@ class VerdictCollector(Collector):
             LatePartition(w.leader, w.open_count > 0 and w.late, oldest_is_two_phase_commit.get(key, False))
             for key, w in windows.items()
         )
-        late = GaugeMetricFamily(
-            "txnwatch_partitions_with_late_transactions",
-            "KIP-664 PartitionsWithLateTransactionsCount: leader partitions whose oldest open transaction is "
-            "older than transaction.max.timeout.ms (+ buffer), per broker.",
-            labels=["cluster", "broker"],
-        )
+        late = _gauge(metrics.PARTITIONS_WITH_LATE_TRANSACTIONS)
         for broker, n in counts.per_broker.items():
             late.add_metric([c, str(broker)], n)
         yield late
-        cluster_late = GaugeMetricFamily(
-            "txnwatch_cluster_partitions_with_late_transactions",
-            "PartitionsWithLateTransactionsCount summed over the cluster.",
-            labels=["cluster"],
-        )
+        cluster_late = _gauge(metrics.CLUSTER_PARTITIONS_WITH_LATE_TRANSACTIONS)
         cluster_late.add_metric([c], counts.cluster)
         yield cluster_late
         # The same count split by whether the late transaction (the partition's oldest open one, which KIP-664
         # counts) is a KIP-939 two-phase-commit one: those have no timeout and wait for their transaction manager,
         # so the late alert can leave them out. Both values for every broker, so `two_phase_commit="false"` is 0
         # (not absent) where only 2PC transactions are late.
-        late_split = GaugeMetricFamily(
-            "txnwatch_late_partitions",
-            'PartitionsWithLateTransactionsCount per broker split by two_phase_commit: "true" where the late '
-            '(oldest open) transaction is a KIP-939 two-phase-commit one, else "false" (also when unknown). '
-            "The two sum to txnwatch_partitions_with_late_transactions.",
-            labels=["cluster", "broker", "two_phase_commit"],
-        )
+        late_split = _gauge(metrics.LATE_PARTITIONS)
         for broker, n in counts.per_broker.items():
             two_pc = counts.two_phase_commit_per_broker[broker]
             late_split.add_metric([c, str(broker), "false"], n - two_pc)
             late_split.add_metric([c, str(broker), "true"], two_pc)
         yield late_split
 
-        hanging = GaugeMetricFamily(
-            "txnwatch_hanging_transactions",
-            "Open transactions proven HANGING, by reason.",
-            labels=["cluster", "reason"],
-        )
+        hanging = _gauge(metrics.HANGING_TRANSACTIONS)
         for reason, n in sorted(Counter(v.reason for v in verdicts if v.kind == "HANGING").items()):
             hanging.add_metric([c, str(reason)], n)
         yield hanging
-        candidates = GaugeMetricFamily(
-            "txnwatch_abort_candidates", "Open abort candidates (HANGING, not yet gone).", labels=["cluster"]
-        )
+        candidates = _gauge(metrics.ABORT_CANDIDATES)
         candidates.add_metric([c], sum(1 for v in verdicts if v.candidate))
         yield candidates
         # One series per hanging transaction, so an alert can name its partition and the command to act on it:
         # bounded by the hanging transactions (each an incident), gone with them (no stale series). The candidate
         # id is a hash, not a producer or transactional id.
-        each = GaugeMetricFamily(
-            "txnwatch_hanging_transaction_open_since_timestamp_seconds",
-            "Each HANGING transaction with an open abort candidate: when it opened (Unix time, within one "
-            "snapshot's delay), by partition, reason and candidate id (txnwatch proposals show <candidate_id>).",
-            labels=["cluster", "topic", "partition", "reason", "candidate_id"],
-        )
+        each = _gauge(metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS)
         for v in sorted(verdicts, key=lambda v: (v.topic, v.partition, v.candidate_id or "")):
             if v.kind == "HANGING" and v.candidate_id is not None and v.open_since_ms is not None:
                 each.add_metric(
                     [c, v.topic, str(v.partition), str(v.reason), v.candidate_id], v.open_since_ms / 1000
                 )
         yield each
-        stuck = GaugeMetricFamily(
-            "txnwatch_stuck_prepare_transactions",
-            "Transactions whose coordinator is in PrepareCommit/PrepareAbort with markers overdue (alert only).",
-            labels=["cluster"],
-        )
+        stuck = _gauge(metrics.STUCK_PREPARE_TRANSACTIONS)
         stuck.add_metric([c], sum(1 for v in verdicts if v.kind == "STUCK_PREPARE"))
         yield stuck
-        kinds = GaugeMetricFamily(
-            "txnwatch_open_transactions",
-            "Open transactions by verdict kind, and whether the coordinator owns them as KIP-939 two-phase-commit "
-            "transactions (no timeout).",
-            labels=["cluster", "kind", "two_phase_commit"],
-        )
+        kinds = _gauge(metrics.OPEN_TRANSACTIONS)
         for (kind, two_pc), n in sorted(Counter((v.kind, v.two_phase_commit) for v in verdicts).items()):
             kinds.add_metric([c, kind, "true" if two_pc else "false"], n)
         yield kinds
-        lag = GaugeMetricFamily(
-            "txnwatch_last_stable_offset_lag",
-            "High watermark minus last stable offset, per partition with open transactions.",
-            labels=["cluster", "topic", "partition"],
-        )
+        lag = _gauge(metrics.LAST_STABLE_OFFSET_LAG)
         per_partition: dict[tuple[str, int], int] = {}
         for v in verdicts:
             if v.lso_lag is not None:
@@ -255,33 +220,15 @@ class VerdictCollector(Collector):
 
     def _view_metrics(self, verdicts: list[VerdictState]) -> Iterator[Metric]:
         c = self.cluster
-        withheld = GaugeMetricFamily(
-            "txnwatch_withheld_verdicts",
-            "Open transactions a HANGING rule holds for, withheld as UNCONFIRMED: by why (reason) and by the "
-            "HANGING reason they would have (would_be). Judged again when the coordinator view is current.",
-            labels=["cluster", "reason", "would_be"],
-        )
+        withheld = _gauge(metrics.WITHHELD_VERDICTS)
         counts = Counter((v.withheld, v.reason) for v in verdicts if v.kind == "UNCONFIRMED")
         for (why, would_be), n in sorted(counts.items(), key=str):
             withheld.add_metric([c, why or "", would_be or ""], n)
         yield withheld
         view = self.state.view_lag()
-        lag = GaugeMetricFamily(
-            "txnwatch_coordinator_view_lag_seconds",
-            "How far the job's coordinator view is behind the newest position of the coordinator log the "
-            "collector measured (0 when current). HANGING verdicts are withheld while it is behind.",
-            labels=["cluster"],
-        )
-        behind = GaugeMetricFamily(
-            "txnwatch_coordinator_view_records_behind",
-            "Coordinator log records below the collector's newest positions that the job has not applied yet.",
-            labels=["cluster"],
-        )
-        current = GaugeMetricFamily(
-            "txnwatch_coordinator_view_current_timestamp_seconds",
-            "The coordinator view is current as of this time (every partition); absent until first current.",
-            labels=["cluster"],
-        )
+        lag = _gauge(metrics.COORDINATOR_VIEW_LAG_SECONDS)
+        behind = _gauge(metrics.COORDINATOR_VIEW_RECORDS_BEHIND)
+        current = _gauge(metrics.COORDINATOR_VIEW_CURRENT_TIMESTAMP_SECONDS)
         if view is not None and view["measured"]:
             lag.add_metric([c], view["lag_ms"] / 1000)
             behind.add_metric([c], view["records_behind"])
@@ -294,18 +241,8 @@ class VerdictCollector(Collector):
 
     def _undecodable_metrics(self, view: dict[str, Any] | None) -> Iterator[Metric]:
         # Kept in the stage's state, so the counter survives restarts (it restarts from the checkpoint's count).
-        records = CounterMetricFamily(
-            "txnwatch_coordinator_records_undecodable",
-            "Coordinator records read that did not decode (on the dead-letter topic): their content is lost, so "
-            "verdicts that depend on their transactional id (or partition) are withheld until superseded.",
-            labels=["cluster"],
-        )
-        pending = GaugeMetricFamily(
-            "txnwatch_coordinator_records_undecodable_pending",
-            "Transactional ids (and partitions, when the key did not decode either) whose newest coordinator "
-            "record did not decode: verdicts that depend on them are UNCONFIRMED (coordinator-record-undecodable).",
-            labels=["cluster"],
-        )
+        records = _counter(metrics.COORDINATOR_RECORDS_UNDECODABLE)
+        pending = _gauge(metrics.COORDINATOR_RECORDS_UNDECODABLE_PENDING)
         if view is not None:
             records.add_metric([self.cluster], view.get("undecodable_records", 0))
             pending.add_metric([self.cluster], view.get("undecodable_pending", 0))
@@ -330,44 +267,18 @@ class Health:
     """Query health metrics, fed by the listener and the sinks."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.batch_duration = Histogram(
-            "txnwatch_stream_batch_duration_seconds",
-            "Micro-batch duration.",
-            ["query"],
-            registry=registry,
-            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+        def declared(kind: type[Any], d: metrics.Metric, **more: Any) -> Any:
+            return kind(d.name, d.help, d.labels, registry=registry, **more)
+
+        buckets = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+        self.batch_duration: Histogram = declared(
+            Histogram, metrics.STREAM_BATCH_DURATION_SECONDS, buckets=buckets
         )
-        self.input_rows = PromCounter(
-            "txnwatch_stream_input_rows",
-            "Rows read, by query and source.",
-            ["query", "source"],
-            registry=registry,
-        )
-        self.dead_letters = PromCounter(
-            "txnwatch_dead_letter_records",
-            "Malformed input records sent to the dead-letter topic.",
-            ["source"],
-            registry=registry,
-        )
-        self.offsets_behind = Gauge(
-            "txnwatch_stream_source_offsets_behind_latest",
-            "Kafka source lag in offsets after the last batch (max over partitions), by query and source; for the "
-            "transaction log this is the coordinator-record lag.",
-            ["query", "source"],
-            registry=registry,
-        )
-        self.last_batch = Gauge(
-            "txnwatch_stream_last_batch_timestamp_seconds",
-            "When each query last finished a batch.",
-            ["query"],
-            registry=registry,
-        )
-        self.build_info = Gauge(
-            "txnwatch_build_info",
-            "What runs: txnwatch's version and those of Python, PySpark and kafka-python (always 1).",
-            list(BUILD_INFO_LABELS),
-            registry=registry,
-        )
+        self.input_rows: PromCounter = declared(PromCounter, metrics.STREAM_INPUT_ROWS)
+        self.dead_letters: PromCounter = declared(PromCounter, metrics.DEAD_LETTER_RECORDS)
+        self.offsets_behind: Gauge = declared(Gauge, metrics.STREAM_SOURCE_OFFSETS_BEHIND_LATEST)
+        self.last_batch: Gauge = declared(Gauge, metrics.STREAM_LAST_BATCH_TIMESTAMP_SECONDS)
+        self.build_info: Gauge = declared(Gauge, metrics.BUILD_INFO)
         self.build_info.labels(**installed_versions()).set(1)
 
 

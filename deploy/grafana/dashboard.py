@@ -4,6 +4,9 @@
     python deploy/grafana/dashboard.py --check    # exit 1 if txnwatch.json is not what this file builds
     python deploy/grafana/dashboard.py render --prometheus http://127.0.0.1:9090 --out docs/dashboard.png
 
+Every query names its metrics through common/metric_descriptors.py (declared once, as the exporters declare
+them), so a renamed metric changes the queries and `--check` asks for the JSON to be written again.
+
 `render` draws every panel from a live Prometheus (/api/v1/query_range) at its gridPos with matplotlib: a
 picture of what Grafana would show, for people without a Grafana (docs/alerting.md).
 """
@@ -28,6 +31,8 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
+
+import common.metric_descriptors as metrics
 
 HERE = Path(__file__).resolve().parent
 JSON_PATH = HERE / "txnwatch.json"
@@ -140,7 +145,7 @@ def build() -> dict[str, Any]:
     """The dashboard as Grafana JSON (a plain dict)."""
     each = (
         "max by (cluster, topic, partition, reason, candidate_id) "
-        f"(txnwatch_hanging_transaction_open_since_timestamp_seconds{{{C}}})"
+        f"({metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS.name}{{{C}}})"
     )
     hanging_table = (
         table.Panel()
@@ -183,11 +188,11 @@ def build() -> dict[str, Any]:
     )
     # Zero where nothing hangs, but only while the job is scraped: txnwatch_hanging_transactions and
     # txnwatch_withheld_verdicts have no series at 0, txnwatch_abort_candidates always has one.
-    while_the_job_is_scraped = f"0 * sum(txnwatch_abort_candidates{{{C}}})"
+    while_the_job_is_scraped = f"0 * sum({metrics.ABORT_CANDIDATES.name}{{{C}}})"
     panels: list[Any] = [
         _stat(
             "Hanging transactions",
-            f"sum(txnwatch_hanging_transactions{{{C}}}) or {while_the_job_is_scraped}",
+            f"sum({metrics.HANGING_TRANSACTIONS.name}{{{C}}}) or {while_the_job_is_scraped}",
             "none",
             _pos(0, 0, 3, 4),
             "Open transactions proven HANGING (abort candidates). NO DATA: the streaming job is not scraped.",
@@ -197,7 +202,7 @@ def build() -> dict[str, Any]:
         ),
         _stat(
             "Partitions with late transactions",
-            f"sum(txnwatch_cluster_partitions_with_late_transactions{{{C}}})",
+            f"sum({metrics.CLUSTER_PARTITIONS_WITH_LATE_TRANSACTIONS.name}{{{C}}})",
             "none",
             _pos(3, 0, 3, 4),
             "KIP-664 PartitionsWithLateTransactionsCount over the cluster. NO DATA: the job is not scraped.",
@@ -207,7 +212,7 @@ def build() -> dict[str, Any]:
         ),
         _stat(
             "Stuck in prepare",
-            f"sum(txnwatch_stuck_prepare_transactions{{{C}}})",
+            f"sum({metrics.STUCK_PREPARE_TRANSACTIONS.name}{{{C}}})",
             "none",
             _pos(6, 0, 3, 4),
             "STUCK_PREPARE: never abort these; the brokers must finish them. NO DATA: the job is not scraped.",
@@ -217,7 +222,7 @@ def build() -> dict[str, Any]:
         ),
         _stat(
             "Withheld (UNCONFIRMED)",
-            f"sum(txnwatch_withheld_verdicts{{{C}}}) or {while_the_job_is_scraped}",
+            f"sum({metrics.WITHHELD_VERDICTS.name}{{{C}}}) or {while_the_job_is_scraped}",
             "none",
             _pos(9, 0, 3, 4),
             "A HANGING rule holds but the coordinator view is not current: no proof yet. NO DATA: the job is "
@@ -228,7 +233,7 @@ def build() -> dict[str, Any]:
         ),
         _stat(
             "Coordinator view lag",
-            f"max(txnwatch_coordinator_view_lag_seconds{{{C}}})",
+            f"max({metrics.COORDINATOR_VIEW_LAG_SECONDS.name}{{{C}}})",
             "s",
             _pos(12, 0, 3, 4),
             "How far the job's view of __transaction_state is behind the collector's newest measurement.",
@@ -238,7 +243,7 @@ def build() -> dict[str, Any]:
         ),
         _stat(
             "Since the last collector sweep",
-            f"time() - max(txnwatch_collector_last_success_timestamp_seconds{{{C}}})",
+            f"time() - max({metrics.COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS.name}{{{C}}})",
             "s",
             _pos(15, 0, 3, 4),
             "Seconds since the collector last published a sweep. NO DATA: the collector is not scraped (or has "
@@ -249,7 +254,7 @@ def build() -> dict[str, Any]:
         ),
         _stat(
             "Since the last stream batch",
-            f'time() - max(txnwatch_stream_last_batch_timestamp_seconds{{{C}, query="txnwatch-reconcile"}})',
+            f'time() - max({metrics.STREAM_LAST_BATCH_TIMESTAMP_SECONDS.name}{{{C}, query="txnwatch-reconcile"}})',
             "s",
             _pos(18, 0, 3, 4),
             "Seconds since the reconcile query last finished a batch (TxnwatchStreamStalled at 300). NO DATA: "
@@ -283,7 +288,7 @@ def build() -> dict[str, Any]:
             [
                 _query(
                     "topk(10, max by (cluster, topic, partition) "
-                    f"(txnwatch_max_active_transaction_duration_seconds{{{C}}}))",
+                    f"({metrics.MAX_ACTIVE_TRANSACTION_DURATION_SECONDS.name}{{{C}}}))",
                     "{{topic}}-{{partition}}",
                 )
             ],
@@ -295,11 +300,11 @@ def build() -> dict[str, Any]:
             "PartitionsWithLateTransactionsCount (KIP-664) by broker",
             [
                 _query(
-                    f"sum by (cluster, broker) (txnwatch_partitions_with_late_transactions{{{C}}})",
+                    f"sum by (cluster, broker) ({metrics.PARTITIONS_WITH_LATE_TRANSACTIONS.name}{{{C}}})",
                     "broker {{broker}}",
                 ),
                 _query(
-                    f'sum by (cluster, broker) (txnwatch_late_partitions{{{C},two_phase_commit="true"}})',
+                    f'sum by (cluster, broker) ({metrics.LATE_PARTITIONS.name}{{{C},two_phase_commit="true"}})',
                     "broker {{broker}}: two-phase commit",
                     "B",
                 ),
@@ -314,7 +319,7 @@ def build() -> dict[str, Any]:
             "LSO lag: top 10 partitions (records)",
             [
                 _query(
-                    f"topk(10, max by (cluster, topic, partition) (txnwatch_last_stable_offset_lag{{{C}}}))",
+                    f"topk(10, max by (cluster, topic, partition) ({metrics.LAST_STABLE_OFFSET_LAG.name}{{{C}}}))",
                     "{{topic}}-{{partition}}",
                 )
             ],
@@ -324,7 +329,7 @@ def build() -> dict[str, Any]:
         ),
         _series(
             "Open transactions by verdict (stacked)",
-            [_query(f"sum by (kind) (txnwatch_open_transactions{{{C}}})", "{{kind}}")],
+            [_query(f"sum by (kind) ({metrics.OPEN_TRANSACTIONS.name}{{{C}}})", "{{kind}}")],
             "none",
             _pos(16, 12, 8, 8),
             "OPEN, LATE, HANGING, STUCK_PREPARE, COORDINATOR_OVERDUE, UNCONFIRMED (docs/detection.md).",
@@ -334,9 +339,11 @@ def build() -> dict[str, Any]:
         _series(
             "Candidates by reason",
             [
-                _query(f"sum by (reason) (txnwatch_hanging_transactions{{{C}}})", "HANGING {{reason}}"),
+                _query(f"sum by (reason) ({metrics.HANGING_TRANSACTIONS.name}{{{C}}})", "HANGING {{reason}}"),
                 _query(
-                    f"sum by (would_be) (txnwatch_withheld_verdicts{{{C}}})", "withheld {{would_be}}", "B"
+                    f"sum by (would_be) ({metrics.WITHHELD_VERDICTS.name}{{{C}}})",
+                    "withheld {{would_be}}",
+                    "B",
                 ),
             ],
             "none",
@@ -345,14 +352,18 @@ def build() -> dict[str, Any]:
         ),
         _series(
             "Coordinator view lag",
-            [_query(f"max by (cluster) (txnwatch_coordinator_view_lag_seconds{{{C}}})", "{{cluster}}")],
+            [_query(f"max by (cluster) ({metrics.COORDINATOR_VIEW_LAG_SECONDS.name}{{{C}}})", "{{cluster}}")],
             "s",
             _pos(8, 20, 8, 7),
             "0 when the view of __transaction_state is current; HANGING is withheld while it is not.",
         ),
         _series(
             "Coordinator records behind",
-            [_query(f"max by (cluster) (txnwatch_coordinator_view_records_behind{{{C}}})", "{{cluster}}")],
+            [
+                _query(
+                    f"max by (cluster) ({metrics.COORDINATOR_VIEW_RECORDS_BEHIND.name}{{{C}}})", "{{cluster}}"
+                )
+            ],
             "short",
             _pos(16, 20, 8, 7),
             "Coordinator log records below the collector's newest positions the job has not applied yet.",
@@ -362,12 +373,12 @@ def build() -> dict[str, Any]:
             [
                 _query(
                     "histogram_quantile(0.5, sum by (le) "
-                    f"(rate(txnwatch_collector_sweep_duration_seconds_bucket{{{C}}}[$__rate_interval])))",
+                    f"(rate({metrics.COLLECTOR_SWEEP_DURATION_SECONDS.bucket}{{{C}}}[$__rate_interval])))",
                     "p50",
                 ),
                 _query(
                     "histogram_quantile(0.99, sum by (le) "
-                    f"(rate(txnwatch_collector_sweep_duration_seconds_bucket{{{C}}}[$__rate_interval])))",
+                    f"(rate({metrics.COLLECTOR_SWEEP_DURATION_SECONDS.bucket}{{{C}}}[$__rate_interval])))",
                     "p99",
                     "B",
                 ),
@@ -381,7 +392,7 @@ def build() -> dict[str, Any]:
             [
                 _query(
                     "histogram_quantile(0.99, sum by (le, query) "
-                    f"(rate(txnwatch_stream_batch_duration_seconds_bucket{{{C}}}[$__rate_interval])))",
+                    f"(rate({metrics.STREAM_BATCH_DURATION_SECONDS.bucket}{{{C}}}[$__rate_interval])))",
                     "{{query}}",
                 )
             ],
@@ -393,12 +404,12 @@ def build() -> dict[str, Any]:
             "Input rates",
             [
                 _query(
-                    f"sum by (source) (rate(txnwatch_stream_input_rows_total{{{C}}}[$__rate_interval]))",
+                    f"sum by (source) (rate({metrics.STREAM_INPUT_ROWS.total}{{{C}}}[$__rate_interval]))",
                     "{{source}}",
                 ),
                 _query(
                     "sum by (type) "
-                    f"(rate(txnwatch_collector_records_published_total{{{C}}}[$__rate_interval]))",
+                    f"(rate({metrics.COLLECTOR_RECORDS_PUBLISHED.total}{{{C}}}[$__rate_interval]))",
                     "published {{type}}",
                     "B",
                 ),
@@ -411,7 +422,7 @@ def build() -> dict[str, Any]:
             "Dead letters",
             [
                 _query(
-                    f"sum by (source) (increase(txnwatch_dead_letter_records_total{{{C}}}[$__rate_interval]))",
+                    f"sum by (source) (increase({metrics.DEAD_LETTER_RECORDS.total}{{{C}}}[$__rate_interval]))",
                     "{{source}}",
                 )
             ],
@@ -423,7 +434,7 @@ def build() -> dict[str, Any]:
             "Stream source lag (records)",
             [
                 _query(
-                    f"max by (query, source) (txnwatch_stream_source_offsets_behind_latest{{{C}}})",
+                    f"max by (query, source) ({metrics.STREAM_SOURCE_OFFSETS_BEHIND_LATEST.name}{{{C}}})",
                     "{{query}} {{source}}",
                 )
             ],
@@ -435,7 +446,7 @@ def build() -> dict[str, Any]:
             "Collector errors",
             [
                 _query(
-                    f"sum by (api, error) (rate(txnwatch_collector_errors_total{{{C}}}[$__rate_interval]))",
+                    f"sum by (api, error) (rate({metrics.COLLECTOR_ERRORS.total}{{{C}}}[$__rate_interval]))",
                     "{{api}} {{error}}",
                 )
             ],
@@ -458,7 +469,7 @@ def build() -> dict[str, Any]:
             gd.QueryVariable("cluster")
             .label("Cluster")
             .datasource(DATASOURCE)
-            .query("label_values(txnwatch_abort_candidates, cluster)")
+            .query(f"label_values({metrics.ABORT_CANDIDATES.name}, cluster)")
             .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
             .multi(True)
             .include_all(True)
