@@ -582,6 +582,7 @@ def run(
     max_sweeps: int | None = None,
     clock_ms: Callable[[], int] = wall_clock_ms,
     health: LoopHealth | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> int:
     """Sweep and publish every `interval_s` until `stop` is set (Ctrl-C) or `max_sweeps` ran.
 
@@ -589,14 +590,15 @@ def run(
     down for a minute is one line, not one per interval, and one more when sweeps succeed again); after a failed
     sweep the next waits longer, doubling up to `SWEEP_BACKOFF_MAX_S`. `also` runs after each sweep (the
     coordinator fallback poll). `health` hears every turn of the loop and every published sweep (/healthz,
-    /readyz). Returns the number of sweeps run.
+    /readyz). `monotonic` times the pauses and the gaps between published sweeps (the real clock only as the
+    default, like the Collector's own). Returns the number of sweeps run.
     """
     sweeps = 0
     failed = 0  # failed sweeps in a row
     failing_since = 0.0
     published_at: float | None = None  # monotonic, when the last sweep was published
     while not stop.is_set():
-        began = time.monotonic()
+        began = monotonic()
         if health is not None:
             health.turned()
         try:
@@ -610,7 +612,7 @@ def run(
                 metrics.last_success.set(clock_ms() / 1000)
             if health is not None:
                 health.published()
-            now = time.monotonic()
+            now = monotonic()
             if failed:
                 log.warning(
                     "sweeps succeed again after %d failed in a row (%.0fs without a published sweep)",
@@ -668,7 +670,7 @@ def run(
         pause = interval_s
         if failed:
             pause = max(interval_s, min(interval_s * 2 ** (failed - 1), SWEEP_BACKOFF_MAX_S))
-        stop.wait(max(0.0, pause - (time.monotonic() - began)))
+        stop.wait(max(0.0, pause - (monotonic() - began)))
     return sweeps
 
 

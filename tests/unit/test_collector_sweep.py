@@ -557,6 +557,25 @@ def test_run_survives_a_failed_sweep_and_stops_on_request() -> None:
     assert run(Flaky(), published.append, interval_s=0, stop=stop) == 0  # type: ignore[arg-type]
 
 
+def test_the_loop_times_its_gaps_and_pauses_on_the_injected_clock(caplog: pytest.LogCaptureFixture) -> None:
+    # The loop reads its clock three times a turn (began, published, before the pause), each 15 s later on this
+    # one: published sweeps 45 s apart at a 5 s interval are a gap worth a warning, and no pause is left to wait
+    # (on the real clock the test would wait 5 s a turn and see no gap).
+    ticks = itertools.count(step=15.0)
+    collector, _ = make(one_hanging())
+    stop = threading.Event()
+    sweeps = run(
+        collector,
+        lambda _r: None,
+        interval_s=5,
+        stop=stop,
+        max_sweeps=3,
+        monotonic=lambda: float(next(ticks)),
+    )
+    assert sweeps == 3
+    assert caplog.text.count("45.0s between published sweeps (interval 5.0s)") == 2
+
+
 def test_a_failed_publish_sends_the_empty_snapshots_again() -> None:
     cluster = one_hanging()
     collector, _ = make(cluster)
