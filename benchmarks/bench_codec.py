@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.jars import jars_dir
 from detectors.codec import TxnLogValue, TxnStatus, decode_value, decode_values, encode_value
 
-ROOT = Path(__file__).resolve().parent.parent
 TOPICS = ["orders", "payments-eu", "inventory.events", "clickstream-v2", "billing", "shipments.dlq"]
 NOW_MS = 1_732_000_000_000
 LIFECYCLE = (TxnStatus.EMPTY, TxnStatus.ONGOING, TxnStatus.PREPARE_COMMIT, TxnStatus.COMPLETE_COMMIT)
@@ -90,7 +90,7 @@ def loop_decode(values: Sequence[bytes]) -> None:
 def _schemas_from_kafka_jar() -> Path:
     """Kafka's own TransactionLogValue.json, read from the broker jar `make jars` fetched (never copied into the
     repository), in a fresh folder importable as a package (kafka-python's load_json reads through importlib)."""
-    jars = sorted((ROOT / ".cache" / "jars" / "kafka").glob("kafka-transaction-coordinator-*.jar"))
+    jars = sorted((jars_dir() / "kafka").glob("kafka-transaction-coordinator-*.jar"))
     if not jars:
         raise OSError("no kafka-transaction-coordinator jar: run `make jars`")
     package = Path(tempfile.mkdtemp(prefix="txnwatch-bench-schemas-"))

@@ -26,7 +26,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.structs import TopicPartition
 
 from dev import workload
-from dev.kafka import ROOT, Cluster, TestBedConfig, start_cluster, stop_cluster
+from dev.kafka import JARS_DIR, ROOT, Cluster, TestBedConfig, start_cluster, stop_cluster
 
 Json = dict[str, Any]
 
@@ -58,7 +58,7 @@ def machine() -> Json:
         "java": java[0] if java else "?",
         "pyspark": pyspark.__version__,
         "kafka_python": kafka.__version__,
-        "kafka_broker": next((p.name for p in (ROOT / ".cache/jars/kafka").glob("kafka_2.13-*.jar")), "?"),
+        "kafka_broker": next((p.name for p in (JARS_DIR / "kafka").glob("kafka_2.13-*.jar")), "?"),
     }
 
 

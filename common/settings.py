@@ -138,8 +138,9 @@ class StreamSettings(Model):
     ready_intervals: float = Field(default=3.0, gt=0)
     ready_slack_s: float = Field(default=60.0, ge=0)
     stall_after_s: float = Field(default=120.0, gt=0)
-    # The folder `make jars` fills; Spark's Kafka connector is in its spark/ subfolder. None: <checkout>/.cache/jars.
-    # Also read from TXNWATCH_JARS_DIR (its name before this section existed; dev/kafka.py reads that one too).
+    # The folder `make jars` fills; Spark's Kafka connector is in its spark/ subfolder. None: <checkout>/.cache/jars
+    # (common/jars.py). Also read from TXNWATCH_JARS_DIR (its name before this section existed; the test bed reads
+    # that one too, through common.jars.jars_dir).
     jars_dir: Path | None = None
 
 

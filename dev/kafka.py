@@ -32,8 +32,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from common.jars import jars_dir
+
 ROOT = Path(__file__).resolve().parent.parent
-JARS_DIR = Path(os.environ.get("TXNWATCH_JARS_DIR", ROOT / ".cache" / "jars"))
+JARS_DIR = jars_dir()  # TXNWATCH_JARS_DIR, else the checkout's .cache/jars (common/jars.py)
 DEFAULT_STATE_DIR = Path(os.environ.get("TXNWATCH_TESTBED_DIR", ROOT / ".cache" / "testbed"))
 READY_TIMEOUT_S = 90.0
 

@@ -14,10 +14,9 @@ from pathlib import Path
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from common import jars as common_jars
+
 ROOT = Path(__file__).resolve().parent.parent
-# What `make jars` fills; `txnwatch stream` takes another from Settings.stream.jars_dir (TXNWATCH_STREAM__JARS_DIR,
-# or TXNWATCH_JARS_DIR as before).
-DEFAULT_JARS_DIR = ROOT / ".cache" / "jars"
 
 BASE_CONF: dict[str, str] = {
     # transformWithState needs RocksDB; the OSS default (HDFS-backed) is rejected (transformWithState checks the provider class at query start).
@@ -39,13 +38,14 @@ BASE_CONF: dict[str, str] = {
 def connector_jars(jars_dir: Path | None = None) -> list[str]:
     """Spark's Kafka connector and the runtime jars pyspark does not ship (kafka-clients, commons-pool2, ...), and
     the s3a file system (hadoop-aws, AWS SDK modules) for `s3a://` checkpoints, from the `spark/` folder of
-    `jars_dir` (default: DEFAULT_JARS_DIR). As `spark.jars` they are on the driver's class path when this process
+    `jars_dir` (`txnwatch stream` passes Settings.stream.jars_dir; None: `common.jars.jars_dir()`, TXNWATCH_JARS_DIR or
+    the checkout's .cache/jars). As `spark.jars` they are on the driver's class path when this process
     starts the JVM, and reach the executors, which write the stateful stages' state to the checkpoint.
 
     Raises:
         RuntimeError: no jar there, with what to do.
     """
-    directory = (DEFAULT_JARS_DIR if jars_dir is None else jars_dir) / "spark"
+    directory = common_jars.jars_dir(jars_dir) / "spark"
     jars = sorted(str(p) for p in directory.glob("*.jar"))
     if not jars:
         raise RuntimeError(
