@@ -676,8 +676,9 @@ def render(
                 stamps = sorted({float(ts) for _, s in found for ts, _ in s["values"]})
                 layers = [{float(ts): float(v) for ts, v in s["values"]} for _, s in found]
                 ys_all = [[layer.get(ts, 0.0) for ts in stamps] for layer in layers]
+                # matplotlib's stubs list floats only; its date converter takes datetimes (as used here)
                 ax.stackplot(
-                    [datetime.fromtimestamp(ts, UTC) for ts in stamps],
+                    [datetime.fromtimestamp(ts, UTC) for ts in stamps],  # type: ignore[arg-type]
                     ys_all,
                     labels=[_legend(t.get("legendFormat", ""), s["metric"]) for t, s in found],
                     alpha=0.75,
@@ -686,12 +687,14 @@ def render(
             for t, s in [] if stacked else found:
                 xs = [datetime.fromtimestamp(float(ts), UTC) for ts, _ in s["values"]]
                 ys = [float(v) for _, v in s["values"]]
-                ax.plot(xs, ys, linewidth=1.8, label=_legend(t.get("legendFormat", ""), s["metric"]))
+                ax.plot(xs, ys, linewidth=1.8, label=_legend(t.get("legendFormat", ""), s["metric"]))  # type: ignore[arg-type]
                 drawn += 1
                 peak = max([peak, *ys])
-            ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=2, maxticks=max(3, g["w"] // 2)))
-            ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))
-            ax.set_xlim(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC))
+            # matplotlib.dates is unannotated, and set_xlim's stubs omit the datetimes its converter takes
+            locator = mdates.AutoDateLocator(minticks=2, maxticks=max(3, g["w"] // 2))  # type: ignore[no-untyped-call]
+            ax.xaxis.set_major_locator(locator)
+            ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))  # type: ignore[no-untyped-call]
+            ax.set_xlim(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC))  # type: ignore[arg-type]
             ax.set_ylim(0, peak * 1.15 if peak > 0 else 1)
             if unit == "s" and peak > 120:  # whole minutes, hours
                 nice = [60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400]
