@@ -67,8 +67,9 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
+# mypy --strict (pyproject.toml) on every room and the console script that joins them.
 typecheck: venv
-	$(VENV)/bin/mypy detectors common admin streaming
+	$(VENV)/bin/mypy detectors common admin streaming txnwatch_cli.py
 
 # Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
 test: deps venv jars tools image lint typecheck
