@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 import kafka.errors as Errors
 from kafka import KafkaConsumer, KafkaProducer
@@ -381,9 +381,10 @@ def abort(
     """Verify the candidate live and, with `execute`, claim it, write its ABORT marker and post-check it.
 
     The steps, each a function of this module: `plan` (the attempt and what its audit records repeat; a
-    candidate the audit log shows aborted ends here) → `claim` (`--execute` only) → `verify_live` (again after
-    the claim and after a leader move) → `send_marker` and `marker_answer` → `post_check_until` and
-    `post_check_ending`; each ending is an audit record (`Attempt.end`).
+    candidate the audit log shows aborted ends here: `audit_history_ending`) → `verify_live` (a dry run ends
+    here: `dry_run_ending`) → `claim` (`--execute` only) → `verify_live` again (and again after a leader move)
+    → `send_marker` and `marker_answer` → `post_check_until` and `post_check_ending`; every ending is an audit
+    record (`Attempt.end`).
 
     The claim (a CLAIMED record on the audit log, `detectors.abort.claim_holder`) makes concurrent executions
     write one marker: the first claim in the audit partition goes on, verifying again; the others wait for its
@@ -431,9 +432,9 @@ def abort(
         error = send_marker(wire, verified.before.leader, verified.marker)
         context = {**verified.context, "marker": verified.marker}
         answer = marker_answer(error, leader=verified.before.leader, moves=moves)
-        if answer is MARKER_WRITTEN:
+        if answer == MARKER_WRITTEN:
             break
-        if answer is LOOK_UP_LEADER_AGAIN:
+        if answer == LOOK_UP_LEADER_AGAIN:
             moves += 1
             log.info(
                 "WriteTxnMarkers to broker %d: %s; reading metadata again", verified.before.leader, error
@@ -657,11 +658,14 @@ class MarkerEnding(NamedTuple):
     fields: dict[str, Any]
 
 
-MARKER_WRITTEN = MarkerEnding(AuditOutcome.ABORTED, "marker written", {})
-LOOK_UP_LEADER_AGAIN = MarkerEnding(AuditOutcome.FAILED, "leader moved: read metadata and verify again", {})
+# The two answers after which the run goes on: the marker is written (post-check next), or the leader moved for
+# the first time (read metadata, verify again, send to the new leader).
+MARKER_WRITTEN: Final = "written"
+LOOK_UP_LEADER_AGAIN: Final = "look-up-leader-again"
+MarkerAnswer = Literal["written", "look-up-leader-again"] | MarkerEnding
 
 
-def marker_answer(error: str | None, *, leader: int, moves: int) -> MarkerEnding:
+def marker_answer(error: str | None, *, leader: int, moves: int) -> MarkerAnswer:
     """What a WriteTxnMarkers answer means: `MARKER_WRITTEN`, `LOOK_UP_LEADER_AGAIN` (the first leader move),
     or the ending (the ACL missing, the marker fenced, a second move, or an error after which the marker may
     or may not have been written)."""

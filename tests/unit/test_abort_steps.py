@@ -16,6 +16,7 @@ from admin.proposals import (
     AbortAttempt,
     AfterMarker,
     Attempt,
+    MarkerEnding,
     Verified,
     audit_history_ending,
     claim,
@@ -119,16 +120,16 @@ def test_marker_errors_end_the_run(
     error: str, moves: int, outcome: AuditOutcome, written: bool | None
 ) -> None:
     answer = marker_answer(error, leader=3, moves=moves)
-    assert answer is not MARKER_WRITTEN and answer is not LOOK_UP_LEADER_AGAIN
+    assert isinstance(answer, MarkerEnding)
     ended = attempt().end(answer.outcome, answer.message, **answer.fields)
     assert ended.audit.outcome is outcome and ended.audit.marker_written is written
     assert error in ended.audit.message or ended.audit.message == DENIED_MESSAGE
 
 
 def test_marker_written_and_first_leader_move() -> None:
-    assert marker_answer(None, leader=1, moves=0) is MARKER_WRITTEN
-    assert marker_answer("NOT_LEADER_OR_FOLLOWER", leader=1, moves=0) is LOOK_UP_LEADER_AGAIN
-    assert marker_answer("UNKNOWN_BROKER", leader=1, moves=0) is LOOK_UP_LEADER_AGAIN
+    assert marker_answer(None, leader=1, moves=0) == MARKER_WRITTEN
+    assert marker_answer("NOT_LEADER_OR_FOLLOWER", leader=1, moves=0) == LOOK_UP_LEADER_AGAIN
+    assert marker_answer("UNKNOWN_BROKER", leader=1, moves=0) == LOOK_UP_LEADER_AGAIN
 
 
 class Ticks:
