@@ -189,7 +189,15 @@ def test_it_installs_the_project_without_dev_tools() -> None:
         build.args.split()[-1] == "." and "--no-deps" in build.args
     )  # pyproject.toml's project, not `.[dev]`
     copied = {w.rstrip("/") for c in wheel.all("COPY") for w in c.words()[:-1]}
-    assert copied == {"pyproject.toml", "README.md", "txnwatch_cli.py", "detectors", "admin", "streaming"}
+    assert copied == {
+        "pyproject.toml",
+        "README.md",
+        "txnwatch_cli.py",
+        "detectors",
+        "common",
+        "admin",
+        "streaming",
+    }
     # Each target installs the wheel without dependencies, on the dependencies its deps stage installed.
     for target, deps in ((BY_NAME["collector"], "collector-deps"), (FINAL, "stream-deps")):
         assert copy_target(target, "/opt/venv") == "/opt/venv"
@@ -198,7 +206,7 @@ def test_it_installs_the_project_without_dev_tools() -> None:
             "pip install --no-cache-dir --no-deps /tmp/wheels/*.whl" in r.args for r in target.all("RUN")
         )
     # dev/ (the test bed) stays out: nothing the apps run imports it.
-    for room in ("detectors", "admin", "streaming"):
+    for room in ("detectors", "common", "admin", "streaming"):
         for py in (ROOT / room).rglob("*.py"):
             assert not re.search(r"^\s*(from|import) dev\b", py.read_text(), re.M), py
 
@@ -210,10 +218,14 @@ def test_the_collector_gets_every_dependency_but_the_spark_side() -> None:
     assert {distribution_name(d) for d in spark} == SPARK_SIDE
     assert "RUN python requirements.py collector" in DOCKERFILE.read_text().replace("    && ", "RUN ")
     assert "RUN python requirements.py spark" in DOCKERFILE.read_text()
-    # What the collector image runs never imports the Spark side: admin/, detectors/, the console script and
+    # What the collector image runs never imports the Spark side: admin/, common/, detectors/, the console script and
     # the one module of streaming/ it loads to register `txnwatch stream` (streaming/cli.py).
     modules = "|".join(sorted(SPARK_SIDE))
-    files = [*(ROOT / "admin").rglob("*.py"), *(ROOT / "detectors").rglob("*.py")]
+    files = [
+        *(ROOT / "admin").rglob("*.py"),
+        *(ROOT / "common").rglob("*.py"),
+        *(ROOT / "detectors").rglob("*.py"),
+    ]
     files += [ROOT / "txnwatch_cli.py", ROOT / "streaming" / "cli.py"]
     for py in files:
         top_level = re.findall(rf"^(?:from|import) ({modules})\b", py.read_text(), re.M)
