@@ -44,23 +44,18 @@ from admin.proposals import (
     EXIT_DONE,
     EXIT_ERROR,
     EXIT_REFUSED,
-    ActWith,
     TopicAuditLog,
     abort,
     audit_json,
     audit_records,
-    candidate_row,
     follow_topic,
     latest_candidates,
-    look_around,
     observe,
     read_topic,
-    render_list,
-    render_show,
-    show_json,
 )
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
 from admin.seams import ClusterWire, SweepResult, wall_clock_ms
+from admin.show import ActWith, candidate_row, look_around, render_list, render_show, show_json
 from admin.watch import PolicyError, Watch, load_policy, policy_summary, printer
 from admin.wire import KafkaWire
 from common.cli_options import (
