@@ -15,7 +15,15 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ValidationError
 
 from common.client_properties import ClientPropertiesError
-from common.settings import LogLevel, OutputChoice, Settings, kafka_settings_from_properties, overlay
+from common.settings import (
+    KafkaSettings,
+    LogLevel,
+    OutputChoice,
+    Settings,
+    kafka_settings_from_properties,
+    overlay,
+)
+from common.topics import TopicSettings
 
 # argparse dest → the Settings field it overrides ("section.field"), for the flags of add_common_flags.
 COMMON_FLAGS: dict[str, str] = {
@@ -42,7 +50,8 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT[,...]",
-        help="the Kafka cluster's bootstrap servers (env TXNWATCH_KAFKA__BOOTSTRAP_SERVERS; default: localhost:9092)",
+        help="the Kafka cluster's bootstrap servers (env TXNWATCH_KAFKA__BOOTSTRAP_SERVERS; default: "
+        f"{default_text(KafkaSettings, 'bootstrap_servers')})",
     )
     parser.add_argument(
         "--command-config",
@@ -53,15 +62,18 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
         choices=get_args(OutputChoice),
-        help="console output (env TXNWATCH_OUTPUT; default: auto, a table on a terminal and JSON otherwise)",
+        help=f"console output (env TXNWATCH_OUTPUT; default: {default_text(Settings, 'output')}, a table on a "
+        "terminal and JSON otherwise)",
     )
     parser.add_argument(
         "--cluster",
-        help="cluster name in records and metric labels (env TXNWATCH_CLUSTER; default: 'default')",
+        help="cluster name in records and metric labels (env TXNWATCH_CLUSTER; default: "
+        f"'{default_text(Settings, 'cluster')}')",
     )
     parser.add_argument(
         "--topic-prefix",
-        help="prefix of txnwatch's own topics (env TXNWATCH_TOPICS__PREFIX; default: txnwatch)",
+        help="prefix of txnwatch's own topics (env TXNWATCH_TOPICS__PREFIX; default: "
+        f"{default_text(TopicSettings, 'prefix')})",
     )
     parser.add_argument(
         "--log-level",
