@@ -404,6 +404,16 @@ def abort(
     while True:
         checked = verify_live(wire, attempt, moves=moves, previous=verified, sleep=sleep)
         if isinstance(checked, AbortAttempt):
+            if claimed_at_ms is None:
+                return ended_by_another(
+                    audit_log,
+                    attempt,
+                    checked,
+                    wait_s=claim_wait_s,
+                    lease_ms=claim_lease_ms,
+                    sleep=sleep,
+                    monotonic=monotonic,
+                )
             return checked
         verified = checked
         if not execute:
@@ -571,6 +581,46 @@ def verified_or_ending(
     if verify.marker is None:  # cannot happen: VerifyResult's validator gives SAFE a marker
         return attempt.end(AuditOutcome.FAILED, "verification planned no marker", **context)
     return Verified(before, verify, verify.marker, moves)
+
+
+def ended_by_another(
+    audit_log: AuditLog,
+    attempt: Attempt,
+    ending: AbortAttempt,
+    *,
+    wait_s: float,
+    lease_ms: int,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> AbortAttempt:
+    """A transaction found ended since the plan, before this run claimed it, may have been ended by another
+    execution of the same candidate: one that wrote its marker but had not published its ABORTED record yet
+    when this run read the audit log (two on-call engineers pressing enter together, the second a little
+    slower). While such a claim is held, wait for its ending (up to `wait_s`) and end as it did, "aborted by",
+    ALREADY_RESOLVED, rather than "changed since the plan". Every other ending is returned as it was."""
+    verify = ending.audit.verify
+    if verify is None or verify.outcome is not VerifyOutcome.ALREADY_RESOLVED:
+        return ending
+    deadline = monotonic() + wait_s
+    while True:
+        try:
+            past = audit_log.history(attempt.candidate.candidate_id)
+        except AdminError:
+            return ending  # the refusal stands on what was read live
+        done = prior_abort(past)
+        if done is not None:
+            return AbortAttempt(
+                ending.audit.model_copy(
+                    update={
+                        "outcome": AuditOutcome.ALREADY_RESOLVED,
+                        "message": "nothing to do: " + _aborted_by(done),
+                        "at_ms": attempt.clock_ms(),
+                    }
+                )
+            )
+        if claim_holder(past, now_ms=attempt.clock_ms(), lease_ms=lease_ms) is None or monotonic() > deadline:
+            return ending
+        sleep(0.5)
 
 
 def dry_run_ending(attempt: Attempt, verified: Verified) -> AbortAttempt:

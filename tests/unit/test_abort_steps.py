@@ -21,6 +21,7 @@ from admin.proposals import (
     audit_history_ending,
     claim,
     dry_run_ending,
+    ended_by_another,
     marker_answer,
     plan,
     post_check_ending,
@@ -186,3 +187,36 @@ def test_post_check_ending() -> None:
     failed = post_check_ending(a, AfterMarker(None, None, "leader gone"), leader=1, context=v.context)
     assert failed.audit.outcome is AuditOutcome.FAILED and failed.audit.marker_written
     assert failed.audit.message == "marker written, but the post-check failed: leader gone"
+
+
+def test_found_ended_while_another_run_holds_the_claim_ends_as_that_run_did() -> None:
+    """Two engineers press enter together: bob's marker is written before alice's run reads the partition, but
+    his ABORTED record is not on the audit log yet. Alice's run waits for it and says who aborted, exit 4."""
+    a = attempt()
+    ended_live = live(producer=None, last_stable_offset=251, high_watermark=251)
+    refused = verified_or_ending(a, ended_live, verify_abort(a.candidate, ended_live), moves=0)
+    assert isinstance(refused, AbortAttempt) and refused.audit.outcome is AuditOutcome.REFUSED
+    bob = {"audit_id": "bob", "actor": "bob"}
+    bobs_claim = a.record(AuditOutcome.CLAIMED, "claimed").model_copy(update=bob)
+    bobs_end = a.record(AuditOutcome.ABORTED, "aborted").model_copy(update=bob)
+    log = FakeAuditLog(records=[bobs_claim], others=[[], [bobs_end]])
+    ticks = Ticks()
+    got = ended_by_another(log, a, refused, wait_s=5, lease_ms=HOUR, sleep=ticks.sleep, monotonic=ticks)
+    assert got.audit.outcome is AuditOutcome.ALREADY_RESOLVED and got.exit_code == 4
+    assert "aborted by bob" in got.audit.message and got.audit.before == refused.audit.before
+    assert ticks.now == 0.5  # one wait, then bob's ending was read
+
+
+def test_found_ended_with_no_claim_held_stays_changed_since_the_plan() -> None:
+    a = attempt()
+    ended_live = live(producer=None, last_stable_offset=251, high_watermark=251)
+    refused = verified_or_ending(a, ended_live, verify_abort(a.candidate, ended_live), moves=0)
+    assert isinstance(refused, AbortAttempt)
+    assert ended_by_another(FakeAuditLog(), a, refused, wait_s=5, lease_ms=HOUR) is refused
+    # a claim that never ends: waits its bound on the injected clock, then the refusal stands
+    stuck = a.record(AuditOutcome.CLAIMED, "claimed").model_copy(update={"audit_id": "bob", "actor": "bob"})
+    ticks = Ticks()
+    got = ended_by_another(
+        FakeAuditLog(records=[stuck]), a, refused, wait_s=2, lease_ms=HOUR, sleep=ticks.sleep, monotonic=ticks
+    )
+    assert got is refused and ticks.now == 2.5
