@@ -526,31 +526,82 @@ def _top(counts: dict[str, int], total: int, n: int = 25) -> list[Json]:
     ]
 
 
+# What a Python worker sample was doing: the first of these (in this order) with a frame on the sample's stack.
+PY_PARTS = (
+    (
+        "explaining verdicts (pydantic models: build_verdict, plan_abort, model JSON)",
+        ("build_verdict (", "plan_abort (", "model_validate_json (", "model_dump_json (", "BaseModel."),
+    ),
+    ("state round trips to the JVM (ValueState get/update/clear, timers)", ("StatefulProcessorApiClient.",)),
+    ("state (un)pickling (_load, _save)", ("_load (", "_save (")),
+    (
+        "pyspark: input Arrow -> pandas, regrouped per key (row_stream)",
+        ("row_stream (", "generate_data_batches ("),
+    ),
+    ("input pandas -> lists (_columns)", ("_columns (",)),
+    ("the rules and bookkeeping (detectors/)", ("detectors/",)),
+    ("the handlers' own lines", ("handleInputRows (", "handleExpiredTimer (")),
+    ("pyspark: output pandas -> Arrow", ("PandasToArrowConversion.", "dump_stream (")),
+)
+
+
 def summarize_py_spy(stacks: dict[str, int]) -> Json:
-    """py-spy's raw stacks ("process ...;thread ...;frame;frame count", root first) → the functions that took the
-    samples themselves (self) and those on the stack (inclusive), per process kind, of samples with Python
-    frames. A frame is "function (file)" without the line, so one function is one entry."""
+    """py-spy's raw stacks ("process <pid>:<cmd>;...;frame;frame count", root first, one "process" frame per
+    fork level) → the share of each part of the workers' work (PY_PARTS), and the functions that took the
+    samples themselves. Samples in pyspark's daemon.py (its fork loop; a worker waiting there between tasks) are
+    counted apart.
+    A frame is "function (file)" without the line, so one function is one entry."""
     self_: dict[str, int] = {}
-    incl: dict[str, int] = {}
-    total = 0
+    parts: dict[str, int] = {}
+    total = daemon = 0
     for stack, n in stacks.items():
-        frames = [
-            re.sub(r":\d+\)$", ")", f)
-            for f in stack.split(";")
-            if not f.startswith(("process ", "thread ")) and f.strip()
-        ]
+        split = stack.split(";")
+        frames = [re.sub(r":\d+\)$", ")", f) for f in split if not f.startswith("process ") and f.strip()]
         if not frames:
             continue
+        # The daemon's own loop, and a worker back in it between tasks (waiting on its socket: py-spy's
+        # --nonblocking sampling cannot always tell a wait from work)
+        if sum(1 for f in split if f.startswith("process ")) < 2 or frames[-1].endswith("(daemon.py)"):
+            daemon += n
+            continue
         total += n
-        leaf = frames[-1]
-        self_[leaf] = self_.get(leaf, 0) + n
-        for f in set(frames):
-            incl[f] = incl.get(f, 0) + n
-    return {"samples": total, "self": _top(self_, total or 1), "inclusive": _top(incl, total or 1, 40)}
+        self_[frames[-1]] = self_.get(frames[-1], 0) + n
+        part = next((name for name, marks in PY_PARTS if any(m in f for f in frames for m in marks)), "other")
+        parts[part] = parts.get(part, 0) + n
+    return {
+        "samples": total,
+        "daemon_samples": daemon,
+        "parts": _top(parts, total or 1, len(PY_PARTS) + 1),
+        "self": _top(self_, total or 1),
+    }
+
+
+# What a JVM sample was doing: the first of these found from the sampled frame outwards (JFR's class names).
+JVM_PARTS = (
+    ("Kafka source", ("org.apache.kafka.", "org.apache.spark.sql.kafka010.")),
+    (
+        "JSON parse (from_json)",
+        ("JacksonParser", "ReaderBasedJsonParser", "JsonToStructs", "jackson.core.json.Utf8"),
+    ),
+    ("JSON write (to_json)", ("JacksonGenerator", "WriterBasedJsonGenerator", "StructsToJson")),
+    (
+        "Python state server (state get/put for the workers)",
+        ("TransformWithStateInPySparkStateServer", "TransformWithStateInPandasStateServer"),
+    ),
+    ("state store (RocksDB)", ("rocksdb", "RocksDB", "state.StateStore", "StateStoreProvider")),
+    (
+        "Arrow to and from Python",
+        ("org.apache.arrow.", "ArrowWriter", "ArrowConverters", "ArrowColumnVector"),
+    ),
+    ("Python runner I/O", ("PythonRunner", "PythonArrowInput", "PythonArrowOutput", "PythonWorker")),
+    ("shuffle", ("org.apache.spark.shuffle.", "ShuffleBlockFetcher", "UnsafeShuffle", "ExternalSorter")),
+    ("generated code (rows, explode, expressions)", ("GeneratedClass", "GenerateExec", "UnsafeRow")),
+)
 
 
 def summarize_jfr(path: Path) -> Json | None:
-    """JFR's Java execution samples → top methods by self and inclusive samples, and by thread kind."""
+    """JFR's Java execution samples of Spark's JVM → the share of each part of the work (JVM_PARTS), the
+    methods that took the samples themselves, and the threads."""
     import subprocess
 
     done = subprocess.run(
@@ -563,27 +614,37 @@ def summarize_jfr(path: Path) -> Json | None:
         return {"error": done.stderr.strip()[-300:]}
     events = json.loads(done.stdout).get("recording", {}).get("events", [])
     self_: dict[str, int] = {}
-    incl: dict[str, int] = {}
+    parts: dict[str, int] = {}
     threads: dict[str, int] = {}
     for e in events:
         v = e.get("values", {})
-        frames = [
-            f"{f['method']['type']['name']}.{f['method']['name']}"
+        frames = [  # the sampled frame first
+            f"{f['method']['type']['name'].replace('/', '.')}.{f['method']['name']}"
             for f in (v.get("stackTrace") or {}).get("frames", [])
             if f.get("method")
         ]
         if not frames:
             continue
         self_[frames[0]] = self_.get(frames[0], 0) + 1
-        for f in set(frames):
-            incl[f] = incl.get(f, 0) + 1
-        name = re.sub(r"\d+", "N", (v.get("sampledThread") or {}).get("javaName") or "?")
-        threads[name] = threads.get(name, 0) + 1
+        thread_name = (v.get("sampledThread") or {}).get("javaName") or "?"
+        part = next(
+            (name for f in frames for name, marks in JVM_PARTS if any(m in f for m in marks)),
+            # the state server's thread (it also builds encoders, pickles rows), the query's own thread (planning)
+            "Python state server (state get/put for the workers)"
+            if thread_name.startswith("stateConnectionListener")
+            else "the query's driver thread (planning, progress)"
+            if thread_name.startswith("stream execution thread")
+            else "other",
+        )
+        parts[part] = parts.get(part, 0) + 1
+        thread = re.sub(r" \[id = .*", "", thread_name)
+        thread = re.sub(r"\d+", "N", thread)
+        threads[thread] = threads.get(thread, 0) + 1
     total = sum(self_.values()) or 1
     return {
         "samples": sum(self_.values()),
+        "parts": _top(parts, total, len(JVM_PARTS) + 3),
         "self": _top(self_, total),
-        "inclusive": _top(incl, total, 40),
         "threads": _top(threads, total, 10),
     }
 
@@ -851,8 +912,8 @@ def print_report(results: list[Json], trigger_s: float, per_id: Json | None) -> 
                     + "; ".join(f"{x['frame']} {x['share']:.0%}" for x in p["self"][:8])
                 )
                 print(
-                    f"  profile, {side}, inclusive: "
-                    + "; ".join(f"{x['frame']} {x['share']:.0%}" for x in p["inclusive"][:12])
+                    f"  profile, {side}, parts: "
+                    + "; ".join(f"{x['frame']} {x['share']:.0%}" for x in p["parts"])
                 )
     if per_id:
         print(
@@ -926,10 +987,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--profile",
-        type=Path,
+        nargs="?",
+        const="",
         metavar="DIR",
         help="profile one more batch after the steady ones of each reconcile run: py-spy on the Python workers, "
-        "JFR on Spark's JVM (raw files kept in DIR, the top frames in the JSON)",
+        "JFR on Spark's JVM; the share of each part of the work in the JSON, the raw files in DIR (default: the "
+        "temporary directory, see --keep)",
     )
     parser.add_argument("--bootstrap", help="use this running broker instead of starting a test bed")
     parser.add_argument("--progress-out", type=Path, help="append every batch's progress (JSON lines) here")
@@ -941,7 +1004,7 @@ def main(argv: list[str] | None = None) -> int:
 
     trigger_s = trigger_seconds(args.trigger)
     # +1: the tail batch; +1 more for the profiled batch
-    batches_wanted = args.warmup_batches + args.steady_batches + 1 + (1 if args.profile else 0)
+    batches_wanted = args.warmup_batches + args.steady_batches + 1 + (0 if args.profile is None else 1)
     records_per_id = 1 + 3 * args.txns_per_id
     ids = args.ids or math.ceil(args.coordinator_batch * batches_wanted / records_per_id)
     sweeps = args.sweeps or math.ceil(args.snapshot_batch * batches_wanted / args.partitions)
@@ -1036,7 +1099,7 @@ def main(argv: list[str] | None = None) -> int:
             "broker_pids": broker_pids,
             "progress_out": args.progress_out,
             "state_buckets": args.state_buckets,
-            "profile_dir": args.profile,
+            "profile_dir": None if args.profile is None else Path(args.profile or workdir / "profile"),
         }
         # Each input: the reconcile query, then (--plain-read) the same rows through less of it.
         limits = {"coordinator": ("plain read",), "snapshot": ("plain read", "parse")}

@@ -55,6 +55,8 @@ BENCHES: tuple[Bench, ...] = (
             "5",
             "--steady-batches",
             "6",
+            # the same input through Spark's Kafka source alone (and the parse alone): the limit, side by side
+            "--plain-read",
         ),
         None,
     ),
@@ -317,26 +319,48 @@ def render_peers(r: Json) -> str:
     return "\n".join(lines)
 
 
+def _cpu_split(ph: Json) -> str:
+    cpu = ph.get("cpu_s_by_process") or {}
+    total = sum(cpu.values())
+    if not total:
+        return "n/a"
+    return " / ".join(f"{cpu.get(k, 0) / total:.0%}" for k in ("jvm", "python_workers", "driver"))
+
+
 def render_stream(r: Json) -> str:
+    """One row per phase: the reconcile query of each input and, when the run had them (`--plain-read`), the same
+    input through Spark's Kafka source alone and through the job's parse alone, with each rate as a share of the
+    plain read measured in the same run."""
     lines = [
-        "| input | batch (rows) | sustained rows/s | batch p50 | batch p99 | CPU ms per 1k rows | rows/s the CPU allows on "
-        "2 idle cores | target met | load average before → after |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| input | query | batch (rows) | sustained rows/s | share of the plain read | batch p50 | batch p99 | CPU ms "
+        "per 1k rows | CPU JVM / Python workers / driver | rows/s the CPU allows on 2 idle cores | target met | "
+        "load average before → after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     target = r.get("targets", {})
     for ph in r.get("phases", []):
+        stage = ph.get("stage", "reconcile")
         met = (ph.get("sustained_rows_per_s") or 0) >= target.get("rows_per_s", 20_000) and (
             ph.get("batch_s_p99") or 1e9
         ) < target.get("p99_below_s", 5)
+        share = ph.get("share_of_plain_read")
+        rate = _n(ph.get("sustained_rows_per_s"))
         lines.append(
-            f"| {ph['phase']} | {_n(ph.get('max_offsets_per_trigger'))} | **{_n(ph.get('sustained_rows_per_s'))}** | "
+            f"| {ph['phase']} | {stage if stage != 'reconcile' else 'reconcile (the job)'} | "
+            f"{_n(ph.get('max_offsets_per_trigger'))} | {f'**{rate}**' if stage == 'reconcile' else rate} | "
+            f"{f'{share:.0%}' if share is not None and stage != 'plain read' else '—'} | "
             f"{ph.get('batch_s_p50')} s | {ph.get('batch_s_p99')} s | {_n(ph.get('cpu_ms_per_1k_rows'))} | "
-            f"{_n(ph.get('idle_2core_rows_per_s'))} | {'yes' if met else 'no'} | {_load1(ph.get('loadavg_before'))} → "
+            f"{_cpu_split(ph)} | {_n(ph.get('idle_2core_rows_per_s'))} | "
+            f"{('yes' if met else 'no') if stage == 'reconcile' else '—'} | {_load1(ph.get('loadavg_before'))} → "
             f"{_load1(ph.get('loadavg_after'))} |"
         )
     for ph in r.get("phases", []):
+        stage = ph.get("stage", "reconcile")
         lines.append("")
-        lines.append(f"{ph['phase']} steady batches (s): {', '.join(str(x) for x in ph.get('batch_s', []))}.")
+        lines.append(
+            f"{ph['phase']}{'' if stage == 'reconcile' else f' ({stage})'} steady batches (s): "
+            f"{', '.join(str(x) for x in ph.get('batch_s', []))}."
+        )
     per_id = r.get("state_per_transactional_id")
     if per_id:
         lines += [

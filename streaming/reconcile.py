@@ -42,6 +42,7 @@ from detectors.tracking import (
     reconcile_bucket,
     stored_open_entry,
 )
+from streaming.gcpause import without_cyclic_gc
 from streaming.rows import coordinator_rows, fact_rows, open_transaction_rows
 
 # The state value of a bucket: one pickled dict (written and read only by this module).
@@ -111,6 +112,7 @@ class ProducerIdFacts(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.owners = handle.getValueState("owners", BLOB_SCHEMA)
 
+    @without_cyclic_gc
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
@@ -199,6 +201,7 @@ class TransactionReconciler(StatefulProcessor):
             self.handle.registerTimer(deadline)
             self.timer.update((deadline,))
 
+    @without_cyclic_gc
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
@@ -212,6 +215,7 @@ class TransactionReconciler(StatefulProcessor):
         if events:
             yield pd.DataFrame(events, columns=EVENT_COLUMNS, dtype=object)
 
+    @without_cyclic_gc
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: Any
     ) -> Iterator[pd.DataFrame]:

@@ -160,18 +160,27 @@ def parse_snapshots(raw: DataFrame) -> DataFrame:
         | (F.col("record_type") == SNAPSHOT_TYPE)
         | (F.col("record_type") == COORDINATOR_LOG_POSITION_TYPE)
     )
-    # explode(array(...)) parses each message once: a plain column would be inlined by the optimizer into every
-    # expression that reads it (the problem checks, the filter pushed below them, each field), and JSON parsing
-    # is not code-generated, so Spark parsed each message about 20 times. A generator is a barrier it keeps.
+    # inline(array(struct(...))) parses each message once: a plain column would be inlined by the optimizer into
+    # every expression that reads it (the problem checks, the filter pushed below them, each field), and JSON
+    # parsing is not code-generated, so Spark parsed each message about 20 times. A generator is a barrier it
+    # keeps. Both parses (snapshot and position) sit inside it: an operator holding a from_json runs without
+    # whole-stage codegen, so with the position parsed outside, the checks and projections below ran row by row
+    # (and parsed each position several times).
     text = F.col("value").cast("string")
     parsed = typed.select(
         "*",
-        F.explode(
+        F.inline(
             F.array(
-                F.when(~is_position(), F.from_json(text, PARTITION_SNAPSHOT_SCHEMA, {"mode": "PERMISSIVE"}))
+                F.struct(
+                    F.when(
+                        ~is_position(), F.from_json(text, PARTITION_SNAPSHOT_SCHEMA, {"mode": "PERMISSIVE"})
+                    ).alias("snapshot"),
+                    F.when(is_position(), F.from_json(text, POSITION_SCHEMA, {"mode": "PERMISSIVE"})).alias(
+                        "position"
+                    ),
+                )
             )
-        ).alias("snapshot"),
-        F.when(is_position(), F.from_json(text, POSITION_SCHEMA, {"mode": "PERMISSIVE"})).alias("position"),
+        ),
     )
     # from_json yields a struct of nulls for text that is not JSON at all.
     parsed = parsed.withColumn(
