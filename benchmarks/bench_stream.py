@@ -1,7 +1,8 @@
 """Sustained throughput of the streaming job's reconcile query (local[2]) on a real broker, one input at a time.
 
 `python -m benchmarks.bench_stream [--only coordinator|snapshot|both] [--coordinator-batch 10000]
-[--snapshot-batch 5000] [--trigger "5 seconds"] [--steady-batches 6] [--phase-budget-s 210]` starts its own test
+[--snapshot-batch 5000] [--trigger "5 seconds"] [--steady-batches 6] [--phase-budget-s 210] [--plain-read]
+[--profile [DIR]]` starts its own test
 bed (one KRaft node, 1 GB heap, in a temporary directory) and produces real-shaped input with kafka-python. It then
 runs `streaming.job.start(..., queries=("reconcile",))` once per input on one SparkSession (the job's own
 `build_session`), each time over a backlog and with a fresh checkpoint:
@@ -28,8 +29,19 @@ Alongside them it measures:
 - per stateful stage: the rows, RocksDB memory, the checkpoint's state directory, and the ids and pickled bytes
   of each state variable (one dict per bucket), read back with the state data source after the query stops.
 
+`--plain-read` adds, after each input's reconcile query, the limit on the same cores: the same topic read from the
+start on the same session, with the same maxOffsetsPerTrigger and trigger, by Spark's Kafka source alone into a
+noop sink ("plain read"), and for snapshots also through the job's own parse (`sources.parse_snapshots`: from_json
+with the snapshot schema and the problem checks) into a noop sink ("parse"). The same figures come out for them,
+and every query's sustained rate as a share of its input's plain read (`share_of_plain_read`).
+
+`--profile` profiles one more batch after the steady ones of each reconcile query (never a measured one): py-spy
+on Spark's Python workers and a JFR recording of Spark's JVM. The JSON gets the share of each part of the work
+(PY_PARTS, JVM_PARTS) and the top frames; the raw files stay in DIR (default: the temporary directory, kept
+with --keep).
+
 Every phase stops by itself, when the input is consumed, when there are enough steady batches, or at its time
-budget. The whole run takes 4-7 minutes. Stopping a query mid-batch makes Spark log an InterruptedException from
+budget. The whole run takes 4-7 minutes, 3-4 more with --plain-read. Stopping a query mid-batch makes Spark log an InterruptedException from
 the sink: expected. The output is a table and one JSON line (the last line of stdout).
 """
 
@@ -535,13 +547,13 @@ PY_PARTS = (
     ("state round trips to the JVM (ValueState get/update/clear, timers)", ("StatefulProcessorApiClient.",)),
     ("state (un)pickling (_load, _save)", ("_load (", "_save (")),
     (
-        "pyspark: input Arrow -> pandas, regrouped per key (row_stream)",
+        "pyspark: input Arrow → pandas, regrouped per key (row_stream)",
         ("row_stream (", "generate_data_batches ("),
     ),
-    ("input pandas -> lists (_columns)", ("_columns (",)),
+    ("input pandas → lists (_columns)", ("_columns (",)),
     ("the rules and bookkeeping (detectors/)", ("detectors/",)),
     ("the handlers' own lines", ("handleInputRows (", "handleExpiredTimer (")),
-    ("pyspark: output pandas -> Arrow", ("PandasToArrowConversion.", "dump_stream (")),
+    ("pyspark: output pandas → Arrow", ("PandasToArrowConversion.", "dump_stream (")),
 )
 
 
@@ -728,7 +740,6 @@ def run_phase(
     stop_reason = "time budget"
     profilers: Profilers | None = None
     profile: Json | None = None
-    profiled_batch: int | None = None
     try:
         while True:
             problem = failed()
@@ -744,7 +755,6 @@ def run_phase(
                 )
                 if profilers is not None:
                     profile = profilers.stop()
-                    profiled_batch = last["batchId"]
                     stop_reason = "enough steady batches, one more profiled"
                     break
                 if end_offset_total(last, input_topic) >= total:
@@ -771,10 +781,9 @@ def run_phase(
             for p in progress:
                 f.write(json.dumps({"phase": name, "stage": stage, **p}) + "\n")
     data = [p for p in progress if p["numInputRows"] > 0]
-    profiled = [p for p in data if p["batchId"] == profiled_batch]
-    if profiled:  # a profiled batch is none of the measured ones
-        data = data[: data.index(profiled[0])]
-    steady = data[warmup:]
+    # The steady batches are the ones wanted, no more: a batch profiled (or cut off by the time budget while it
+    # was being profiled) is none of the measured ones.
+    steady = data[warmup : warmup + steady_wanted]
     if steady and steady[-1]["numInputRows"] < 0.9 * batch:
         steady = steady[:-1]  # the tail (input ran out) is no steady batch
     rows = sum(p["numInputRows"] for p in steady)

@@ -57,6 +57,8 @@ BENCHES: tuple[Bench, ...] = (
             "6",
             # the same input through Spark's Kafka source alone (and the parse alone): the limit, side by side
             "--plain-read",
+            # one more batch of each input profiled (py-spy, JFR): where the time goes
+            "--profile",
         ),
         None,
     ),
@@ -361,6 +363,8 @@ def render_stream(r: Json) -> str:
             f"{ph['phase']}{'' if stage == 'reconcile' else f' ({stage})'} steady batches (s): "
             f"{', '.join(str(x) for x in ph.get('batch_s', []))}."
         )
+    for ph in r.get("phases", []):
+        lines += _profile_lines(ph)
     per_id = r.get("state_per_transactional_id")
     if per_id:
         lines += [
@@ -369,6 +373,23 @@ def render_stream(r: Json) -> str:
             f"{per_id.get('payload_bytes_per_id')} B, checkpoint {per_id.get('checkpoint_bytes_per_id')} B.",
         ]
     return "\n".join(lines)
+
+
+def _profile_lines(ph: Json) -> list[str]:
+    """Where one profiled batch's time went (`bench_stream --profile`: the batch after the steady ones)."""
+    prof = ph.get("profile") or {}
+    out = []
+    for side, label in (("python", "Python workers (py-spy)"), ("jvm", "Spark's JVM (JFR, Java code only)")):
+        p = prof.get(side) or {}
+        if not p.get("samples"):
+            continue
+        parts = "; ".join(f"{x['frame']} {x['share']:.0%}" for x in p.get("parts", []) if x["share"] >= 0.01)
+        out.append(f"- {label}, {p['samples']:,} samples: {parts}.")
+    if out:
+        out.insert(
+            0, f"\nWhere a {ph['phase']} batch's time went (one batch after the steady ones, profiled):\n"
+        )
+    return out
 
 
 def render_catchup(r: Json, state: Json | None) -> str:
