@@ -9,7 +9,8 @@ subprocess, the streaming job in this process (as `txnwatch stream` runs it: loc
 queries), and the load as a subprocess (`python -m benchmarks.soak load`): `--ids` transactional producers taking
 turns, `--rate` transactions per second in total (so each id runs one transaction every ids/rate seconds), one to
 three records each, 10 % aborted. The orphans are dev/workload.py's `hanging` scenario (a batch the coordinator
-never added, then a commit), spread over the load. Every `--sample-s` seconds it records the RSS of the collector,
+never added, then a commit), spread over the load; each is aborted `--abort-after-s` after it was found with
+`txnwatch proposals abort --execute`, as on-call would. Every `--sample-s` seconds it records the RSS of the collector,
 the driver JVM, the driver's Python process and the Python workers (their PSS summed: forked workers share
 pages), the driver JVM's heap, the stateful operators' rows and memory, the checkpoint's size on disk, the job's
 coordinator view lag, the records of each input its reconcile query has not read yet, the collector's sweep time,
@@ -228,6 +229,30 @@ def dir_mb(path: Path) -> float:
     return total / 1e6
 
 
+def checkpoint_parts(path: Path) -> dict[str, float]:
+    """The checkpoint on disk by kind (MB): the queries' offset and commit logs, the state stores' changelogs
+    (one per batch), their snapshots (RocksDB's SST files and each version's zip of metadata), and the rest."""
+    parts = {"checkpoint_logs_mb": 0.0, "checkpoint_changelog_mb": 0.0, "checkpoint_snapshot_mb": 0.0}
+    other = 0.0
+    for root, _, files in os.walk(path):
+        in_logs = any(part in ("offsets", "commits") for part in Path(root).parts)
+        for f in files:
+            try:
+                size = (Path(root) / f).stat().st_size / 1e6
+            except OSError:
+                continue
+            if in_logs:
+                parts["checkpoint_logs_mb"] += size
+            elif f.endswith(".changelog"):
+                parts["checkpoint_changelog_mb"] += size
+            elif f.endswith((".sst", ".zip")):
+                parts["checkpoint_snapshot_mb"] += size
+            else:
+                other += size
+    parts["checkpoint_other_mb"] = other
+    return parts
+
+
 def state_of(running: Any) -> dict[str, float]:
     """Rows and memory of every stateful operator, from each query's last progress."""
     rows, mem = 0, 0
@@ -309,6 +334,43 @@ def candidates(bootstrap: str, topic: str) -> list[Any]:
         return [AbortCandidate.model_validate_json(r.value) for r in consumer if r.value is not None]
     finally:
         consumer.close()
+
+
+def abort_orphan(bootstrap: str, prefix: str, candidate_id: str) -> dict[str, Any]:
+    """What on-call does with a found orphan: `txnwatch proposals abort ID --execute` (verified live, claimed,
+    one ABORT marker, post-checked). The orphan's state then ends like any finished transaction's, so the soak's
+    state and checkpoint level off instead of holding every orphan of the run."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "txnwatch_cli",
+            "proposals",
+            "abort",
+            candidate_id,
+            "--execute",
+            "--actor",
+            "soak",
+            "--bootstrap-server",
+            bootstrap,
+            "--cluster",
+            "soak",
+            "--topic-prefix",
+            prefix,
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        cwd=ROOT,
+    )
+    try:
+        outcome = json.loads(done.stdout).get("outcome")
+    except ValueError:
+        outcome = None
+    return {"abort_exit": done.returncode, "abort_outcome": outcome or done.stderr[-300:]}
 
 
 def soak(args: argparse.Namespace) -> int:
@@ -499,6 +561,7 @@ def soak(args: argparse.Namespace) -> int:
                 sample.update(memory(collector.pid, load.pid if load.poll() is None else None, broker_pid))
                 sample.update(state_of(running))
                 sample["checkpoint_mb"] = dir_mb(work / "checkpoints")
+                sample.update(checkpoint_parts(work / "checkpoints"))
                 sample.update(backlog(ends, running))
                 sample.update(jvm_heap(spark, collect=len(samples) % args.gc_every == 0))
                 try:
@@ -520,13 +583,22 @@ def soak(args: argparse.Namespace) -> int:
                     say(f"scrape failed: {exc}")
                 named = candidates(bootstrap, settings.topics.abort_candidates)
                 for i, h in enumerate(orphans):
-                    if i not in found_at and any(
-                        (c.topic, c.partition, c.start_offset)
-                        == (h["topic"], h["partition"], h["start_offset"])
+                    mine = [
+                        c
                         for c in named
-                    ):
+                        if (c.topic, c.partition, c.start_offset)
+                        == (h["topic"], h["partition"], h["start_offset"])
+                    ]
+                    if i not in found_at and mine:
                         found_at[i] = now - t0
+                        h["candidate_id"] = mine[0].candidate_id
                         say(f"orphan {i + 1} found {found_at[i] - h['made_at_s']:.0f}s after it was made")
+                for i, h in enumerate(orphans):
+                    due = i in found_at and args.abort_after_s >= 0 and "aborted_at_s" not in h
+                    if due and now - t0 >= found_at[i] + args.abort_after_s:
+                        h.update(abort_orphan(bootstrap, prefix, h["candidate_id"]))
+                        h["aborted_at_s"] = round(time.monotonic() - t0, 1)
+                        say(f"orphan {i + 1} aborted at +{h['aborted_at_s']}s: exit {h['abort_exit']}")
                 sample["candidates"] = len({c.candidate_id for c in named})
                 samples.append(sample)
                 say(
@@ -538,7 +610,8 @@ def soak(args: argparse.Namespace) -> int:
             if load_done_at is not None and not pending_orphans and orphan_proc is None:
                 if tail_deadline is None:
                     tail_deadline = now + args.tail_s
-                if len(found_at) == len(orphans) and now >= load_done_at + 3 * args.sample_s:
+                aborted = args.abort_after_s < 0 or all("aborted_at_s" in h for h in orphans)
+                if len(found_at) == len(orphans) and aborted and now >= load_done_at + 3 * args.sample_s:
                     break
                 if now >= tail_deadline:
                     say("tail deadline reached with orphans not found")
@@ -591,7 +664,8 @@ def soak(args: argparse.Namespace) -> int:
     plot(result, Path(args.png))
     print(summary(result))
     say(f"samples in {out_json}, plot in {args.png}")
-    return 0 if len(found_at) == len(orphans) == args.orphans and not false else 1
+    aborts_ok = args.abort_after_s < 0 or all(h.get("abort_exit") == 0 for h in orphans)
+    return 0 if len(found_at) == len(orphans) == args.orphans and not false and aborts_ok else 1
 
 
 def _during_load(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -609,6 +683,9 @@ LEVEL_KEYS = (
     ("state_rows", "state rows, all operators"),
     ("state_memory_mb", "state store memory (MB)"),
     ("checkpoint_mb", "checkpoint on disk (MB)"),
+    ("checkpoint_logs_mb", "  of which offset and commit logs (MB)"),
+    ("checkpoint_changelog_mb", "  of which state changelogs (MB)"),
+    ("checkpoint_snapshot_mb", "  of which state snapshots, SST and zip (MB)"),
     ("reconcile_batch_s", "reconcile batch (s)"),
 )
 
@@ -663,7 +740,11 @@ def summary(result: dict[str, Any]) -> str:
     lines = [
         f"load: {result['load']}",
         "orphans: "
-        + ", ".join(f"made +{h['made_at_s']}s found after {h['found_after_s']}s" for h in result["orphans"]),
+        + ", ".join(
+            f"made +{h['made_at_s']}s found after {h['found_after_s']}s"
+            + (f", aborted at +{h['aborted_at_s']}s ({h['abort_outcome']})" if "aborted_at_s" in h else "")
+            for h in result["orphans"]
+        ),
         f"false candidates: {len(result['false_candidates'])}",
         f"load average (1 min) during the load: {span('loadavg_1m', samples)}",
     ]
@@ -810,6 +891,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--tail-s", type=float, default=240.0, help="after the load: how long to wait for orphans"
+    )
+    parser.add_argument(
+        "--abort-after-s",
+        type=float,
+        default=60.0,
+        help="abort each orphan this long after it was found, as on-call would (negative: never)",
     )
     parser.add_argument("--json", default=str(ROOT / ".cache" / "soak" / "soak.json"))
     parser.add_argument("--png", default=str(ROOT / "docs" / "soak.png"))

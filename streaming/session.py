@@ -27,6 +27,13 @@ BASE_CONF: dict[str, str] = {
     # it (docs/deploy.md). Spark's default is unbounded: each instance sizes its own buffers.
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "500",
+    # The driver's status store keeps the last N jobs, stages and SQL executions (1,000 each by default, kept
+    # even with the UI off). A micro-batch is several of each, three queries every 5 s, so the defaults take
+    # the better part of an hour to fill: the driver's live heap climbed for its first 25 minutes in the
+    # hour-long soak (docs/reliability.md). 200 keeps the last few minutes for a UI and levels off sooner.
+    "spark.ui.retainedJobs": "200",
+    "spark.ui.retainedStages": "200",
+    "spark.sql.ui.retainedExecutions": "200",
     "spark.sql.session.timeZone": "UTC",
     # Console progress bars redraw over the job's console view and fill captured logs with carriage returns;
     # progress is in the metrics endpoint (txnwatch_stream_*). `--conf spark.ui.showConsoleProgress=true` brings
