@@ -145,6 +145,10 @@ class RunningJob:
     def stop(self, why: str = "the queries are stopped") -> None:
         """Stop the queries, the health listener and the /metrics endpoint (a later start begins clean); a run's
         endpoint stays up, saying `why` on /readyz."""
+        # Said first: stopping a query whose batch waits on a broker that does not answer takes up to
+        # stopTimeout each, and the probes should tell the decision, not the end of the wait.
+        if self.endpoint is not None:
+            self.endpoint.hide(why)
         # Stopping a query interrupts its running batch, and Spark and py4j then log the cancelled batch at ERROR
         # with whole Java and Python stack traces: noise on the way out, not a failure. Silenced while stopping.
         py4j = logging.getLogger("py4j")
@@ -164,9 +168,7 @@ class RunningJob:
             self.spark.streams.removeListener(self.listener)
         except Exception as exc:  # the session may already be gone
             log.warning("removing the health listener: %s", exc)
-        if self.endpoint is not None:
-            self.endpoint.hide(why)
-        else:
+        if self.endpoint is None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
 

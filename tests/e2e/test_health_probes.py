@@ -37,9 +37,19 @@ ROOT = Path(__file__).resolve().parents[2]
 # finished a batch within 3 triggers + 8 s (14 s), its 15 s-trigger queries within 53 s.
 COLLECTOR_ENV = {"TXNWATCH_COLLECTOR__READY_INTERVALS": "2"}
 STREAM_ENV = {"TXNWATCH_STREAM__READY_INTERVALS": "3", "TXNWATCH_STREAM__READY_SLACK_S": "8"}
-# Spark's Kafka clients give up on a paused broker after 20 s (60 s by default), so the job's outage path runs
-# within the test: its queries fail, it stops them and waits for Kafka.
-STREAM_PROPERTIES = "request.timeout.ms=10000\ndefault.api.timeout.ms=20000\n"
+# Spark's Kafka clients give up on a paused broker after 20 s (consumers: 60 s by default; the sink's producer:
+# 120 s, when the pause catches a batch writing), so the job's outage path runs within the test: its queries
+# fail, it stops them and waits for Kafka. The consumers ignore the producer's keys and the producer theirs.
+STREAM_PROPERTIES = (
+    "request.timeout.ms=10000\ndefault.api.timeout.ms=20000\ndelivery.timeout.ms=20000\nmax.block.ms=20000\n"
+)
+# A task's Kafka consumer polls for up to spark.network.timeout (120 s) before its position times out: measured,
+# the pause then took 146 s (and once over 190 s) to fail a query. 40 s here (and the heartbeat check's interval,
+# which Spark wants no longer).
+STREAM_SPARK_CONF = ("--conf", "spark.network.timeout=40s", "--conf", "spark.network.timeoutInterval=20s")
+# How long a query may take to fail once the job turned unready: poll 40 s + position 20 s + the batch's other
+# reads, with room for a loaded machine.
+QUERY_FAILS_WITHIN_S = 180
 FIRST_BATCH_S = 300.0
 
 
@@ -156,6 +166,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
                 *("--checkpoint-location", str(directory / "checkpoints"), "--master", "local[2]"),
                 *("--trigger", "2 seconds", "--metrics-port", str(stream_port)),
                 *("--command-config", str(properties)),
+                *STREAM_SPARK_CONF,
             ],
             STREAM_ENV,
             directory,
@@ -213,7 +224,7 @@ def test_a_paused_broker_makes_both_unready_but_not_dead_and_they_recover(bed: B
         # queries and waits for Kafka. Its endpoint stays up and says so; the loop that waits is live.
         took = wait_until(
             "the job to stop its queries",
-            180,
+            QUERY_FAILS_WITHIN_S,
             lambda: readiness(stream)[1] == "not ready: the queries are stopped: Kafka does not answer",
             stream,
         )
