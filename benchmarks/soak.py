@@ -253,9 +253,10 @@ def checkpoint_parts(path: Path) -> dict[str, float]:
     return parts
 
 
-def state_of(running: Any) -> dict[str, float]:
+def state_of(running: Any) -> dict[str, Any]:
     """Rows and memory of every stateful operator, from each query's last progress."""
-    rows, mem = 0, 0
+    rows, mem, sst = 0, 0, 0
+    by_query: dict[str, int] = {}  # rows per query: which one a step in the total comes from
     for q in running.queries:
         p = q.lastProgress
         if not p:
@@ -263,12 +264,17 @@ def state_of(running: Any) -> dict[str, float]:
         for op in p.get("stateOperators", []):
             rows += int(op.get("numRowsTotal") or 0)
             mem += int(op.get("memoryUsedBytes") or 0)
+            # RocksDB's live SST files: what a snapshot uploads, before the checkpoint's retention
+            sst += int((op.get("customMetrics") or {}).get("rocksdbSstFileSize") or 0)
+            by_query[q.name] = by_query.get(q.name, 0) + int(op.get("numRowsTotal") or 0)
     reconcile = next(q for q in running.queries if q.name == "txnwatch-reconcile")
     p = reconcile.lastProgress or {}
     batch_ms = (p.get("durationMs") or {}).get("triggerExecution")
     return {
         "state_rows": rows,
         "state_memory_mb": mem / 1e6,
+        "state_sst_mb": sst / 1e6,
+        "state_rows_by_query": by_query,
         "reconcile_batch_s": (batch_ms or 0) / 1000,
         "reconcile_input_rows": int(p.get("numInputRows") or 0),
         "reconcile_batch_id": int(p.get("batchId", -1)),
@@ -682,6 +688,7 @@ LEVEL_KEYS = (
     ("python_workers_pss_mb", "Python workers PSS, summed (MB)"),
     ("state_rows", "state rows, all operators"),
     ("state_memory_mb", "state store memory (MB)"),
+    ("state_sst_mb", "state stores' live SST files (MB)"),
     ("checkpoint_mb", "checkpoint on disk (MB)"),
     ("checkpoint_logs_mb", "  of which offset and commit logs (MB)"),
     ("checkpoint_changelog_mb", "  of which state changelogs (MB)"),
