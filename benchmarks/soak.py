@@ -255,7 +255,7 @@ def checkpoint_parts(path: Path) -> dict[str, float]:
 
 def state_of(running: Any) -> dict[str, Any]:
     """Rows and memory of every stateful operator, from each query's last progress."""
-    rows, mem, sst = 0, 0, 0
+    rows, mem, sst, cache = 0, 0, 0, 0
     by_query: dict[str, int] = {}  # rows per query: which one a step in the total comes from
     for q in running.queries:
         p = q.lastProgress
@@ -264,6 +264,9 @@ def state_of(running: Any) -> dict[str, Any]:
         for op in p.get("stateOperators", []):
             rows += int(op.get("numRowsTotal") or 0)
             mem += int(op.get("memoryUsedBytes") or 0)
+            # With boundedMemoryUsage every RocksDB instance shares one block cache, and each operator reports
+            # about that cache's usage: the largest is the cache, the sum counts it once per operator.
+            cache = max(cache, int(op.get("memoryUsedBytes") or 0))
             # RocksDB's live SST files: what a snapshot uploads, before the checkpoint's retention
             sst += int((op.get("customMetrics") or {}).get("rocksdbSstFileSize") or 0)
             by_query[q.name] = by_query.get(q.name, 0) + int(op.get("numRowsTotal") or 0)
@@ -274,6 +277,7 @@ def state_of(running: Any) -> dict[str, Any]:
         "state_rows": rows,
         "state_memory_mb": mem / 1e6,
         "state_sst_mb": sst / 1e6,
+        "rocksdb_cache_mb": cache / 1e6,
         "state_rows_by_query": by_query,
         "reconcile_batch_s": (batch_ms or 0) / 1000,
         "reconcile_input_rows": int(p.get("numInputRows") or 0),
@@ -689,6 +693,7 @@ LEVEL_KEYS = (
     ("state_rows", "state rows, all operators"),
     ("state_memory_mb", "state store memory (MB)"),
     ("state_sst_mb", "state stores' live SST files (MB)"),
+    ("rocksdb_cache_mb", "RocksDB's shared block cache, largest operator's report (MB)"),
     ("checkpoint_mb", "checkpoint on disk (MB)"),
     ("checkpoint_logs_mb", "  of which offset and commit logs (MB)"),
     ("checkpoint_changelog_mb", "  of which state changelogs (MB)"),
