@@ -220,8 +220,9 @@ def test_a_paused_broker_makes_both_unready_but_not_dead_and_they_recover(bed: B
         status, why = stream.probe("/readyz")
         print(f"job unready {took:.1f}s after the pause: {why}")
         assert status == 503 and why.startswith("not ready: last txnwatch-reconcile batch")
-        # Spark's Kafka client gives up (20 s here: STREAM_PROPERTIES) and a query fails; the job stops its
-        # queries and waits for Kafka. Its endpoint stays up and says so; the loop that waits is live.
+        # Spark's Kafka client gives up (a 40 s poll, then 20 s for its position: STREAM_SPARK_CONF and
+        # STREAM_PROPERTIES) and a query fails; the job stops its queries and waits for Kafka. Its endpoint stays
+        # up and says so; the loop that waits is live.
         took = wait_until(
             "the job to stop its queries",
             QUERY_FAILS_WITHIN_S,
