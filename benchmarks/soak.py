@@ -262,14 +262,15 @@ def state_of(running: Any) -> dict[str, Any]:
         if not p:
             continue
         for op in p.get("stateOperators", []):
-            rows += int(op.get("numRowsTotal") or 0)
-            mem += int(op.get("memoryUsedBytes") or 0)
+            op_rows, op_mem = int(op.get("numRowsTotal") or 0), int(op.get("memoryUsedBytes") or 0)
+            rows += op_rows
+            mem += op_mem
+            by_query[q.name] = by_query.get(q.name, 0) + op_rows
             # With boundedMemoryUsage every RocksDB instance shares one block cache, and each operator reports
             # about that cache's usage: the largest is the cache, the sum counts it once per operator.
-            cache = max(cache, int(op.get("memoryUsedBytes") or 0))
+            cache = max(cache, op_mem)
             # RocksDB's live SST files: what a snapshot uploads, before the checkpoint's retention
             sst += int((op.get("customMetrics") or {}).get("rocksdbSstFileSize") or 0)
-            by_query[q.name] = by_query.get(q.name, 0) + int(op.get("numRowsTotal") or 0)
     reconcile = next(q for q in running.queries if q.name == "txnwatch-reconcile")
     p = reconcile.lastProgress or {}
     batch_ms = (p.get("durationMs") or {}).get("triggerExecution")
