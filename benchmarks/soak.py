@@ -231,8 +231,10 @@ def dir_mb(path: Path) -> float:
 
 def checkpoint_parts(path: Path) -> dict[str, float]:
     """The checkpoint on disk by kind (MB): the queries' offset and commit logs, the state stores' changelogs
-    (one per batch), their snapshots (RocksDB's SST files and each version's zip of metadata), and the rest."""
+    (one per batch), their snapshots (RocksDB's SST files and each version's zip of metadata), and the rest; and
+    how many files of each kind the state stores hold (which of them a creep comes from)."""
     parts = {"checkpoint_logs_mb": 0.0, "checkpoint_changelog_mb": 0.0, "checkpoint_snapshot_mb": 0.0}
+    counts = {"changelog": 0, "sst": 0, "zip": 0}
     other = 0.0
     for root, _, files in os.walk(path):
         in_logs = any(part in ("offsets", "commits") for part in Path(root).parts)
@@ -245,12 +247,14 @@ def checkpoint_parts(path: Path) -> dict[str, float]:
                 parts["checkpoint_logs_mb"] += size
             elif f.endswith(".changelog"):
                 parts["checkpoint_changelog_mb"] += size
+                counts["changelog"] += 1
             elif f.endswith((".sst", ".zip")):
                 parts["checkpoint_snapshot_mb"] += size
+                counts[f.rsplit(".", 1)[1]] += 1
             else:
                 other += size
     parts["checkpoint_other_mb"] = other
-    return parts
+    return {**parts, **{f"checkpoint_{kind}_files": float(n) for kind, n in counts.items()}}
 
 
 def state_of(running: Any) -> dict[str, Any]:
@@ -469,6 +473,7 @@ def soak(args: argparse.Namespace) -> int:
                 "spark.sql.shuffle.partitions": "4",
                 "spark.ui.enabled": "false",
                 **job.spark_conf(),
+                **dict(args.conf),
             },
         )
         spark.sparkContext.setLogLevel("ERROR")
@@ -867,6 +872,8 @@ def plot(result: dict[str, Any], png: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from streaming.cli import spark_conf_pair
+
     parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what")
     load = sub.add_parser("load", help="the load process (started by the soak)")
@@ -910,6 +917,14 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=60.0,
         help="abort each orphan this long after it was found, as on-call would (negative: never)",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=spark_conf_pair,
+        metavar="KEY=VALUE",
+        help="a Spark setting for the job, as `txnwatch stream --conf` takes it (repeatable)",
     )
     parser.add_argument("--json", default=str(ROOT / ".cache" / "soak" / "soak.json"))
     parser.add_argument("--png", default=str(ROOT / "docs" / "soak.png"))

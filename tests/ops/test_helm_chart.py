@@ -264,6 +264,9 @@ def test_spark_application_streams_from_the_image_with_restart_always(
     assert "spark.sql.shuffle.partitions=100" in spec["arguments"]
     assert (settings.stream.metrics_host, settings.stream.metrics_port) == ("0.0.0.0", 9465)
     assert spec["executor"]["instances"] == 3
+    # Each JVM's heap is fixed at its cap, so the pods' memory is one level (docs/deploy.md, Memory).
+    for role in ("driver", "executor"):
+        assert spec[role]["javaOptions"] == f"-Xms{spec[role]['memory']} -XX:+AlwaysPreTouch"
     assert spec["driver"]["labels"]["app.kubernetes.io/component"] == "stream"
     # The driver's Service selects the driver pod only.
     svc = r.one("Service", "-stream")
@@ -336,6 +339,7 @@ def test_client_mode_driver_deployment(renders: dict[str, Rendered], monkeypatch
         "2",
         "3g",
     )
+    assert conf["spark.executor.extraJavaOptions"] == "-Xms3g -XX:+AlwaysPreTouch"
     assert conf["spark.kubernetes.driver.pod.name"] == "$(POD_NAME)"
     assert conf["spark.kubernetes.container.image.pullSecrets"] == "registry-credentials"
     assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]

@@ -88,6 +88,29 @@ def test_sessions_draw_no_console_progress_bars(monkeypatch: pytest.MonkeyPatch)
     assert on["spark.ui.showConsoleProgress"] == "true"
 
 
+def test_the_driver_heap_is_fixed_at_its_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # G1 resizing the committed heap made the RSS swing by 400 MB in the hour-long soak (docs/reliability.md).
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert _built_conf(monkeypatch)["spark.driver.extraJavaOptions"] == "-Xms1g -XX:+AlwaysPreTouch"
+    given = _built_conf(monkeypatch, {"spark.driver.memory": "3g", "spark.driver.extraJavaOptions": "-Dx=y"})
+    assert given["spark.driver.extraJavaOptions"] == "-Dx=y -Xms3g -XX:+AlwaysPreTouch"
+
+
+@pytest.mark.parametrize(
+    ("memory", "options", "expected"),
+    [
+        ("2g", "", "-Xms2g -XX:+AlwaysPreTouch"),
+        ("1536", "", "-Xms1536m -XX:+AlwaysPreTouch"),  # Spark reads a bare number as MiB, the JVM as bytes
+        ("2g", " -Dx=y ", "-Dx=y -Xms2g -XX:+AlwaysPreTouch"),
+        ("2g", "-Xms512m -Dx=y", "-Xms512m -Dx=y"),  # someone's own -Xms wins
+    ],
+)
+def test_fixed_heap_options(memory: str, options: str, expected: str) -> None:
+    from streaming.session import fixed_heap_options
+
+    assert fixed_heap_options(memory, options) == expected
+
+
 # ------------------------------------------------------------------------------------ flags and settings
 
 
