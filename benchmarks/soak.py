@@ -270,8 +270,9 @@ def state_of(running: Any) -> dict[str, Any]:
             rows += op_rows
             mem += op_mem
             by_query[q.name] = by_query.get(q.name, 0) + op_rows
-            # With boundedMemoryUsage every RocksDB instance shares one block cache, and each operator reports
-            # about that cache's usage: the largest is the cache, the sum counts it once per operator.
+            # With boundedMemoryUsage every RocksDB instance of the JVM shares one cache (blocks, and the write
+            # buffers charged to it); each instance reports its share (Spark divides the cache's usage by the
+            # number of instances, and adds its own write buffers), and an operator sums its partitions' shares.
             cache = max(cache, op_mem)
             # RocksDB's live SST files: what a snapshot uploads, before the checkpoint's retention
             sst += int((op.get("customMetrics") or {}).get("rocksdbSstFileSize") or 0)
@@ -699,11 +700,13 @@ LEVEL_KEYS = (
     ("state_rows", "state rows, all operators"),
     ("state_memory_mb", "state store memory (MB)"),
     ("state_sst_mb", "state stores' live SST files (MB)"),
-    ("rocksdb_cache_mb", "RocksDB's shared block cache, largest operator's report (MB)"),
+    ("rocksdb_cache_mb", "RocksDB's shared cache (blocks and write buffers), largest operator's report (MB)"),
     ("checkpoint_mb", "checkpoint on disk (MB)"),
     ("checkpoint_logs_mb", "  of which offset and commit logs (MB)"),
     ("checkpoint_changelog_mb", "  of which state changelogs (MB)"),
     ("checkpoint_snapshot_mb", "  of which state snapshots, SST and zip (MB)"),
+    ("checkpoint_zip_files", "  snapshot zips, all state stores (files)"),
+    ("checkpoint_sst_files", "  snapshot SST files, all state stores (files)"),
     ("reconcile_batch_s", "reconcile batch (s)"),
 )
 
@@ -733,8 +736,8 @@ def level_and_drift(points: list[tuple[float, float]]) -> dict[str, float] | Non
 
 def levels(result: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Each curve's level and drift over the second half of the load: past the warm-up and past the checkpoint's
-    retention (Spark keeps `minBatchesToRetain` = 100 batches, 500 s at the 5 s trigger) in a run of 20 minutes
-    or more."""
+    retention (`minBatchesToRetain`, 20 batches plus Spark's 30% slack: 10 minutes for the windows query, which
+    runs a batch every 20 s or so) in a run of 20 minutes or more."""
     seconds = result["args"]["seconds"]
     window = [s for s in _during_load(result) if s["t_s"] >= seconds / 2]
     out: dict[str, dict[str, float]] = {}

@@ -27,6 +27,11 @@ BASE_CONF: dict[str, str] = {
     # it (docs/deploy.md). Spark's default is unbounded: each instance sizes its own buffers.
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "500",
+    # Batches of offsets, commits and state versions the checkpoint keeps (Spark's default is 100). A restart
+    # needs only the last one; the window is what the checkpoint's size levels off at, and Spark deletes in
+    # steps of 30% of it. At 100 the windows query (a batch every 20 s or so) filled its window only after
+    # 45 minutes, so the hour-long soak's checkpoint was still growing in its second half (docs/reliability.md).
+    "spark.sql.streaming.minBatchesToRetain": "20",
     # The driver's status store keeps the last N jobs, stages and SQL executions (1,000 each by default, kept
     # even with the UI off). A micro-batch is several of each, three queries every 5 s, so the defaults take
     # the better part of an hour to fill: the driver's live heap climbed for its first 25 minutes in the
