@@ -259,7 +259,7 @@ def checkpoint_parts(path: Path) -> dict[str, float]:
 
 def state_of(running: Any) -> dict[str, Any]:
     """Rows and memory of every stateful operator, from each query's last progress."""
-    rows, mem, sst, cache = 0, 0, 0, 0
+    rows, mem, sst = 0, 0, 0
     by_query: dict[str, int] = {}  # rows per query: which one a step in the total comes from
     for q in running.queries:
         p = q.lastProgress
@@ -268,12 +268,12 @@ def state_of(running: Any) -> dict[str, Any]:
         for op in p.get("stateOperators", []):
             op_rows, op_mem = int(op.get("numRowsTotal") or 0), int(op.get("memoryUsedBytes") or 0)
             rows += op_rows
+            # With boundedMemoryUsage every RocksDB instance of the JVM shares one cache (blocks, and the write
+            # buffers charged to it). Each instance reports the cache's usage divided by the number of instances
+            # (plus its own write buffers), and an operator sums its partitions: summed over every operator, the
+            # shares come to the shared cache once.
             mem += op_mem
             by_query[q.name] = by_query.get(q.name, 0) + op_rows
-            # With boundedMemoryUsage every RocksDB instance of the JVM shares one cache (blocks, and the write
-            # buffers charged to it); each instance reports its share (Spark divides the cache's usage by the
-            # number of instances, and adds its own write buffers), and an operator sums its partitions' shares.
-            cache = max(cache, op_mem)
             # RocksDB's live SST files: what a snapshot uploads, before the checkpoint's retention
             sst += int((op.get("customMetrics") or {}).get("rocksdbSstFileSize") or 0)
     reconcile = next(q for q in running.queries if q.name == "txnwatch-reconcile")
@@ -283,7 +283,6 @@ def state_of(running: Any) -> dict[str, Any]:
         "state_rows": rows,
         "state_memory_mb": mem / 1e6,
         "state_sst_mb": sst / 1e6,
-        "rocksdb_cache_mb": cache / 1e6,
         "state_rows_by_query": by_query,
         "reconcile_batch_s": (batch_ms or 0) / 1000,
         "reconcile_input_rows": int(p.get("numInputRows") or 0),
@@ -698,9 +697,8 @@ LEVEL_KEYS = (
     ("driver_python_rss_mb", "driver Python RSS (MB)"),
     ("python_workers_pss_mb", "Python workers PSS, summed (MB)"),
     ("state_rows", "state rows, all operators"),
-    ("state_memory_mb", "state store memory (MB)"),
+    ("state_memory_mb", "RocksDB's shared cache, blocks and write buffers, as the stores report it (MB)"),
     ("state_sst_mb", "state stores' live SST files (MB)"),
-    ("rocksdb_cache_mb", "RocksDB's shared cache (blocks and write buffers), largest operator's report (MB)"),
     ("checkpoint_mb", "checkpoint on disk (MB)"),
     ("checkpoint_logs_mb", "  of which offset and commit logs (MB)"),
     ("checkpoint_changelog_mb", "  of which state changelogs (MB)"),
@@ -843,7 +841,7 @@ def plot(result: dict[str, Any], png: Path) -> None:
     st.set_ylabel("rows")
     st2 = st.twinx()
     st2.plot(t, [x.get("checkpoint_mb") for x in s], label="checkpoint on disk (MB)", color="tab:gray")
-    st2.plot(t, [x.get("state_memory_mb") for x in s], label="state store memory (MB)", color="tab:olive")
+    st2.plot(t, [x.get("state_memory_mb") for x in s], label="RocksDB's shared cache (MB)", color="tab:olive")
     st2.set_ylabel("MB")
     st.legend(loc="upper left", fontsize=8)
     st2.legend(loc="upper right", fontsize=8)
