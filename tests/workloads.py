@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -326,3 +327,11 @@ def move_leader(admin: KafkaAdminClient, topic: str, partition: int, to: int, ti
             return time.monotonic() - began
         assert time.monotonic() < deadline, f"{topic}-{partition}: broker {to} never became leader"
         time.sleep(0.3)
+
+
+def batches_committed(names: Iterable[str]) -> int:
+    """Micro-batches a query has committed, from the file names of its `commits/` log: the newest batch id plus
+    one. Not the number of files: Spark keeps only the last `minBatchesToRetain` (20 in txnwatch), so the count
+    stops growing after a minute or two."""
+    ids = [int(n.rsplit("/", 1)[-1]) for n in names if n.rsplit("/", 1)[-1].isdigit()]
+    return max(ids) + 1 if ids else 0

@@ -39,6 +39,7 @@ from test_view_currency_e2e import Healthy
 from workloads import (
     ROOT,
     Proposals,
+    batches_committed,
     move_leader,
     partition_batches,
     partition_replicas,
@@ -180,8 +181,9 @@ class Rig:
         assert self.job.alive(), self.job.text()[-3000:]
 
     def batches_done(self) -> int:
-        commits = self.checkpoint / "txnwatch-reconcile" / "commits"
-        return len([p for p in commits.glob("[0-9]*")]) if commits.exists() else 0
+        return batches_committed(
+            p.name for p in (self.checkpoint / "txnwatch-reconcile" / "commits").glob("*")
+        )
 
 
 @pytest.fixture(scope="module")

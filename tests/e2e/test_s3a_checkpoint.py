@@ -32,7 +32,7 @@ import pytest
 import yaml
 from test_faults_e2e import read_topic
 from test_stream_e2e import wait_for
-from workloads import ROOT, produce_plain, run_workload
+from workloads import ROOT, batches_committed, produce_plain, run_workload
 
 from detectors.models import AbortCandidate
 
@@ -164,7 +164,7 @@ class Rig:
 
     def batches_done(self) -> int:
         """Micro-batches the reconcile query committed, read from the bucket (`<query>/commits/<batch id>`)."""
-        return len([k for k in self.keys("txnwatch-reconcile/commits/") if k.rsplit("/", 1)[-1].isdigit()])
+        return batches_committed(self.keys("txnwatch-reconcile/commits/"))
 
     def wait_batches(self, more_than: int, what: str) -> int:
         def done() -> int:

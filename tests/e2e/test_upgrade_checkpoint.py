@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from test_faults_e2e import read_topic
 from test_stream_e2e import scrape, wait_for
-from workloads import ROOT, Proposals, produce_plain, run_workload
+from workloads import ROOT, Proposals, batches_committed, produce_plain, run_workload
 
 from detectors.models import AbortCandidate
 
@@ -130,8 +130,7 @@ class Proc:
 
 
 def batches_done(checkpoint: Path) -> int:
-    commits = checkpoint / "txnwatch-reconcile" / "commits"
-    return len(list(commits.glob("[0-9]*"))) if commits.exists() else 0
+    return batches_committed(p.name for p in (checkpoint / "txnwatch-reconcile" / "commits").glob("*"))
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
