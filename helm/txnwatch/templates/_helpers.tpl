@@ -128,6 +128,12 @@ TXNWATCH_STREAM__METRICS_PORT: {{ int64 .Values.job.metricsPort | quote }}
 {{- end }}
 {{- end -}}
 
+{{/* JVM options that fix a heap at its cap from the start (-Xms equal to the memory Spark turns into -Xmx, every
+page touched at start): G1 otherwise resizes the committed heap, and the pod's memory with it (docs/deploy.md). */}}
+{{- define "txnwatch.fixedHeap" -}}
+-Xms{{ . }} -XX:+AlwaysPreTouch
+{{- end }}
+
 {{/* A Spark conf value as text: Helm reads every number as a float, so whole numbers are printed as integers
 (1000000, not 1e+06). */}}
 {{- define "txnwatch.confValue" -}}
