@@ -117,7 +117,7 @@ def build_session(
     conf["spark.jars"] = ",".join(dict.fromkeys([*given, *ours]))
     conf.update(extra_conf or {})
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # this process starts the JVM: its options still count
-        heap = conf.get("spark.driver.memory") or submitted.get("spark.driver.memory", DEFAULT_DRIVER_MEMORY)
+        heap = conf.get("spark.driver.memory", DEFAULT_DRIVER_MEMORY)
         options = conf.get("spark.driver.extraJavaOptions", "")
         conf["spark.driver.extraJavaOptions"] = fixed_heap_options(heap, options)
     for key, value in conf.items():
