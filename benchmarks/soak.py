@@ -40,6 +40,7 @@ import threading
 import time
 import urllib.request
 import uuid
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -197,11 +198,21 @@ def memory(collector_pid: int, load_pid: int | None, broker_pid: int) -> dict[st
         "collector_rss_mb": rss_mb(collector_pid),
         "driver_jvm_rss_mb": sum(rss_mb(p) for p in jvms),
         "driver_python_rss_mb": rss_mb(os.getpid()),
+        "driver_python_threads": threads(os.getpid()),
         "python_workers_pss_mb": sum(pss_mb(p) for p in workers),
         "python_workers": len(workers),
         "broker_rss_mb": rss_mb(broker_pid),
         "load_rss_mb": rss_mb(load_pid) if load_pid else 0.0,
     }
+
+
+def threads(pid: int) -> int:
+    """The process's threads (a thread's first allocations open a malloc arena: a step in RSS)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("Threads:")), 0)
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -255,6 +266,27 @@ def checkpoint_parts(path: Path) -> dict[str, float]:
                 other += size
     parts["checkpoint_other_mb"] = other
     return {**parts, **{f"checkpoint_{kind}_files": float(n) for kind, n in counts.items()}}
+
+
+def newest_manifests_kb(path: Path) -> dict[str, float]:
+    """The RocksDB MANIFEST in each state store's newest snapshot zip (KB): the largest, and their sum. RocksDB
+    appends to it with every flush and compaction and rewrites it only when a store opens, so it is the part of a
+    snapshot that grows for as long as a query runs (the job's planned restarts bound it)."""
+    sizes = []
+    for store in path.glob("*/state/*/*"):
+        zips = [z for z in store.glob("*.zip") if z.stem.split("_")[0].isdigit()]
+        if not zips:
+            continue
+        newest = max(zips, key=lambda z: int(z.stem.split("_")[0]))
+        try:
+            with zipfile.ZipFile(newest) as f:
+                sizes.append(sum(i.file_size for i in f.infolist() if i.filename.startswith("MANIFEST")))
+        except (OSError, zipfile.BadZipFile):  # deleted by retention, or still being written
+            continue
+    return {
+        "snapshot_manifest_max_kb": max(sizes, default=0) / 1e3,
+        "snapshot_manifest_sum_kb": sum(sizes) / 1e3,
+    }
 
 
 def state_of(running: Any) -> dict[str, Any]:
@@ -408,6 +440,8 @@ def soak(args: argparse.Namespace) -> int:
     samples: list[dict[str, Any]] = []
     orphans: list[dict[str, Any]] = []
     found_at: dict[int, float] = {}
+    # the job's planned restarts: when, and how long the queries stopped
+    restarts: list[dict[str, float]] = []
     load_summary: dict[str, Any] = {}
     log = (work / "soak.log").open("w")
 
@@ -525,6 +559,7 @@ def soak(args: argparse.Namespace) -> int:
         orphan_proc: subprocess.Popen[str] | None = None
         orphan_made_at = 0.0
         next_sample = t0
+        opened_at = time.monotonic()
         last_sweeps: tuple[float, float] | None = None
         load_done_at: float | None = None
         tail_deadline: float | None = None
@@ -532,6 +567,12 @@ def soak(args: argparse.Namespace) -> int:
             now = time.monotonic()
             if running.failed():
                 raise RuntimeError(running.failed())
+            if job.restart_due(opened_at, now, args.restart_queries_every_s):
+                took = running.restart_queries()
+                opened_at = time.monotonic()
+                restarts.append({"at_s": round(now - t0, 1), "took_s": round(took, 1)})
+                say(f"planned restart of the queries: stopped for {took:.1f}s")
+                continue
             if pending_orphans and orphan_proc is None and now - t0 >= pending_orphans[0]:
                 pending_orphans.pop(0)
                 orphan_made_at = now - t0
@@ -578,6 +619,7 @@ def soak(args: argparse.Namespace) -> int:
                 sample.update(state_of(running))
                 sample["checkpoint_mb"] = dir_mb(work / "checkpoints")
                 sample.update(checkpoint_parts(work / "checkpoints"))
+                sample.update(newest_manifests_kb(work / "checkpoints"))
                 sample.update(backlog(ends, running))
                 sample.update(jvm_heap(spark, collect=len(samples) % args.gc_every == 0))
                 try:
@@ -672,6 +714,7 @@ def soak(args: argparse.Namespace) -> int:
             for i, h in enumerate(orphans)
         ],
         "false_candidates": [c.model_dump(mode="json") for c in false],
+        "restarts": restarts,
         "samples": samples,
         "last_progress": progress,
     }
@@ -705,6 +748,7 @@ LEVEL_KEYS = (
     ("checkpoint_snapshot_mb", "  of which state snapshots, SST and zip (MB)"),
     ("checkpoint_zip_files", "  snapshot zips, all state stores (files)"),
     ("checkpoint_sst_files", "  snapshot SST files, all state stores (files)"),
+    ("snapshot_manifest_sum_kb", "  RocksDB MANIFESTs in the stores' newest snapshots, summed (KB)"),
     ("reconcile_batch_s", "reconcile batch (s)"),
 )
 
@@ -765,6 +809,8 @@ def summary(result: dict[str, Any]) -> str:
             for h in result["orphans"]
         ),
         f"false candidates: {len(result['false_candidates'])}",
+        "planned restarts: "
+        + (", ".join(f"+{r['at_s']}s ({r['took_s']}s)" for r in result.get("restarts", [])) or "none"),
         f"load average (1 min) during the load: {span('loadavg_1m', samples)}",
     ]
     for key in (
@@ -926,6 +972,13 @@ def main(argv: list[str] | None = None) -> int:
         type=spark_conf_pair,
         metavar="KEY=VALUE",
         help="a Spark setting for the job, as `txnwatch stream --conf` takes it (repeatable)",
+    )
+    parser.add_argument(
+        "--restart-queries-every-s",
+        type=float,
+        default=900.0,
+        help="the job's planned restarts (`txnwatch stream --restart-queries-every-s`, 6 h by default there): "
+        "often enough here that an hour shows the snapshots' level between them (0: never)",
     )
     parser.add_argument("--json", default=str(ROOT / ".cache" / "soak" / "soak.json"))
     parser.add_argument("--png", default=str(ROOT / "docs" / "soak.png"))

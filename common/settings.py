@@ -138,6 +138,10 @@ class StreamSettings(Model):
     ready_intervals: float = Field(default=3.0, gt=0)
     ready_slack_s: float = Field(default=60.0, ge=0)
     stall_after_s: float = Field(default=120.0, gt=0)
+    # Restart the queries from their checkpoints this often, between two batches (0: never). RocksDB rewrites the
+    # MANIFEST that every state snapshot carries only when a store opens; without a restart each snapshot grows by
+    # about 20 bytes a batch for as long as the job runs (docs/reliability.md).
+    restart_queries_every_s: float = Field(default=6 * 3600.0, ge=0)
     # The folder `make jars` fills; Spark's Kafka connector is in its spark/ subfolder. None: <checkout>/.cache/jars
     # (common/jars.py). Also read from TXNWATCH_JARS_DIR (its name before this section existed; the test bed reads
     # that one too, through common.jars.jars_dir).

@@ -61,6 +61,7 @@ STREAM_FLAGS: FlagTargets = {
         "transaction_log_topic",
         "metrics_host",
         "metrics_port",
+        "restart_queries_every_s",
     )
 }
 
@@ -86,7 +87,7 @@ def register(subparsers: Any) -> None:
         "records (__transaction_state, or <prefix>.coordinator-state in fallback mode) in a long-running Spark "
         "Structured Streaming job. Writes abort candidates to <prefix>.abort-candidates (compacted), malformed "
         "input to <prefix>.dead-letter, serves Prometheus metrics, and prints verdict changes for people.",
-        epilog="The options from --checkpoint-location to --metrics-port also come from the environment as "
+        epilog="The options from --checkpoint-location to --restart-queries-every-s also come from the environment as "
         "TXNWATCH_STREAM__<OPTION> (TXNWATCH_STREAM__CHECKPOINT_LOCATION, TXNWATCH_STREAM__STATE_BUCKETS, ...); "
         "flags win. Example: txnwatch stream --bootstrap-server broker:9092 --command-config client.properties "
         "--checkpoint-location /var/lib/txnwatch/checkpoints",
@@ -153,6 +154,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--metrics-host", help=f"Prometheus endpoint address {_default('metrics_host')}")
     p.add_argument("--metrics-port", type=int, help=f"Prometheus endpoint port {_default('metrics_port')}")
+    p.add_argument(
+        "--restart-queries-every-s",
+        type=float,
+        help="restart the queries from their checkpoints this often, between two batches, so that RocksDB "
+        "rewrites the MANIFEST each state snapshot carries (it does only when a store opens); 0: never "
+        f"{_default('restart_queries_every_s')[:-1]}, 6 h)",
+    )
     p.add_argument("--seconds", type=float, help="stop after this long (default: run until Ctrl-C)")
     p.set_defaults(func=run_stream)
 

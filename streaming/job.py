@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry
@@ -137,6 +138,10 @@ class RunningJob:
     driver: DriverHealth
     # The run's endpoint, which outlives these queries; None: the server is these queries' own.
     endpoint: Endpoint | None = None
+    # Starts the queries again from their checkpoints (`restart_queries`); None: this job cannot.
+    start_queries: Callable[[], list[StreamingQuery]] | None = None
+    # The py4j connections these queries' batches called the sinks on (`release_callback_connections`).
+    callback_connections: set[Any] = field(default_factory=set)
 
     @property
     def metrics_port(self) -> int:
@@ -151,6 +156,16 @@ class RunningJob:
             self.endpoint.hide(why)
         # Stopping a query interrupts its running batch, and Spark and py4j then log the cancelled batch at ERROR
         # with whole Java and Python stack traces: noise on the way out, not a failure. Silenced while stopping.
+        self._stop_queries()
+        try:
+            self.spark.streams.removeListener(self.listener)
+        except Exception as exc:  # the session may already be gone
+            log.warning("removing the health listener: %s", exc)
+        if self.endpoint is None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
+
+    def _stop_queries(self) -> None:
         py4j = logging.getLogger("py4j")
         py4j_level = py4j.level
         py4j.setLevel(logging.CRITICAL)
@@ -164,13 +179,46 @@ class RunningJob:
         finally:
             self.spark.sparkContext.setLogLevel("WARN")
             py4j.setLevel(py4j_level)
-        try:
-            self.spark.streams.removeListener(self.listener)
-        except Exception as exc:  # the session may already be gone
-            log.warning("removing the health listener: %s", exc)
-        if self.endpoint is None:
-            self.metrics_server.shutdown()
-            self.metrics_server.server_close()
+
+    def restart_queries(self) -> float:
+        """Stop the queries between two batches and start them again from their checkpoints; returns how long
+        they were stopped (s). The endpoint, the metrics and the verdicts stay as they are: the state the queries
+        resume is the state those verdicts came from, so neither /readyz nor an alert sees the restart.
+
+        Why at all: RocksDB rewrites its MANIFEST (the log of its file changes, which every state snapshot
+        carries) only when a store is opened, and Spark keeps a store open as long as its query runs, so each
+        snapshot grows by about 20 bytes a batch for as long as the job runs. A query's new run opens new
+        stores (Spark keys them by run id) from the checkpoint, each with a fresh MANIFEST."""
+        if self.start_queries is None:
+            raise RuntimeError("this job was not started by start(): it cannot start its queries again")
+        # Stopping a query interrupts its running batch, which then runs again after the restart (Spark's Kafka
+        # sink is at-least-once: the same records again). Between batches there is nothing to run again.
+        _await_between_batches(self.queries, self.driver, BETWEEN_BATCHES_WAIT_S)
+        began = time.monotonic()
+        stopped = self.queries
+        self._stop_queries()
+        _await_stopped(stopped, self.driver)
+        self.release_callback_connections()
+        self.queries = self.start_queries()
+        return time.monotonic() - began
+
+    def release_callback_connections(self) -> None:
+        """Close the py4j connections the stopped queries' threads called Python on.
+
+        PySpark's py4j pins a connection to each JVM thread that calls Python: a socket, a thread on either side.
+        When that JVM thread ends (a stopped query's) py4j keeps the connection open for good, so every restart
+        would leave three threads in this process and three in the JVM. Closing it from this side ends both."""
+        if any(q.isActive for q in self.queries):  # a query that would not stop may still be in a batch
+            return
+        for connection in list(self.callback_connections):
+            # Shut the socket down rather than close the connection: its own thread is blocked reading it, and
+            # closing the stream under that read blocks for good. On the end of stream that thread closes the
+            # connection itself and ends, and so does the JVM's reader of the other end.
+            sock = getattr(connection, "socket", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):  # already closed by the other side
+                    sock.shutdown(socket.SHUT_RDWR)
+        self.callback_connections.clear()
 
     def failed(self) -> str | None:
         for q in self.queries:
@@ -252,6 +300,25 @@ def _short_errors(sink: Callable[[DataFrame, int], None]) -> Callable[[DataFrame
     return run_sink
 
 
+def _remember_connection(
+    sink: Callable[[DataFrame, int], None], spark: SparkSession, into: set[Any]
+) -> Callable[[DataFrame, int], None]:
+    """Note the py4j connection a batch calls the sink on (the query's JVM thread's own), so that it can be
+    closed once the query stopped (`RunningJob.release_callback_connections`)."""
+    client = getattr(getattr(spark.sparkContext, "_gateway", None), "_gateway_client", None)
+    this_thread = getattr(client, "get_thread_connection", None)  # py4j's ClientServer (PySpark's default)
+
+    def run_sink(df: DataFrame, batch_id: int) -> None:
+        if this_thread is not None:
+            connection = this_thread()
+            if connection is not None:
+                into.add(connection)
+        sink(df, batch_id)
+
+    run_sink.__name__ = sink.__name__
+    return run_sink
+
+
 def pin_state_buckets(spark: SparkSession, query_checkpoint: str, buckets: int) -> None:
     """Refuse to run a checkpoint with another bucket count than it was made with: its state would be read
     under the wrong keys. Written beside the query's checkpoint through Spark, so any checkpoint filesystem works.
@@ -318,6 +385,7 @@ def start(
         ),
     )
     ck = stream.checkpoint_location.rstrip("/")
+    callback_connections: set[Any] = set()
 
     def start_query(
         name: str, df: DataFrame, sink: Callable[[DataFrame, int], None], mode: str, trigger: str
@@ -325,7 +393,7 @@ def start(
         query = (
             df.writeStream.queryName(name)
             .outputMode(mode)
-            .foreachBatch(_short_errors(sink))
+            .foreachBatch(_remember_connection(_short_errors(sink), spark, callback_connections))
             .trigger(processingTime=trigger)
             .option("checkpointLocation", f"{ck}/{name}")
             .start()
@@ -342,35 +410,53 @@ def start(
         if name.removeprefix("txnwatch-") in queries:
             driver.expect(name, _ready_within_ms(trigger, opts))
 
-    started = []
-    if "reconcile" in queries:
-        snapshots = _snapshots(spark, opts)
-        coordinator = _coordinator_inputs(spark, opts)
-        records = _union([sources.coordinator_rows_read(df) for _, df in coordinator])
-        pin_state_buckets(spark, f"{ck}/txnwatch-reconcile", stream.state_buckets)
-        events = reconcile_events(
-            sources.good_snapshots_and_positions(snapshots), records, config, stream.state_buckets
-        )
-        started.append(start_query("txnwatch-reconcile", events, sinks.events, "append", stream.trigger))
-        _await_first_batch(started[-1], FIRST_BATCH_WAIT_S, driver)
-    if "windows" in queries:
-        win = window_metrics(
-            sources.good_snapshots(_snapshots(spark, opts)),
-            opts.settings.detection,
-            window=stream.window,
-            watermark=stream.watermark,
-        )
-        started.append(start_query("txnwatch-windows", win, sinks.windows, "update", opts.secondary_trigger))
-        _await_first_batch(started[-1], FIRST_BATCH_WAIT_S, driver)
-    if "dead-letter" in queries:  # a separate read: a query has one sink
-        dead = [sources.snapshot_dead_letters(_snapshots(spark, opts))]
-        dead += [sources.coordinator_dead_letters(df, name) for name, df in _coordinator_inputs(spark, opts)]
-        started.append(
-            start_query(
-                "txnwatch-dead-letter", _union(dead), sinks.dead_letters, "append", opts.secondary_trigger
+    def start_queries() -> list[StreamingQuery]:
+        started = []
+        if "reconcile" in queries:
+            snapshots = _snapshots(spark, opts)
+            coordinator = _coordinator_inputs(spark, opts)
+            records = _union([sources.coordinator_rows_read(df) for _, df in coordinator])
+            pin_state_buckets(spark, f"{ck}/txnwatch-reconcile", stream.state_buckets)
+            events = reconcile_events(
+                sources.good_snapshots_and_positions(snapshots), records, config, stream.state_buckets
             )
-        )
-    return RunningJob(started, live, health, spark, listener, server, driver, endpoint)
+            started.append(start_query("txnwatch-reconcile", events, sinks.events, "append", stream.trigger))
+            _await_first_batch(started[-1], FIRST_BATCH_WAIT_S, driver)
+        if "windows" in queries:
+            win = window_metrics(
+                sources.good_snapshots(_snapshots(spark, opts)),
+                opts.settings.detection,
+                window=stream.window,
+                watermark=stream.watermark,
+            )
+            started.append(
+                start_query("txnwatch-windows", win, sinks.windows, "update", opts.secondary_trigger)
+            )
+            _await_first_batch(started[-1], FIRST_BATCH_WAIT_S, driver)
+        if "dead-letter" in queries:  # a separate read: a query has one sink
+            dead = [sources.snapshot_dead_letters(_snapshots(spark, opts))]
+            dead += [
+                sources.coordinator_dead_letters(df, name) for name, df in _coordinator_inputs(spark, opts)
+            ]
+            started.append(
+                start_query(
+                    "txnwatch-dead-letter", _union(dead), sinks.dead_letters, "append", opts.secondary_trigger
+                )
+            )
+        return started
+
+    return RunningJob(
+        start_queries(),
+        live,
+        health,
+        spark,
+        listener,
+        server,
+        driver,
+        endpoint,
+        start_queries,
+        callback_connections,
+    )
 
 
 def _stall_after_ms(opts: StreamOptions) -> int:
@@ -398,6 +484,27 @@ def _await_stopped(queries: list[StreamingQuery], driver: DriverHealth) -> None:
         if time.monotonic() - began < STOPPED_QUERIES_WAIT_S:
             driver.turned()
         time.sleep(1)
+
+
+# A planned restart waits this long for a moment no query runs a batch, then restarts anyway (a query that is
+# always busy has its batch run again, as after a crash).
+BETWEEN_BATCHES_WAIT_S = 60.0
+
+
+def _await_between_batches(queries: list[StreamingQuery], driver: DriverHealth, timeout_s: float) -> bool:
+    """Return as soon as no query runs a batch (True), or after `timeout_s` (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(q.isActive and q.status["isTriggerActive"] for q in queries):
+            return True
+        driver.turned()
+        time.sleep(0.1)
+    return False
+
+
+def restart_due(opened_at_s: float, now_s: float, every_s: float) -> bool:
+    """A planned restart is due `every_s` after the queries were last started (0: never)."""
+    return every_s > 0 and now_s - opened_at_s >= every_s
 
 
 def kafka_problem(opts: StreamOptions, timeout_ms: int = 5_000) -> str | None:
@@ -475,6 +582,7 @@ def run(
     job: RunningJob | None = first
     deadline = None if seconds is None else time.monotonic() + seconds
     restarts = 0
+    opened_at = time.monotonic()  # when the queries last started: they restart every restart_queries_every_s
     down_since: float | None = None  # when "Kafka does not answer" was said
     last_batch, batch_seen_at, probed_at = -1, time.monotonic(), 0.0
 
@@ -519,7 +627,7 @@ def run(
                         file=sys.stderr,
                         flush=True,
                     )
-                stopped = job.queries
+                stopped, stopped_job = job.queries, job
                 job.stop(
                     "the queries are stopped: Kafka does not answer"
                     if unreachable
@@ -527,6 +635,7 @@ def run(
                 )
                 job = None
                 _await_stopped(stopped, endpoint.driver)
+                stopped_job.release_callback_connections()
                 pause = 1.0
                 while kafka_problem(opts) is not None:
                     endpoint.driver.turned()  # the loop waits for Kafka, as it should: live
@@ -535,8 +644,20 @@ def run(
                     time.sleep(pause)
                     pause = min(pause * 2, OUTAGE_BACKOFF_MAX_S)
                 job = start(spark, opts, out=out, endpoint=endpoint)
+                opened_at = time.monotonic()
                 say_up("queries resumed from their checkpoints")
                 _announce(job, opts, out)
+                last_batch, batch_seen_at = _last_batch(job), time.monotonic()
+                continue
+            if job is not None and restart_due(opened_at, time.monotonic(), stream.restart_queries_every_s):
+                took = job.restart_queries()
+                opened_at = time.monotonic()
+                print(
+                    f"txnwatch stream: restarted the queries from their checkpoints in {took:.1f}s (planned, "
+                    f"every {stream.restart_queries_every_s:.0f}s: reopens their state stores)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 last_batch, batch_seen_at = _last_batch(job), time.monotonic()
                 continue
             if job is not None:

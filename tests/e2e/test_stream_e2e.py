@@ -14,11 +14,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -289,6 +291,81 @@ def test_restart_from_checkpoint_opens_nothing_twice(
     # State survived: the verdict is HANGING again without a new OPENED.
     m = scrape(again.metrics_port)
     assert sum(v for _, v in m["txnwatch_abort_candidates"]) >= 1
+
+
+def loaded_from_dfs(progress: dict) -> int:
+    """State stores this batch loaded from the checkpoint (opened anew) rather than found open."""
+    return sum(
+        int((op.get("customMetrics") or {}).get("rocksdbNumLoadedFromDfs") or 0)
+        for op in progress.get("stateOperators", [])
+    )
+
+
+def probe(port: int, path: str) -> int:
+    try:
+        return int(urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10).status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_planned_restart_reopens_the_state_stores_and_shows_nothing_of_it(
+    env: Env, module_job: ModuleJob, hanging: Hanging
+) -> None:
+    """`--restart-queries-every-s`: the queries stop between two batches and start again from their checkpoints,
+    and their state stores are opened anew from it (RocksDB then writes a fresh MANIFEST, the file every snapshot
+    carries, which otherwise grows with each batch). Nobody watching sees it: every scrape during the restart
+    still counts the hanging transaction's candidate, /readyz stays 200, and the candidate is not opened again."""
+    running = module_job.ensure()
+    h = hanging.truth
+
+    def reconcile() -> Any:
+        return next(q for q in running.queries if q.name == "txnwatch-reconcile")
+
+    before = reconcile()
+    wait_for(lambda: len(before.recentProgress) >= 2, 120, "a second batch of this run")
+    assert (
+        loaded_from_dfs(before.recentProgress[-1]) == 0
+    )  # an open store is not loaded again batch after batch
+    seen: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            m = scrape(running.metrics_port)
+            seen.append(
+                (
+                    sum(v for _, v in m.get("txnwatch_abort_candidates", [])),
+                    probe(running.metrics_port, "/readyz"),
+                )
+            )
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        wait_for(lambda: len(seen) >= 3, 30, "scrapes before the restart", 0.2)
+        pinned = set(running.callback_connections)  # py4j's connection of each query's JVM thread
+        took = running.restart_queries()
+        after = reconcile()
+        wait_for(lambda: len(after.recentProgress) >= 3, 120, "three batches after the restart")
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+    print(f"\nplanned restart: queries stopped for {took:.1f}s; {len(seen)} scrapes meanwhile")
+    assert (after.id, after.runId) != (
+        before.id,
+        before.runId,
+    ) and after.id == before.id  # same query, new run
+    assert loaded_from_dfs(after.recentProgress[0]) > 0  # its stores opened anew, from the checkpoint
+    # The stopped queries' py4j connections were closed (each by its own thread, which then ended): a restart
+    # leaves no thread behind, here or in the JVM.
+    assert 1 <= len(pinned) <= len(running.queries), pinned
+    wait_for(lambda: all(c.socket is None for c in pinned), 30, "the old queries' py4j connections to close")
+    assert all(candidates_seen >= 1 and ready == 200 for candidates_seen, ready in seen), seen
+    mine = [c for c in candidates(env) if c.topic == h["topic"]]
+    assert [c.status.value for c in mine] == ["OPENED"] and mine[
+        0
+    ].candidate_id == hanging.candidate.candidate_id
 
 
 def test_corrupt_records_go_to_dead_letter_and_the_job_keeps_running(

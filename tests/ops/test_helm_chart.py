@@ -311,6 +311,7 @@ def test_local_driver_deployment(renders: dict[str, Rendered], monkeypatch: pyte
     settings = stream_settings_checked(c["args"], env_map(c), monkeypatch)
     assert settings.stream.master == "local[*]"
     assert settings.stream.checkpoint_location == "/var/lib/txnwatch/checkpoints"
+    assert settings.stream.restart_queries_every_s == 6 * 3600  # planned restarts reach the job
     assert pod["automountServiceAccountToken"] is False  # no executors: no API access
     (claim,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
     assert claim["persistentVolumeClaim"]["claimName"] == "txnwatch-checkpoints"

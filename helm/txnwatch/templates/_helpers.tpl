@@ -106,6 +106,7 @@ TXNWATCH_STREAM__MAX_OFFSETS_PER_TRIGGER: {{ int64 . | quote }}
 {{- with .Values.job.coordinatorMaxOffsetsPerTrigger }}
 TXNWATCH_STREAM__COORDINATOR_MAX_OFFSETS_PER_TRIGGER: {{ int64 . | quote }}
 {{- end }}
+TXNWATCH_STREAM__RESTART_QUERIES_EVERY_S: {{ .Values.job.restartQueriesEverySeconds | quote }}
 TXNWATCH_STREAM__METRICS_HOST: "0.0.0.0"
 TXNWATCH_STREAM__METRICS_PORT: {{ int64 .Values.job.metricsPort | quote }}
 {{- end -}}
