@@ -154,8 +154,6 @@ class RunningJob:
         # stopTimeout each, and the probes should tell the decision, not the end of the wait.
         if self.endpoint is not None:
             self.endpoint.hide(why)
-        # Stopping a query interrupts its running batch, and Spark and py4j then log the cancelled batch at ERROR
-        # with whole Java and Python stack traces: noise on the way out, not a failure. Silenced while stopping.
         self._stop_queries()
         try:
             self.spark.streams.removeListener(self.listener)
@@ -166,6 +164,8 @@ class RunningJob:
             self.metrics_server.server_close()
 
     def _stop_queries(self) -> None:
+        # Stopping a query interrupts its running batch, and Spark and py4j then log the cancelled batch at ERROR
+        # with whole Java and Python stack traces: noise on the way out, not a failure. Silenced while stopping.
         py4j = logging.getLogger("py4j")
         py4j_level = py4j.level
         py4j.setLevel(logging.CRITICAL)
