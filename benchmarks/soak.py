@@ -888,6 +888,13 @@ def plot(result: dict[str, Any], png: Path) -> None:
     st2 = st.twinx()
     st2.plot(t, [x.get("checkpoint_mb") for x in s], label="checkpoint on disk (MB)", color="tab:gray")
     st2.plot(t, [x.get("state_memory_mb") for x in s], label="RocksDB's shared cache (MB)", color="tab:olive")
+    st2.plot(
+        t,
+        [x.get("checkpoint_snapshot_mb") for x in s],
+        label="of the checkpoint: state snapshots (MB)",
+        color="tab:gray",
+        ls="--",
+    )
     st2.set_ylabel("MB")
     st.legend(loc="upper left", fontsize=8)
     st2.legend(loc="upper right", fontsize=8)
@@ -907,8 +914,12 @@ def plot(result: dict[str, Any], png: Path) -> None:
         if h["found_after_s"] is not None:
             lag.axvline((h["made_at_s"] + h["found_after_s"]) / div, color="tab:orange", ls="--", lw=0.8)
     lag.axvline(result["args"]["seconds"] / div, color="black", lw=0.8)
+    for r in result.get("restarts", []):  # the job's planned restarts, on every panel
+        for ax in axes:
+            ax.axvline(r["at_s"] / div, color="tab:green", ls=":", lw=1.2)
     lag.set_xlabel(
-        f"{unit} since the load started (dashed: orphan made, black; found, orange; solid: load ends)"
+        f"{unit} since the load started (dashed: orphan made, black; found, orange; solid: load ends; "
+        "dotted green: planned restart)"
     )
     lag.set_ylabel("s")
     lag.legend(loc="upper left", fontsize=8)
@@ -932,6 +943,7 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("--rate", type=float, default=20.0, help="transactions per second, all ids together")
     load.add_argument("--seconds", type=float, default=300.0)
     load.add_argument("--threads", type=int, default=4)
+    sub.add_parser("plot", help="draw the picture again from a run's samples: --json FILE --png FILE plot")
     parser.add_argument("--seconds", type=float, default=300.0, help="how long the load runs")
     parser.add_argument("--ids", type=int, default=200, help="transactional ids")
     parser.add_argument("--rate", type=float, default=20.0, help="transactions per second, all ids together")
@@ -985,6 +997,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "load":
         return run_load(args)
+    if args.what == "plot":
+        plot(json.loads(Path(args.json).read_text()), Path(args.png))
+        return 0
     if args.sample_s is None:
         args.sample_s = 10.0 if args.seconds < 1200 else 30.0
     if args.gc_every is None:

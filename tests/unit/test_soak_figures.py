@@ -1,0 +1,64 @@
+"""The soak's figures (benchmarks/soak.py): the level and drift docs/reliability.md quotes for each curve, and the
+picture drawn again from a run's saved samples. Made-up samples; the soak itself runs with `make soak`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import soak
+
+
+def test_drift_is_the_fitted_slope_per_hour_and_the_level_the_median() -> None:
+    # 10 MB an hour from 100 MB, one sample a minute for half an hour, one outlier that a median ignores
+    points = [(60.0 * m, 100.0 + 10.0 * m / 60) for m in range(31)]
+    points[15] = (points[15][0], 500.0)
+    found = soak.level_and_drift(points)
+    assert found is not None
+    assert found["level"] == pytest.approx(100 + 10 * 16 / 60)  # the median sample, not the outlier
+    assert found["max"] == 500.0
+    straight = soak.level_and_drift([(60.0 * m, 100.0 + 10.0 * m / 60) for m in range(31)])
+    assert straight is not None and straight["drift_per_hour"] == pytest.approx(10.0)
+    assert straight["drift_pct_per_hour"] == pytest.approx(100 * 10.0 / straight["level"])
+
+
+def test_too_few_points_give_no_figure() -> None:
+    assert soak.level_and_drift([(0.0, 1.0), (30.0, 2.0)]) is None
+
+
+def test_plot_draws_a_saved_run_again_with_its_restarts(tmp_path: Path) -> None:
+    samples = [
+        {
+            "t_s": 30.0 * i,
+            "driver_jvm_rss_mb": 1600.0 + i,
+            "python_workers_pss_mb": 500.0,
+            "driver_python_rss_mb": 170.0,
+            "collector_rss_mb": 55.0,
+            "jvm_heap_used_mb": 400.0,
+            "jvm_live_heap_mb": 150.0 if i % 2 == 0 else None,
+            "state_rows": 131,
+            "checkpoint_mb": 1.4,
+            "checkpoint_snapshot_mb": 0.45,
+            "state_memory_mb": 10.0,
+            "view_lag_s": 0.0,
+            "reconcile_batch_s": 1.7,
+            "sweep_s": 0.0,
+            "last_batch_age_s": 2.0,
+            "loadavg_1m": 1.0,
+            "snapshots_behind": 2,
+            "log_behind": 200,
+        }
+        for i in range(50)
+    ]
+    run = {
+        "args": {"seconds": 1200.0, "ids": 200, "rate": 20.0},
+        "samples": samples,
+        "orphans": [{"made_at_s": 300.0, "found_after_s": 20.0}],
+        "restarts": [{"at_s": 600.0, "took_s": 9.0}],
+    }
+    saved, png = tmp_path / "soak.json", tmp_path / "soak.png"
+    saved.write_text(json.dumps(run))
+    assert soak.main(["--json", str(saved), "--png", str(png), "plot"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
