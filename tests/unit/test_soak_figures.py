@@ -4,6 +4,7 @@ picture drawn again from a run's saved samples. Made-up samples; the soak itself
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,18 @@ def test_plot_draws_a_saved_run_again_with_its_restarts(tmp_path: Path) -> None:
     saved.write_text(json.dumps(run))
     assert soak.main(["--json", str(saved), "--png", str(png), "plot"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tracemalloc_names_the_line_that_grew() -> None:
+    tracemalloc.start()
+    try:
+        first, found = soak.python_allocations(None, compare=True)
+        assert first is not None and "python_grew_most" not in found  # nothing to compare with yet
+        kept = [bytearray(1000) for _ in range(2000)]  # about 2 MB, held
+        same, between = soak.python_allocations(first, compare=False)
+        assert same is first and between["python_traced_mb"] >= found["python_traced_mb"] + 1.9
+        _, grown = soak.python_allocations(first, compare=True)
+        assert "test_soak_figures.py" in grown["python_grew_most"][0], grown
+        assert len(kept) == 2000
+    finally:
+        tracemalloc.stop()
