@@ -645,9 +645,8 @@ def soak(args: argparse.Namespace) -> int:
                 sample.update(backlog(ends, running))
                 sample.update(jvm_heap(spark, collect=len(samples) % args.gc_every == 0))
                 if args.tracemalloc:
-                    every = max(
-                        1, round(300 / args.sample_s)
-                    )  # compared every 5 minutes: a snapshot takes seconds
+                    # compared every 5 minutes, not every sample: a snapshot takes seconds
+                    every = max(1, round(300 / args.sample_s))
                     allocations, found = python_allocations(allocations, len(samples) % every == 0)
                     sample.update(found)
                 try:
