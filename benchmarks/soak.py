@@ -377,6 +377,69 @@ def jvm_heap(spark: Any, *, collect: bool = False) -> dict[str, float]:
     return out
 
 
+def rocksdb_cache(spark: Any) -> dict[str, float]:
+    """The process's one RocksDB cache (`boundedMemoryUsage`), read from the cache itself rather than from the
+    stores' shares: its usage, and the part of it that is pinned. Pinned is what cannot be evicted: the write
+    buffers charged to the cache and the blocks in use. The rest is blocks the LRU keeps until the cache is full,
+    those of deleted SST files included. The field is private to Spark's RocksDBMemoryManager, hence reflection;
+    in local mode the executor's cache is this JVM's."""
+    jvm = spark._jvm
+    manager = jvm.java.lang.Class.forName(
+        "org.apache.spark.sql.execution.streaming.state.RocksDBMemoryManager$"
+    )
+    field = manager.getDeclaredField("cache")
+    field.setAccessible(True)
+    cache = field.get(manager.getField("MODULE$").get(None))
+    if cache is None:  # no state store opened yet
+        return {}
+    usage, pinned = cache.getUsage() / 1e6, cache.getPinnedUsage() / 1e6
+    return {
+        "rocksdb_cache_mb": usage,
+        "rocksdb_cache_pinned_mb": pinned,
+        "rocksdb_cache_evictable_mb": usage - pinned,
+    }
+
+
+def native_python() -> dict[str, float]:
+    """Where this process's native memory is, beside its RSS: glibc malloc's heap (mallinfo2: bytes taken from the
+    system for its arenas, mapped blocks, and the part in use) and Arrow's memory pool (the events sink's
+    `toArrow`), which is not glibc's (mimalloc here). A step in the RSS that none of these take is elsewhere
+    (thread stacks, pymalloc's arenas, a library's own mappings)."""
+    import ctypes
+
+    import pyarrow as pa
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
+        ]
+
+    out: dict[str, float] = {}
+    libc = ctypes.CDLL("libc.so.6")
+    if hasattr(libc, "mallinfo2"):  # glibc 2.33 and later
+        libc.mallinfo2.restype = MallInfo2
+        mi = libc.mallinfo2()
+        out["malloc_heap_mb"] = (mi.arena + mi.hblkhd) / 1e6  # from the system: arenas and mmapped blocks
+        out["malloc_in_use_mb"] = (mi.uordblks + mi.hblkhd) / 1e6
+        out["malloc_free_mb"] = mi.fordblks / 1e6  # held by malloc's arenas, free: fragmentation
+    pool = pa.default_memory_pool()
+    out["arrow_pool_mb"] = pool.bytes_allocated() / 1e6
+    out["arrow_pool_peak_mb"] = pool.max_memory() / 1e6
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -644,6 +707,8 @@ def soak(args: argparse.Namespace) -> int:
                 sample.update(newest_manifests_kb(work / "checkpoints"))
                 sample.update(backlog(ends, running))
                 sample.update(jvm_heap(spark, collect=len(samples) % args.gc_every == 0))
+                sample.update(rocksdb_cache(spark))
+                sample.update(native_python())
                 if args.tracemalloc:
                     # compared every 5 minutes, not every sample: a snapshot takes seconds
                     every = max(1, round(300 / args.sample_s))
@@ -766,9 +831,15 @@ LEVEL_KEYS = (
     ("jvm_heap_committed_mb", "driver JVM heap committed (MB)"),
     ("driver_python_rss_mb", "driver Python RSS (MB)"),
     ("python_traced_mb", "  of which Python's objects, traced (MB; --tracemalloc)"),
+    ("malloc_heap_mb", "  of which glibc malloc's heap (MB)"),
+    ("malloc_free_mb", "    of that, free in malloc's arenas (MB)"),
+    ("arrow_pool_mb", "  Arrow's pool, allocated (MB)"),
     ("python_workers_pss_mb", "Python workers PSS, summed (MB)"),
     ("state_rows", "state rows, all operators"),
     ("state_memory_mb", "RocksDB's shared cache, blocks and write buffers, as the stores report it (MB)"),
+    ("rocksdb_cache_mb", "RocksDB's shared cache, read from the cache (MB)"),
+    ("rocksdb_cache_pinned_mb", "  of which pinned: write buffers, blocks in use (MB)"),
+    ("rocksdb_cache_evictable_mb", "  of which evictable blocks (MB)"),
     ("state_sst_mb", "state stores' live SST files (MB)"),
     ("checkpoint_mb", "checkpoint on disk (MB)"),
     ("checkpoint_logs_mb", "  of which offset and commit logs (MB)"),

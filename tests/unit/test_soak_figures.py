@@ -78,3 +78,25 @@ def test_tracemalloc_names_the_line_that_grew() -> None:
         assert len(kept) == 2000
     finally:
         tracemalloc.stop()
+
+
+def test_native_python_sees_arrow_and_malloc_grow() -> None:
+    """The soak's split of its own native memory: an Arrow buffer shows in Arrow's pool, a malloc'd block in
+    glibc's heap (in use), each by about its size."""
+    import ctypes
+
+    import pyarrow as pa
+
+    before = soak.native_python()
+    buf = pa.allocate_buffer(32 * 1024 * 1024)
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    block = libc.malloc(16 * 1024 * 1024)
+    try:
+        after = soak.native_python()
+    finally:
+        libc.free(ctypes.c_void_p(block))
+        del buf
+    assert after["arrow_pool_mb"] - before["arrow_pool_mb"] == pytest.approx(33.55, abs=0.1)
+    assert after["malloc_in_use_mb"] - before["malloc_in_use_mb"] == pytest.approx(16.8, abs=0.5)
+    assert after["malloc_heap_mb"] >= after["malloc_in_use_mb"]
