@@ -14,7 +14,8 @@ never added, then a commit), spread over the load; each is aborted `--abort-afte
 the driver JVM, the driver's Python process and the Python workers (their PSS summed: forked workers share
 pages), the driver JVM's heap, the stateful operators' rows and memory, the checkpoint's size on disk, the job's
 coordinator view lag, the records of each input its reconcile query has not read yet, the collector's sweep time,
-and the load average; every `--gc-every` samples the driver JVM's heap after a full GC (its live set). At the end it
+RocksDB's one cache read from the cache itself (pinned: write buffers; evictable: blocks), where the soak process's
+own memory is (mapped files or anonymous; glibc malloc's heap; Arrow's pool), and the load average; every `--gc-every` samples the driver JVM's heap after a full GC (its live set). At the end it
 stops everything it started, writes the samples and verdicts to JSON and plots them (docs/soak.png). Exit code 0
 when every orphan was found and nothing else was named.
 
@@ -199,6 +200,10 @@ def memory(collector_pid: int, load_pid: int | None, broker_pid: int) -> dict[st
         "collector_rss_mb": rss_mb(collector_pid),
         "driver_jvm_rss_mb": sum(rss_mb(p) for p in jvms),
         "driver_python_rss_mb": rss_mb(os.getpid()),
+        # the RSS split: pages of mapped files (shared libraries' code, read in once as new code paths first run,
+        # so bounded by the libraries' size) and anonymous memory (heaps, arenas, stacks: where a leak would be)
+        "driver_python_rss_file_mb": _kb(os.getpid(), "RssFile", "status") / 1024,
+        "driver_python_rss_anon_mb": _kb(os.getpid(), "RssAnon", "status") / 1024,
         "driver_python_threads": threads(os.getpid()),
         "python_workers_pss_mb": sum(pss_mb(p) for p in workers),
         "python_workers": len(workers),
@@ -831,6 +836,8 @@ LEVEL_KEYS = (
     ("jvm_heap_committed_mb", "driver JVM heap committed (MB)"),
     ("driver_python_rss_mb", "driver Python RSS (MB)"),
     ("python_traced_mb", "  of which Python's objects, traced (MB; --tracemalloc)"),
+    ("driver_python_rss_file_mb", "  of which mapped files: libraries' code (MB)"),
+    ("driver_python_rss_anon_mb", "  of which anonymous memory (MB)"),
     ("malloc_heap_mb", "  of which glibc malloc's heap (MB)"),
     ("malloc_free_mb", "    of that, free in malloc's arenas (MB)"),
     ("arrow_pool_mb", "  Arrow's pool, allocated (MB)"),
@@ -956,7 +963,7 @@ def plot(result: dict[str, Any], png: Path) -> None:
     # minutes on the axis for a long run; the orphan and end markers below use the same unit
     unit, div = ("minutes", 60.0) if result["args"]["seconds"] >= 1200 else ("seconds", 1.0)
     t = [x["t_s"] / div for x in s]
-    fig, axes = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(10, 13), sharex=True)
     mem = axes[0]
     for key, label in (
         ("driver_jvm_rss_mb", "driver JVM (RSS)"),
@@ -997,7 +1004,34 @@ def plot(result: dict[str, Any], png: Path) -> None:
     st2.set_ylabel("MB")
     st.legend(loc="upper left", fontsize=8)
     st2.legend(loc="upper right", fontsize=8)
-    lag = axes[2]
+    # the two curves too small to read on the first panels: RocksDB's cache split, and the soak's own Python
+    near = axes[2]
+    near.plot(t, [x.get("rocksdb_cache_mb") for x in s], label="RocksDB's cache (MB)", color="tab:olive")
+    near.plot(
+        t,
+        [x.get("rocksdb_cache_pinned_mb") for x in s],
+        label="  pinned: write buffers",
+        color="tab:olive",
+        ls="--",
+    )
+    near.plot(
+        t,
+        [x.get("rocksdb_cache_evictable_mb") for x in s],
+        label="  evictable blocks",
+        color="tab:olive",
+        ls=":",
+    )
+    near.set_ylabel("MB")
+    near.legend(loc="upper left", fontsize=8)
+    py = near.twinx()
+    py.plot(t, [x.get("driver_python_rss_mb") for x in s], label="soak's Python RSS (MB)", color="tab:blue")
+    py.plot(
+        t, [x.get("driver_python_rss_anon_mb") for x in s], label="  anonymous", color="tab:blue", ls="--"
+    )
+    py.plot(t, [x.get("malloc_heap_mb") for x in s], label="  glibc malloc's heap", color="tab:blue", ls=":")
+    py.set_ylabel("MB")
+    py.legend(loc="upper right", fontsize=8)
+    lag = axes[3]
     lag.plot(t, [x.get("view_lag_s") for x in s], label="coordinator view lag (s)", color="tab:red")
     lag.plot(t, [x.get("reconcile_batch_s") for x in s], label="reconcile batch (s)", color="tab:blue")
     lag.plot(t, [x.get("sweep_s") for x in s], label="collector sweep (s)", color="tab:green")
