@@ -46,30 +46,38 @@ BASE_CONF: dict[str, str] = {
     # progress is in the metrics endpoint (txnwatch_stream_*). `--conf spark.ui.showConsoleProgress=true` brings
     # them back.
     "spark.ui.showConsoleProgress": "false",
-    # Executors started by Spark (a k8s:// master) get the driver's malloc arena bound (below).
+    # Executors started by Spark (a k8s:// master) hold malloc's memory as the driver does (MALLOC_ENV below).
     "spark.executorEnv.MALLOC_ARENA_MAX": "2",
+    "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "131072",
 }
 
-# glibc gives a thread that allocates while another holds the lock an arena of its own, up to 8 per core, and
-# keeps what is freed in each for reuse. The driver JVM has over 200 threads (RocksDB's among them, allocating
-# natively), so the memory held free in arenas grows with the job's uptime: in the hour-long soak the driver
-# Python's held 5.5 -> 13.5 MB free while what it used stayed at 32 MB, and the JVM's RSS crept without its heap
-# or class metadata growing (docs/reliability.md). Two arenas is what JVM distributions for containers set.
-MALLOC_ARENA_MAX = "2"
-_M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
+# How glibc's malloc holds memory, for the job's processes. By default it gives a thread that allocates while
+# another holds the lock an arena of its own (up to 8 per core), and it raises the size above which a block is
+# mapped on its own each time such a block is freed (up to 32 MB); blocks below it come from an arena, and what is
+# freed there is kept for reuse rather than returned. In the hour-long soak the driver's Python used a steady
+# 32 MB of malloc's memory, yet its RSS stepped up by 3.7 MB twice: each time malloc took 3.8 MB from the system
+# for a passing block and kept it free afterwards (docs/reliability.md). A fixed threshold (glibc's starting
+# value, 128 KB) returns such blocks when they are freed; two arenas keep the JVM's 200-odd threads from
+# spreading what they hold free over 16 arenas.
+MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
+_MALLOPT = {"MALLOC_ARENA_MAX": -8, "MALLOC_MMAP_THRESHOLD_": -3}  # M_ARENA_MAX, M_MMAP_THRESHOLD (malloc.h)
 
 
-def bound_malloc_arenas() -> None:
-    """Two malloc arenas for the JVM this process starts (and the Python workers it forks), through the
-    environment they inherit, and for this process itself, through `mallopt`: it started before the variable was
-    set, and glibc reads it once. A value already in the environment is kept. Not glibc (macOS): nothing to do."""
-    os.environ.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)
+def bound_malloc() -> None:
+    """Bound how much memory malloc holds free, in the JVM this process starts (and the Python workers it forks),
+    through the environment they inherit, and in this process itself, through `mallopt`: it started before the
+    variables were set, and glibc reads them once. Values already in the environment are kept. Not glibc (macOS):
+    nothing to do."""
+    for key, value in MALLOC_ENV.items():
+        os.environ.setdefault(key, value)
     name = ctypes.util.find_library("c")
     libc = ctypes.CDLL(name) if name else None
-    given = os.environ["MALLOC_ARENA_MAX"]
-    if libc is not None and hasattr(libc, "gnu_get_libc_version") and given.isdigit():
-        # Arenas made so far stay; it bounds the ones the job's threads would add.
-        libc.mallopt(_M_ARENA_MAX, int(given))
+    if libc is None or not hasattr(libc, "gnu_get_libc_version"):
+        return
+    for key, param in _MALLOPT.items():
+        given = os.environ[key]
+        if given.isdigit():  # arenas made so far stay; this bounds the ones the job's threads would add
+            libc.mallopt(param, int(given))
 
 
 # Spark's default heap cap for the driver (`spark.driver.memory`).
@@ -123,7 +131,7 @@ def build_session(
     spark-submit (`--jars`) are kept beside the connector's."""
     # Python workers must run this interpreter so they can import detectors/ and streaming/.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    bound_malloc_arenas()
+    bound_malloc()
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     # Under spark-submit, its JVM is already up and holds the configuration (PythonRunner hands the driver the
     # gateway's port). A plain `python` start has no JVM yet, and must not start one here: the connector jars

@@ -108,6 +108,11 @@ TXNWATCH_STREAM__COORDINATOR_MAX_OFFSETS_PER_TRIGGER: {{ int64 . | quote }}
 {{- end }}
 TXNWATCH_STREAM__RESTART_QUERIES_EVERY_S: {{ .Values.job.restartQueriesEverySeconds | quote }}
 TXNWATCH_STREAM__METRICS_HOST: "0.0.0.0"
+{{- /* How malloc holds memory, from the process's start, for the driver's Python and a JVM spark-submit starts
+before it (txnwatch sets the same for the JVM it starts itself): with glibc's defaults the memory it holds free
+grows with uptime (docs/deploy.md, Memory). */}}
+MALLOC_ARENA_MAX: "2"
+MALLOC_MMAP_THRESHOLD_: "131072"
 TXNWATCH_STREAM__METRICS_PORT: {{ int64 .Values.job.metricsPort | quote }}
 {{- end -}}
 
