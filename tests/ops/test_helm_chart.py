@@ -314,7 +314,9 @@ def test_local_driver_deployment(renders: dict[str, Rendered], monkeypatch: pyte
     assert settings.stream.master == "local[*]"
     assert settings.stream.checkpoint_location == "/var/lib/txnwatch/checkpoints"
     assert settings.stream.restart_queries_every_s == 6 * 3600  # planned restarts reach the job
-    assert env_map(c)["MALLOC_ARENA_MAX"] == "2"  # the driver's Python from its start (docs/deploy.md, Memory)
+    assert (
+        env_map(c)["MALLOC_ARENA_MAX"] == "2"
+    )  # the driver's Python from its start (docs/deploy.md, Memory)
     assert pod["automountServiceAccountToken"] is False  # no executors: no API access
     (claim,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
     assert claim["persistentVolumeClaim"]["claimName"] == "txnwatch-checkpoints"
