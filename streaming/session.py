@@ -58,7 +58,7 @@ BASE_CONF: dict[str, str] = {
 # 32 MB of malloc's memory, yet its RSS stepped up by 3.7 MB twice: each time malloc took 3.8 MB from the system
 # for a passing block and kept it free afterwards (docs/reliability.md). A fixed threshold (glibc's starting
 # value, 128 KB) returns such blocks when they are freed; two arenas keep the JVM's 200-odd threads from
-# spreading what they hold free over 16 arenas.
+# spreading what they hold free over 8 arenas per core.
 MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
 _MALLOPT = {"MALLOC_ARENA_MAX": -8, "MALLOC_MMAP_THRESHOLD_": -3}  # M_ARENA_MAX, M_MMAP_THRESHOLD (malloc.h)
 
