@@ -1006,29 +1006,18 @@ def plot(result: dict[str, Any], png: Path) -> None:
     st2.legend(loc="upper right", fontsize=8)
     # the two curves too small to read on the first panels: RocksDB's cache split, and the soak's own Python
     near = axes[2]
-    near.plot(t, [x.get("rocksdb_cache_mb") for x in s], label="RocksDB's cache (MB)", color="tab:olive")
-    near.plot(
-        t,
-        [x.get("rocksdb_cache_pinned_mb") for x in s],
-        label="  pinned: write buffers",
-        color="tab:olive",
-        ls="--",
-    )
-    near.plot(
-        t,
-        [x.get("rocksdb_cache_evictable_mb") for x in s],
-        label="  evictable blocks",
-        color="tab:olive",
-        ls=":",
-    )
+    py = near.twinx()
+    for ax, key, label, color, ls in (
+        (near, "rocksdb_cache_mb", "RocksDB's cache (MB)", "tab:olive", "-"),
+        (near, "rocksdb_cache_pinned_mb", "  pinned: write buffers", "tab:olive", "--"),
+        (near, "rocksdb_cache_evictable_mb", "  evictable blocks", "tab:olive", ":"),
+        (py, "driver_python_rss_mb", "soak's Python RSS (MB)", "tab:blue", "-"),
+        (py, "driver_python_rss_anon_mb", "  anonymous", "tab:blue", "--"),
+        (py, "malloc_heap_mb", "  glibc malloc's heap", "tab:blue", ":"),
+    ):
+        ax.plot(t, [x.get(key) for x in s], label=label, color=color, ls=ls)
     near.set_ylabel("MB")
     near.legend(loc="upper left", fontsize=8)
-    py = near.twinx()
-    py.plot(t, [x.get("driver_python_rss_mb") for x in s], label="soak's Python RSS (MB)", color="tab:blue")
-    py.plot(
-        t, [x.get("driver_python_rss_anon_mb") for x in s], label="  anonymous", color="tab:blue", ls="--"
-    )
-    py.plot(t, [x.get("malloc_heap_mb") for x in s], label="  glibc malloc's heap", color="tab:blue", ls=":")
     py.set_ylabel("MB")
     py.legend(loc="upper right", fontsize=8)
     lag = axes[3]
