@@ -15,8 +15,8 @@ the driver JVM, the driver's Python process and the Python workers (their PSS su
 pages), the driver JVM's heap, the stateful operators' rows and memory, the checkpoint's size on disk, the job's
 coordinator view lag, the records of each input its reconcile query has not read yet, the collector's sweep time,
 RocksDB's one cache read from the cache itself (pinned: write buffers; evictable: blocks), where the soak process's
-own memory is (mapped files or anonymous; glibc malloc's heap; Arrow's pool), and the load average; every `--gc-every` samples the driver JVM's heap after a full GC (its live set). At the end it
-stops everything it started, writes the samples and verdicts to JSON and plots them (docs/soak.png). Exit code 0
+own memory is (mapped files or anonymous; glibc malloc's heap; Arrow's pool), and the load average; every
+`--gc-every` samples the driver JVM's heap after a full GC (its live set). At the end it stops everything it started, writes the samples and verdicts to JSON and plots them (docs/soak.png). Exit code 0
 when every orphan was found and nothing else was named.
 
 The job runs in this process, like the e2e tests, so the Spark query progress (state rows) and the JVM (heap) can

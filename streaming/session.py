@@ -20,6 +20,17 @@ from common import jars as common_jars
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# How glibc's malloc holds memory, for the job's processes. By default it gives a thread that allocates while
+# another holds the lock an arena of its own (up to 8 per core), and it raises the size above which a block is
+# mapped on its own each time such a block is freed (up to 32 MB); blocks below it come from an arena, and what is
+# freed there is kept for reuse rather than returned. In the hour-long soak the driver's Python used a steady
+# 32 MB of malloc's memory, yet its RSS stepped up by 3.7 MB twice: each time malloc took 3.8 MB from the system
+# for a passing block and kept it free afterwards (docs/reliability.md). A fixed threshold (glibc's starting
+# value, 128 KB) returns such blocks when they are freed; two arenas keep the JVM's 200-odd threads from
+# spreading what they hold free over 8 arenas per core.
+MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
+_MALLOPT = {"MALLOC_ARENA_MAX": -8, "MALLOC_MMAP_THRESHOLD_": -3}  # M_ARENA_MAX, M_MMAP_THRESHOLD (malloc.h)
+
 BASE_CONF: dict[str, str] = {
     # transformWithState needs RocksDB; the OSS default (HDFS-backed) is rejected (transformWithState checks the provider class at query start).
     "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -46,21 +57,9 @@ BASE_CONF: dict[str, str] = {
     # progress is in the metrics endpoint (txnwatch_stream_*). `--conf spark.ui.showConsoleProgress=true` brings
     # them back.
     "spark.ui.showConsoleProgress": "false",
-    # Executors started by Spark (a k8s:// master) hold malloc's memory as the driver does (MALLOC_ENV below).
-    "spark.executorEnv.MALLOC_ARENA_MAX": "2",
-    "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "131072",
+    # Executors started by Spark (a k8s:// master) hold malloc's memory as the driver does (MALLOC_ENV).
+    **{f"spark.executorEnv.{key}": value for key, value in MALLOC_ENV.items()},
 }
-
-# How glibc's malloc holds memory, for the job's processes. By default it gives a thread that allocates while
-# another holds the lock an arena of its own (up to 8 per core), and it raises the size above which a block is
-# mapped on its own each time such a block is freed (up to 32 MB); blocks below it come from an arena, and what is
-# freed there is kept for reuse rather than returned. In the hour-long soak the driver's Python used a steady
-# 32 MB of malloc's memory, yet its RSS stepped up by 3.7 MB twice: each time malloc took 3.8 MB from the system
-# for a passing block and kept it free afterwards (docs/reliability.md). A fixed threshold (glibc's starting
-# value, 128 KB) returns such blocks when they are freed; two arenas keep the JVM's 200-odd threads from
-# spreading what they hold free over 8 arenas per core.
-MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
-_MALLOPT = {"MALLOC_ARENA_MAX": -8, "MALLOC_MMAP_THRESHOLD_": -3}  # M_ARENA_MAX, M_MMAP_THRESHOLD (malloc.h)
 
 
 def bound_malloc() -> None:

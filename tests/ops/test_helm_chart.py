@@ -41,6 +41,7 @@ from helm_support import (
 
 import txnwatch_cli
 from common.settings import Settings
+from streaming.session import MALLOC_ENV
 
 RULES = ROOT / "deploy" / "prometheus" / "txnwatch-rules.yaml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "txnwatch.json"
@@ -267,8 +268,8 @@ def test_spark_application_streams_from_the_image_with_restart_always(
     # Each JVM's heap is fixed at its cap, so the pods' memory is one level (docs/deploy.md, Memory).
     for role in ("driver", "executor"):
         assert spec[role]["javaOptions"] == f"-Xms{spec[role]['memory']} -XX:+AlwaysPreTouch"
-    # spark-submit starts the driver's JVM before txnwatch can set it; executors get it from the session's conf
-    assert spec["driver"]["envVars"]["MALLOC_ARENA_MAX"] == "2"
+    # spark-submit starts the driver's JVM before txnwatch can set them; executors get them from the session's conf
+    assert {k: spec["driver"]["envVars"].get(k) for k in MALLOC_ENV} == MALLOC_ENV
     assert spec["driver"]["labels"]["app.kubernetes.io/component"] == "stream"
     # The driver's Service selects the driver pod only.
     svc = r.one("Service", "-stream")
@@ -314,9 +315,8 @@ def test_local_driver_deployment(renders: dict[str, Rendered], monkeypatch: pyte
     assert settings.stream.master == "local[*]"
     assert settings.stream.checkpoint_location == "/var/lib/txnwatch/checkpoints"
     assert settings.stream.restart_queries_every_s == 6 * 3600  # planned restarts reach the job
-    assert (
-        env_map(c)["MALLOC_ARENA_MAX"] == "2"
-    )  # the driver's Python from its start (docs/deploy.md, Memory)
+    # malloc's bounds for the driver's Python from its start, the same as txnwatch sets (docs/deploy.md, Memory)
+    assert {k: env_map(c).get(k) for k in MALLOC_ENV} == MALLOC_ENV
     assert pod["automountServiceAccountToken"] is False  # no executors: no API access
     (claim,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
     assert claim["persistentVolumeClaim"]["claimName"] == "txnwatch-checkpoints"
