@@ -37,6 +37,7 @@ from admin.seams import (
     open_transaction,
     wall_clock_ms,
 )
+from admin.sighting import Sightings
 from common.settings import CollectorSettings
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.health import collector_windows
@@ -150,6 +151,7 @@ class Collector:
         self._monotonic = monotonic
         self._sleep = sleep
         self._starts: dict[tuple[str, int, int, int], StartBatch | None] = {}
+        self._sightings = Sightings()
         self._timeouts: dict[int, int | None] = {}
         self._timeouts_at: float | None = None
         self._backoff: dict[int, _Backoff] = {}
@@ -195,6 +197,7 @@ class Collector:
         offsets = self._list_offsets(described, open_now)
         self._refresh_timeouts(self._brokers_to_ask_for_timeouts(described), problems)
         built = self._build_snapshots(sweep_id, described, open_now, offsets, problems)
+        self._remember_sightings(described, open_now)
         self._close_gone_partitions(sweep_id, described, as_of_ms, built)
         self._remember_open(sweep_id, built)
         self._prune_start_cache(described.results, open_now)
@@ -487,17 +490,33 @@ class Collector:
             topic=tp[0],
             partition=tp[1],
             open_transactions=tuple(
-                sorted((self._open_transaction(tp, p) for p in txns), key=lambda t: t.start_offset)
+                sorted(
+                    (self._open_transaction(tp, p, received_at_ms) for p in txns),
+                    key=lambda t: t.start_offset,
+                )
             ),
             last_stable_offset=offsets.last_stable_offset if offsets is not None else None,
             high_watermark=offsets.high_watermark if offsets is not None else None,
             max_transaction_timeout_ms=self._timeouts.get(broker),
         )
 
-    def _open_transaction(self, tp: TP, p: ActiveProducer) -> OpenTransaction:
+    def _open_transaction(self, tp: TP, p: ActiveProducer, at_ms: int) -> OpenTransaction:
+        opened_after, seen_open = self._sightings.bounds(tp, p.producer_id, p.current_txn_start_offset, at_ms)
         return open_transaction(
-            p, self._starts.get((tp[0], tp[1], p.producer_id, p.current_txn_start_offset))
+            p,
+            self._starts.get((tp[0], tp[1], p.producer_id, p.current_txn_start_offset)),
+            opened_after_ms=opened_after,
+            seen_open_ms=seen_open,
         )
+
+    def _remember_sightings(
+        self, described: _Described, open_now: Mapping[TP, Sequence[ActiveProducer]]
+    ) -> None:
+        # Every partition described this sweep was seen at its answer's time with exactly these open: a
+        # transaction first seen open later opened after this report (admin.sighting).
+        for tp, (_, at_ms, _) in described.results.items():
+            txns = open_now.get(tp, ())
+            self._sightings.reported(tp, at_ms, [(p.producer_id, p.current_txn_start_offset) for p in txns])
 
     def _close_gone_partitions(
         self, sweep_id: str, described: _Described, as_of_ms: int, built: _Built

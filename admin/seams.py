@@ -174,8 +174,15 @@ class ClusterWire(Protocol):
         ...
 
 
-def open_transaction(p: ActiveProducer, start: StartBatch | None) -> OpenTransaction:
-    """Our model of an open transaction from a DescribeProducers row and, if read, its start batch.
+def open_transaction(
+    p: ActiveProducer,
+    start: StartBatch | None,
+    *,
+    opened_after_ms: int | None = None,
+    seen_open_ms: int | None = None,
+) -> OpenTransaction:
+    """Our model of an open transaction from a DescribeProducers row and, if read, its start batch, with the
+    collector's bounds of its opening (`admin.sighting`).
 
     Raises:
         pydantic.ValidationError: for values out of range (e.g. a negative producer id).
@@ -190,6 +197,8 @@ def open_transaction(p: ActiveProducer, start: StartBatch | None) -> OpenTransac
         last_sequence=max(p.last_sequence, -1),
         last_timestamp_ms=max(p.last_timestamp_ms, -1),
         offset_commit_group=start.offset_commit_group if start is not None else None,
+        opened_after_ms=opened_after_ms,
+        seen_open_ms=seen_open_ms,
     )
 
 

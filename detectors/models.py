@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 # Where an open transaction's age comes from: the batch at its start offset, LastTimestamp, or nowhere.
-OpenSinceBasis = Literal["start-timestamp", "last-timestamp", "unknown"]
+OpenSinceBasis = Literal[
+    "start-timestamp", "last-timestamp", "unknown", "opened-after-previous-report", "first-seen-open"
+]
 # Kafka's producer epoch is an int16; the coordinator hands out a new producer id before it would overflow.
 MAX_PRODUCER_EPOCH = 32767
 # The transaction timeout of a KIP-939 two-phase-commit transaction: Integer.MAX_VALUE. Kafka has no 2PC field in
@@ -144,11 +146,49 @@ class TopicPartition(Model):
     partition: int = Field(ge=0)
 
 
-def open_since_ms(start_timestamp_ms: int | None, last_timestamp_ms: int) -> int:
-    """`OpenTransaction.open_since_ms` on plain values (the streaming hot path has columns, not models)."""
+def record_time_ms(start_timestamp_ms: int | None, last_timestamp_ms: int) -> int:
+    """The transaction's start as its records tell it: the start batch's timestamp, else LastTimestamp (<= 0:
+    unknown). A producer's CreateTime: Kafka Streams, MirrorMaker 2 and Flink write their input's event time."""
     return (
         start_timestamp_ms if start_timestamp_ms is not None and start_timestamp_ms > 0 else last_timestamp_ms
     )
+
+
+def open_since_ms(
+    start_timestamp_ms: int | None,
+    last_timestamp_ms: int,
+    opened_after_ms: int | None = None,
+    seen_open_ms: int | None = None,
+) -> int:
+    """`OpenTransaction.open_since_ms` on plain values (the streaming hot path has columns, not models).
+
+    The records' time, held inside what the collector saw: the transaction opened after `opened_after_ms` (an
+    earlier report of the partition without it) and before `seen_open_ms` (the first report with it open). Both
+    are the collector's clock, so a record stamped with event time hours old, or ahead of every clock, cannot
+    make a transaction older or younger than the collector saw it. An unknown record time (<= 0) is replaced by
+    the earliest moment the transaction can have opened, if known."""
+    since = record_time_ms(start_timestamp_ms, last_timestamp_ms)
+    if opened_after_ms is not None and opened_after_ms > 0 and since < opened_after_ms:
+        since = opened_after_ms
+    if seen_open_ms is not None and seen_open_ms > 0 and since > seen_open_ms:
+        since = seen_open_ms
+    return since
+
+
+def open_since_basis(
+    start_timestamp_ms: int | None,
+    last_timestamp_ms: int,
+    opened_after_ms: int | None = None,
+    seen_open_ms: int | None = None,
+) -> OpenSinceBasis:
+    """Where `open_since_ms` comes from: the records' own time, or a bound the collector saw."""
+    recorded = record_time_ms(start_timestamp_ms, last_timestamp_ms)
+    since = open_since_ms(start_timestamp_ms, last_timestamp_ms, opened_after_ms, seen_open_ms)
+    if since != recorded:
+        return "opened-after-previous-report" if since > recorded else "first-seen-open"
+    if start_timestamp_ms is not None and start_timestamp_ms > 0:
+        return "start-timestamp"
+    return "last-timestamp" if last_timestamp_ms > 0 else "unknown"
 
 
 def first_batch_epoch(start_batch_producer_epoch: int | None, producer_epoch: int) -> int:
@@ -177,22 +217,36 @@ class OpenTransaction(Model):
     # On `__consumer_offsets`: the consumer group whose offset commit the start batch holds (its record keys), the
     # group this transaction blocks (detectors/groups.py); None elsewhere or when the batch was not read.
     offset_commit_group: str | None = None
+    # The collector's own clock around the transaction's opening (None: not known, e.g. the collector's first
+    # report of the partition): a report of the partition at `opened_after_ms` did not have it open, and the
+    # first report that had it open was sent at `seen_open_ms`. They bound the records' timestamps, which are
+    # client time (event time under Kafka Streams) and prove nothing about when the transaction opened.
+    opened_after_ms: int | None = None
+    seen_open_ms: int | None = None
+
+    @property
+    def record_time_ms(self) -> int:
+        """The start as the records tell it (start batch timestamp, else LastTimestamp; <= 0 unknown)."""
+        return record_time_ms(self.start_timestamp_ms, self.last_timestamp_ms)
 
     @property
     def open_since_ms(self) -> int:
-        """The best known start of the transaction: the start batch's timestamp, else LastTimestamp.
+        """The best known start of the transaction: the start batch's timestamp, else LastTimestamp, held
+        between `opened_after_ms` and `seen_open_ms` (`open_since_ms` above).
 
         Non-positive timestamps are unknown (Kafka's NO_TIMESTAMP is -1; the broker's own lateness check also
         ignores them); the result is then <= 0 and every age computed from it counts as unknown, not old.
         """
-        return open_since_ms(self.start_timestamp_ms, self.last_timestamp_ms)
+        return open_since_ms(
+            self.start_timestamp_ms, self.last_timestamp_ms, self.opened_after_ms, self.seen_open_ms
+        )
 
     @property
     def open_since_basis(self) -> OpenSinceBasis:
         """Where `open_since_ms` comes from."""
-        if self.start_timestamp_ms is not None and self.start_timestamp_ms > 0:
-            return "start-timestamp"
-        return "last-timestamp" if self.last_timestamp_ms > 0 else "unknown"
+        return open_since_basis(
+            self.start_timestamp_ms, self.last_timestamp_ms, self.opened_after_ms, self.seen_open_ms
+        )
 
     @property
     def first_batch_epoch(self) -> int:
@@ -493,6 +547,9 @@ class Evidence(Model):
     start_offset: int
     open_since_ms: int
     open_since_basis: OpenSinceBasis
+    # The start as the records tell it (client time: event time under Kafka Streams); differs from
+    # `open_since_ms` when the collector saw the transaction open later or earlier than that (`open_since_basis`).
+    record_time_ms: int | None = None
     last_timestamp_ms: int
     observed_at_ms: int
     now_ms: int
@@ -506,7 +563,10 @@ class Evidence(Model):
     clock_skew_ms: int
     max_transaction_timeout_ms: int
     max_transaction_timeout_source: Literal["broker", "default"]
+    # LATE's threshold: the maximum above plus the late buffer, or the transaction's own timeout when lower and
+    # the coordinator's record is its transaction (`late_threshold_source` "transaction").
     late_threshold_ms: int
+    late_threshold_source: Literal["max-timeout", "transaction"] = "max-timeout"
     overdue_threshold_ms: int | None = None
     # The coordinator view was current as of this time (collector clock), if measured (docs/detection.md).
     view_current_as_of_ms: int | None = None

@@ -314,13 +314,29 @@ def coordinator_overdue(t: TxnFacts, c: CoordFacts | None, now_ms: int, limits: 
     )
 
 
-def late(t: TxnFacts, now_ms: int, limits: DetectionLimits) -> bool:
-    """LATE: open for longer than transaction.max.timeout.ms + late_buffer_ms (strict; the metric's rule)."""
-    threshold = late_threshold_ms(
-        max_timeout_ms(t.max_transaction_timeout_ms, limits.default_max_transaction_timeout_ms),
-        limits.late_buffer_ms,
-    )
-    return is_late(now_ms, t.open_since_ms, threshold)
+def late_threshold(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> int:
+    """How long T may stay open before it is LATE: the leader's transaction.max.timeout.ms (the detection
+    default when unknown) plus `late_buffer_ms`; the transaction's own timeout instead, when lower and the
+    coordinator's record is T's transaction (current, Ongoing, listing P) with a timeout it enforces. Kafka
+    validates a producer's timeout against its *coordinator's* transaction.max.timeout.ms
+    (`TransactionStateManager.validateTransactionTimeoutMs`), not the leader's, and aborts the transaction once
+    that timeout passes: past it, the transaction is late whatever the leader's maximum says."""
+    threshold = max_timeout_ms(t.max_transaction_timeout_ms, limits.default_max_transaction_timeout_ms)
+    if (
+        c is not None
+        and c.state is CoordinatorState.ONGOING
+        and has_deadline(c.transaction_timeout_ms)
+        and coordinator_role(t, c) is CoordinatorRole.CURRENT
+        and lists_partition(t, c)
+    ):
+        threshold = min(threshold, c.transaction_timeout_ms)
+    return late_threshold_ms(threshold, limits.late_buffer_ms)
+
+
+def late(t: TxnFacts, c: CoordFacts | None, now_ms: int, limits: DetectionLimits) -> bool:
+    """LATE: open for longer than `late_threshold` (strict). Without a coordinator record of T's own
+    transaction, this is the metric's rule: transaction.max.timeout.ms + late_buffer_ms."""
+    return is_late(now_ms, t.open_since_ms, late_threshold(t, c, limits))
 
 
 # --------------------------------------------------------------------------------------------- deciding
@@ -356,7 +372,7 @@ def decide_by_rules(
         return Decision(VerdictKind.STUCK_PREPARE, None, role)
     if coordinator_overdue(t, c, now_ms, limits):
         return Decision(VerdictKind.COORDINATOR_OVERDUE, None, role)
-    if late(t, now_ms, limits):
+    if late(t, c, now_ms, limits):
         return Decision(VerdictKind.LATE, None, role)
     return Decision(VerdictKind.OPEN, None, role)
 
@@ -462,12 +478,14 @@ def decide(
                 ):
                     return _HANGING_OLDER
                 return _HANGING_NOT_LISTED
-        elif (
-            has_deadline(c.transaction_timeout_ms)
-            and now_ms - c.start_timestamp_ms - skew
-            > c.transaction_timeout_ms + limits.coordinator_cleanup_interval_ms
-        ):
-            return _OVERDUE
+        elif has_deadline(c.transaction_timeout_ms):
+            if (
+                now_ms - c.start_timestamp_ms - skew
+                > c.transaction_timeout_ms + limits.coordinator_cleanup_interval_ms
+            ):
+                return _OVERDUE
+            if c.transaction_timeout_ms < max_timeout:  # late_threshold: its own timeout, when lower
+                is_late = since_known and now_ms - since > c.transaction_timeout_ms + limits.late_buffer_ms
     elif state in PREPARING_STATES:
         if not listed:
             if settled and obs - c.start_timestamp_ms - skew > grace:
@@ -529,8 +547,10 @@ def judge(
         return Decision(
             VerdictKind.UNCONFIRMED, decision.reason, decision.role, WithheldReason.COORDINATOR_VIEW_BEHIND
         )
-    # An alert on a stale view waits too: LATE or OPEN until the view is current.
-    return Decision(VerdictKind.LATE if late(t, now_ms, limits) else VerdictKind.OPEN, None, decision.role)
+    # An alert on a stale view waits too: LATE or OPEN until the view is current (LATE by the leader's maximum:
+    # a stale record's timeout may be an earlier transaction's).
+    late_now = late(t, None, now_ms, limits)
+    return Decision(VerdictKind.LATE if late_now else VerdictKind.OPEN, None, decision.role)
 
 
 def judge_view(
@@ -713,6 +733,7 @@ def _evidence(
     max_timeout = max_timeout_ms(ctx.max_transaction_timeout_ms, limits.default_max_transaction_timeout_ms)
     coordinator = None
     overdue_threshold = None
+    own_timeout: int | None = None
     if record is not None and role is not CoordinatorRole.NONE:
         coordinator = CoordinatorEvidence(
             role=role,
@@ -730,6 +751,12 @@ def _evidence(
         )
         if record.state is CoordinatorState.ONGOING and has_deadline(record.transaction_timeout_ms):
             overdue_threshold = record.transaction_timeout_ms + limits.coordinator_cleanup_interval_ms
+            if (
+                role is CoordinatorRole.CURRENT
+                and coordinator.partition_listed
+                and record.transaction_timeout_ms < max_timeout
+            ):
+                own_timeout = record.transaction_timeout_ms  # `late_threshold`
     return Evidence(
         topic=ctx.topic,
         partition=ctx.partition,
@@ -740,6 +767,7 @@ def _evidence(
         start_offset=txn.start_offset,
         open_since_ms=txn.open_since_ms,
         open_since_basis=txn.open_since_basis,
+        record_time_ms=txn.record_time_ms,
         last_timestamp_ms=txn.last_timestamp_ms,
         observed_at_ms=ctx.observed_at_ms,
         now_ms=now_ms,
@@ -752,7 +780,10 @@ def _evidence(
         clock_skew_ms=limits.clock_skew_ms,
         max_transaction_timeout_ms=max_timeout,
         max_transaction_timeout_source="broker" if ctx.max_transaction_timeout_ms is not None else "default",
-        late_threshold_ms=late_threshold_ms(max_timeout, limits.late_buffer_ms),
+        late_threshold_ms=late_threshold_ms(
+            own_timeout if own_timeout is not None else max_timeout, limits.late_buffer_ms
+        ),
+        late_threshold_source="transaction" if own_timeout is not None else "max-timeout",
         overdue_threshold_ms=overdue_threshold,
         offset_commit_group=txn.offset_commit_group,
     )
@@ -785,6 +816,24 @@ _BASIS_NOTE = {
 }
 
 
+def _basis_note(e: Evidence) -> str:
+    """How the age was counted; where the records' own time disagrees with what the collector saw, by how much."""
+    if e.open_since_basis == "opened-after-previous-report":
+        if e.record_time_ms is None or e.record_time_ms <= 0:
+            return " (at most: counted from the collector's last report without it; its records have no time)"
+        return (
+            f" (at most: counted from the collector's last report without it; its records are stamped "
+            f"{format_duration(e.open_since_ms - e.record_time_ms)} earlier, event time rather than when it "
+            f"opened)"
+        )
+    if e.open_since_basis == "first-seen-open":
+        ahead = format_duration((e.record_time_ms or 0) - e.open_since_ms)
+        return (
+            f" (counted from the collector's first report of it open; its records are stamped {ahead} later)"
+        )
+    return _BASIS_NOTE[e.open_since_basis]
+
+
 def _iso(ms: int) -> str:
     if ms < 0:
         return "unknown"
@@ -800,7 +849,7 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
         f"{decision.kind.value}{f' ({label})' if label else ''}: "
         f"producer {e.producer_id} epoch {e.producer_epoch} has a transaction open on "
         f"{e.topic}-{e.partition} from offset {e.start_offset} for {format_duration(e.age_ms)}"
-        f"{_BASIS_NOTE[e.open_since_basis]}"
+        f"{_basis_note(e)}"
     )
     c = e.coordinator
     grace = format_duration(limits.grace_ms)
@@ -889,8 +938,13 @@ def _why_withheld(decision: Decision, e: Evidence) -> str:
 
 
 def _why_not_hanging(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
+    limit = (
+        f"its own transaction timeout {format_duration(e.late_threshold_ms - limits.late_buffer_ms)}"
+        if e.late_threshold_source == "transaction"
+        else f"transaction.max.timeout.ms {format_duration(e.max_transaction_timeout_ms)}"
+    )
     late_note = (
-        f"longer than transaction.max.timeout.ms {format_duration(e.max_transaction_timeout_ms)}"
+        f"longer than {limit}"
         f"{f' + {format_duration(limits.late_buffer_ms)}' if limits.late_buffer_ms else ''}; "
         if decision.kind is VerdictKind.LATE
         else ""

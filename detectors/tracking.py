@@ -298,6 +298,8 @@ STAGE2_INPUT_COLUMNS = (
     "start_batch_producer_epoch",
     "start_timestamp_ms",
     "last_timestamp_ms",
+    "opened_after_ms",
+    "seen_open_ms",
     "max_transaction_timeout_ms",
     "lso_lag",
 )
@@ -452,6 +454,8 @@ class OpenRow(NamedTuple):
     start_batch_producer_epoch: int | None
     start_timestamp_ms: int | None
     last_timestamp_ms: int
+    opened_after_ms: int | None
+    seen_open_ms: int | None
     max_transaction_timeout_ms: int | None
     lso_lag: int | None
 
@@ -471,7 +475,7 @@ def open_entry(
         r.partition,
         r.producer_id,
         first_batch_epoch(r.start_batch_producer_epoch, r.producer_epoch),
-        open_since_ms(r.start_timestamp_ms, r.last_timestamp_ms),
+        open_since_ms(r.start_timestamp_ms, r.last_timestamp_ms, r.opened_after_ms, r.seen_open_ms),
         r.observed_at_ms,
         r.max_transaction_timeout_ms,
         first_seen_ms,
@@ -804,7 +808,8 @@ def reconcile_bucket(
     coordinator facts, then the open transactions are judged. `report_view` adds a VIEW event (one bucket does).
     """
     (pid, fact, _tid, record_json, fact_time, log_offset, topic, partition, snapshot_json, observed, leader,
-     offset, epoch, start_epoch, start_ts, last_ts, max_timeout, lso_lag) = columns  # fmt: skip
+     offset, epoch, start_epoch, start_ts, last_ts, opened_after, seen_open, max_timeout,
+     lso_lag) = columns  # fmt: skip
     events: list[Event] = []
     producer_ids: set[int] = set()
     confirmed_now: set[OpenKey] = set()
@@ -815,7 +820,8 @@ def reconcile_bucket(
         key = (pid[i], topic[i], partition[i])
         row = OpenRow(
             pid[i], topic[i], partition[i], snapshot_json[i], observed[i], leader[i], offset[i],
-            epoch[i], start_epoch[i], start_ts[i], last_ts[i], max_timeout[i], lso_lag[i],
+            epoch[i], start_epoch[i], start_ts[i], last_ts[i], opened_after[i], seen_open[i], max_timeout[i],
+            lso_lag[i],
         )  # fmt: skip
         events.extend(bucket.confirm_open(key, row, now_ms))
         confirmed_now.add(key)

@@ -76,6 +76,8 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
         F.col("t.start_batch_producer_epoch").alias("start_batch_producer_epoch"),
         F.col("t.start_timestamp_ms").alias("start_timestamp_ms"),
         F.col("t.last_timestamp_ms").alias("last_timestamp_ms"),
+        F.col("t.opened_after_ms").alias("opened_after_ms"),
+        F.col("t.seen_open_ms").alias("seen_open_ms"),
         "max_transaction_timeout_ms",
         (F.col("high_watermark") - F.col("last_stable_offset")).alias("lso_lag"),
     )

@@ -20,9 +20,14 @@ from detectors.models import DetectionLimits
 
 def open_since(t: Column) -> Column:
     """`detectors.models.open_since_ms` on a column of OpenTransaction structs: the start batch's timestamp when
-    it is positive, else LastTimestamp (which may itself be unknown, <= 0). Null for a null struct."""
+    it is positive, else LastTimestamp (which may itself be unknown, <= 0), held between the collector's
+    `opened_after_ms` and `seen_open_ms` where known (event time cannot age a transaction). Null for a null
+    struct."""
     start = t["start_timestamp_ms"]
-    return F.when(start > 0, start).otherwise(t["last_timestamp_ms"])
+    recorded = F.when(start > 0, start).otherwise(t["last_timestamp_ms"])
+    after, seen = t["opened_after_ms"], t["seen_open_ms"]
+    raised = F.when(after.isNotNull() & (after > 0) & (recorded < after), after).otherwise(recorded)
+    return F.when(seen.isNotNull() & (seen > 0) & (raised > seen), seen).otherwise(raised)
 
 
 def age(now: Column, since: Column) -> Column:

@@ -345,6 +345,12 @@ def test_windows_agree_with_detectors_kip664(spark: SparkSession, tmp_path: Path
         snapshot("t", 9, NOW, txn_at(10, None, 0), leader=3),  # LastTimestamp 0 is unknown
         # an unknown age next to a known one: the known one is the partition's duration
         snapshot("t", 10, NOW, txn_at(11, None, -1), txn(12, NOW - 5_000), leader=3),
+        # Event time: records stamped 2 h ago on a transaction the collector saw open after its report 3 s ago
+        # (aged 3 s, not late); stamped in the future, aged from the collector's first report of it open; an
+        # unknown time with a known opening.
+        snapshot("t", 11, NOW, txn(13, NOW - 7_200_000).model_copy(update={"opened_after_ms": NOW - 3_000})),
+        snapshot("t", 12, NOW, txn(14, NOW + 600_000).model_copy(update={"seen_open_ms": NOW - 70_000})),
+        snapshot("t", 13, NOW, txn_at(15, None, -1).model_copy(update={"opened_after_ms": NOW - 4_000})),
     ]
     out: list = []
     query = (
@@ -367,12 +373,13 @@ def test_windows_agree_with_detectors_kip664(spark: SparkSession, tmp_path: Path
     assert {r.partition: r.window_max_duration_ms for r in out if r.newest.open_count > 0} == expected
     # detectors' own answers for the unknown timestamps, so this test notices if they ever change
     assert [expected[p] for p in (4, 5, 6, 7, 9, 10)] == [0, 0, 61_000, 5_000, 0, 5_000]
+    assert [expected[p] for p in (11, 12, 13)] == [3_000, 70_000, 4_000]
     late = {
         s.partition for s in snapshots if kip664.partition_has_late_transaction(s, now_ms=NOW, limits=LIMITS)
     }
     assert {p for p, n in ours.items() if n.late} == late
-    assert {p for p, n in ours.items() if n.late} == {0, 2, 6, 8}
-    assert {r.partition for r in out if r.window_any_late} == {0, 2, 6, 8}
+    assert {p for p, n in ours.items() if n.late} == {0, 2, 6, 8, 12}
+    assert {r.partition for r in out if r.window_any_late} == {0, 2, 6, 8, 12}
 
 
 def test_a_checkpoint_keeps_its_state_bucket_count(spark: SparkSession, tmp_path: Path) -> None:

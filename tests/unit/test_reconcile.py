@@ -55,7 +55,7 @@ class FakeValueState:
 
 def test_the_state_survives_the_round_trip_through_a_value_state() -> None:
     views = {PID: View(coord().model_dump_json(), None, T0, T0 + MINUTE), PID + 1: View(None, T0, T0, T0)}
-    row = OpenRow(PID, "orders", 0, "{}", T0 + MINUTE, 1, 100, 5, 5, T0, T0, 900_000, 150)
+    row = OpenRow(PID, "orders", 0, "{}", T0 + MINUTE, 1, 100, 5, 5, T0, T0, None, None, 900_000, 150)
     opens = {(PID, "orders", 0): open_entry(row, T0 + MINUTE, None, ("LATE", None))}
     views_state, opens_state, owners_state = FakeValueState(), FakeValueState(), FakeValueState()
     _save(views_state, views)

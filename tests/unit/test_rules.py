@@ -459,7 +459,7 @@ NOW_TABLE = [
         T0 + 75 * SECOND,
         900_000,
         LIMITS,
-        K.OPEN,
+        K.LATE,  # past its own 60 s timeout (late_threshold), not yet the coordinator's abort
         id="exactly-timeout-plus-cleanup-after-skew-is-not-overdue",
     ),
     pytest.param(
