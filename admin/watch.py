@@ -59,6 +59,7 @@ class WatchEvent:
     """One line of `watch` output.
 
     kind: OPENED (a pending candidate, at start or when the job proposes it), RESOLVED (the job saw it end),
+    WITHDRAWN (the job took the proposal back: its proof no longer holds),
     HELD (the policy does not allow it now, and why), ABORT (an auto-abort attempt and its audit outcome).
     """
 
@@ -132,6 +133,11 @@ class Watch:
                 if known:
                     del self.pending[c.candidate_id]
                     self.emit(WatchEvent("RESOLVED", c, now_ms, "the job saw the transaction end"))
+                continue
+            if c.status is CandidateStatus.WITHDRAWN:
+                if known:
+                    del self.pending[c.candidate_id]
+                    self.emit(WatchEvent("WITHDRAWN", c, now_ms, c.withdrawn_reason or "no longer proven"))
                 continue
             if known or c.candidate_id in self.done:
                 continue

@@ -107,9 +107,15 @@ def dead_letter_topic(topics: TopicSettings) -> TopicSpec:
     return TopicSpec(topics.dead_letter, 1, (("retention.ms", str(DEAD_LETTER_RETENTION_MS)),))
 
 
+def audit_topic(topics: TopicSettings) -> TopicSpec:
+    """The audit trail: every abort attempt (`txnwatch proposals abort`) and every candidate the job withdrew,
+    deleted by the broker's retention like any log (as `proposals abort` creates it)."""
+    return TopicSpec(topics.audit, 1, (("cleanup.policy", "delete"),))
+
+
 def stream_output_topics(topics: TopicSettings) -> tuple[TopicSpec, ...]:
     """The topics the streaming job writes (and creates when missing)."""
-    return (abort_candidates_topic(topics), dead_letter_topic(topics))
+    return (abort_candidates_topic(topics), dead_letter_topic(topics), audit_topic(topics))
 
 
 def replication_factor(brokers: int) -> int:

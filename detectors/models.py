@@ -133,7 +133,10 @@ class CandidateStatus(StrEnum):
     """Life cycle of an abort candidate on the compacted candidates topic."""
 
     OPENED = "OPENED"
-    RESOLVED = "RESOLVED"
+    RESOLVED = "RESOLVED"  # the transaction ended (or was forgotten unreported): nothing to abort
+    # The job no longer has its proof (withheld: the evidence stopped being current or complete; or disproved: a
+    # later verdict is not HANGING) while the transaction may still be open: not to be aborted on this record.
+    WITHDRAWN = "WITHDRAWN"
 
 
 # ----------------------------------------------------------------------------------- partition side
@@ -652,7 +655,10 @@ class AbortCandidate(Model):
     first_detected_ms: int
     kafka_cli: str
     status: CandidateStatus = CandidateStatus.OPENED
+    # When it was RESOLVED or WITHDRAWN.
     resolved_at_ms: int | None = None
+    # WITHDRAWN: why (the verdict that replaced the proof, and its explanation).
+    withdrawn_reason: str | None = None
     # The verdict's two_phase_commit: `proposals abort` refuses such a candidate (docs/proposals.md).
     two_phase_commit: bool = False
 
@@ -670,13 +676,32 @@ class AbortCandidate(Model):
             raise ValueError(f"candidate_id {self.candidate_id} does not match its fields ({expected})")
         if (self.spec.topic, self.spec.partition) != (self.topic, self.partition):
             raise ValueError("spec names another partition than the candidate")
-        if (self.status is CandidateStatus.RESOLVED) != (self.resolved_at_ms is not None):
-            raise ValueError("resolved_at_ms is set exactly when status is RESOLVED")
+        if (self.status is not CandidateStatus.OPENED) != (self.resolved_at_ms is not None):
+            raise ValueError("resolved_at_ms is set exactly when status is RESOLVED or WITHDRAWN")
+        if (self.status is CandidateStatus.WITHDRAWN) != (self.withdrawn_reason is not None):
+            raise ValueError("withdrawn_reason is set exactly when status is WITHDRAWN")
         return self
 
     def resolved(self, *, resolved_at_ms: int) -> AbortCandidate:
         """The same candidate marked RESOLVED (the transaction is no longer open)."""
-        return self.model_copy(update={"status": CandidateStatus.RESOLVED, "resolved_at_ms": resolved_at_ms})
+        return self.model_copy(
+            update={
+                "status": CandidateStatus.RESOLVED,
+                "resolved_at_ms": resolved_at_ms,
+                "withdrawn_reason": None,
+            }
+        )
+
+    def withdrawn(self, *, withdrawn_at_ms: int, reason: str) -> AbortCandidate:
+        """The same candidate marked WITHDRAWN: its HANGING proof no longer holds (`reason` says what replaced
+        it), though the transaction may still be open."""
+        return self.model_copy(
+            update={
+                "status": CandidateStatus.WITHDRAWN,
+                "resolved_at_ms": withdrawn_at_ms,
+                "withdrawn_reason": reason,
+            }
+        )
 
 
 # ------------------------------------------------------------------------------ verified abort (admin/proposals)
@@ -770,6 +795,9 @@ class AuditOutcome(StrEnum):
     # Not an ending: an --execute run holds the candidate from here until its ending record (same audit_id), so
     # that two concurrent executions write one marker (admin/proposals.py). A claim without an ending expires.
     CLAIMED = "CLAIMED"
+    # Not an attempt either: the streaming job withdrew the candidate (its proof no longer holds); written by the
+    # job (actor "txnwatch-stream"), with the reason as its message.
+    WITHDRAWN = "WITHDRAWN"
 
 
 class AuditRecord(Model):

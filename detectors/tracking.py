@@ -28,6 +28,9 @@ from detectors.currency import CurrencyState, ViewCurrency
 from detectors.lateness import age_ms
 from detectors.models import (
     AbortCandidate,
+    AuditOutcome,
+    AuditRecord,
+    CandidateStatus,
     CoordinatorRecord,
     CoordinatorState,
     DetectionLimits,
@@ -317,7 +320,7 @@ class EventField(NamedTuple):
 # Stage 2's output, declared once: streaming.reconcile.EVENT_SCHEMA is built from it, the driver's EventRow
 # (streaming/sinks.py) has these fields, and the tuples stage 2 emits follow EVENT_COLUMNS.
 EVENT_FIELDS = (
-    EventField("event", "string", False),  # VERDICT | OPENED | RESOLVED | GONE | VIEW
+    EventField("event", "string", False),  # VERDICT | OPENED | RESOLVED | WITHDRAWN | GONE | VIEW
     EventField("producer_id", "long", False),
     EventField("topic", "string", False),
     EventField("partition", "long", False),
@@ -327,10 +330,12 @@ EVENT_FIELDS = (
     EventField("reason", "string", True),
     EventField("age_ms", "long", True),
     EventField("lso_lag", "long", True),
-    # set when the verdict is new or changed (VERDICT; not for plain OPEN), and on OPENED / RESOLVED
+    # set when the verdict is new or changed (VERDICT; not for plain OPEN), and on OPENED / RESOLVED / WITHDRAWN
     EventField("explanation", "string", True),
     EventField("candidate_id", "string", True),
-    EventField("payload", "string", True),  # AbortCandidate JSON for OPENED / RESOLVED; VIEW's lag
+    EventField(
+        "payload", "string", True
+    ),  # AbortCandidate JSON for OPENED / RESOLVED / WITHDRAWN; VIEW's lag
     EventField("event_time_ms", "long", False),
     EventField("withheld", "string", True),  # UNCONFIRMED: why the HANGING proof was withheld
     # VERDICT, OPENED, RESOLVED: the coordinator owns it as KIP-939 2PC (rules.two_phase_commit)
@@ -482,6 +487,31 @@ def open_entry(
     )
     return OpenEntry(
         facts, r.snapshot_json, r.observed_at_ms, r.leader, r.start_offset, r.lso_lag, candidate_json, decided
+    )
+
+
+WITHDRAWN_BY = "txnwatch-stream"
+
+
+def withdrawal_audit(candidate: AbortCandidate) -> AuditRecord:
+    """The audit record of a WITHDRAWN candidate (`<prefix>.audit`, beside the abort attempts): on-call who saw
+    it proposed finds when and why the job took the proposal back."""
+    if candidate.status is not CandidateStatus.WITHDRAWN or candidate.resolved_at_ms is None:
+        raise ValueError(f"candidate {candidate.candidate_id} is {candidate.status.value}, not WITHDRAWN")
+    return AuditRecord(
+        audit_id=f"withdrawn-{candidate.candidate_id}-{candidate.resolved_at_ms}",
+        candidate_id=candidate.candidate_id,
+        cluster=candidate.cluster,
+        topic=candidate.topic,
+        partition=candidate.partition,
+        start_offset=candidate.start_offset,
+        actor=WITHDRAWN_BY,
+        at_ms=candidate.resolved_at_ms,
+        execute=False,
+        plan=candidate.spec,
+        candidate_evidence=candidate.evidence,
+        outcome=AuditOutcome.WITHDRAWN,
+        message=f"withdrawn by the streaming job: {candidate.withdrawn_reason}",
     )
 
 
@@ -645,12 +675,15 @@ class BucketState:
         explanation = None
         events: list[Event] = []
         opens_candidate = decision.kind is VerdictKind.HANGING and entry.candidate_json is None
-        if decided != entry.decided and decision.kind is VerdictKind.OPEN:
+        # A candidate whose proof no longer holds (withheld or disproved) is withdrawn, not left OPENED until the
+        # transaction ends: on-call may act on an OPENED candidate.
+        withdraws = decision.kind is not VerdictKind.HANGING and entry.candidate_json is not None
+        if decided != entry.decided and decision.kind is VerdictKind.OPEN and not withdraws:
             # Most transactions are short and plain OPEN: nobody reads their explanation, and building one
             # (the models, tens of microseconds) was the largest cost of a snapshot row.
             self.opens[key] = entry._replace(decided=decided)
             self.opens_changed = True
-        elif decided != entry.decided or opens_candidate:
+        elif decided != entry.decided or opens_candidate or withdraws:
             # Explaining needs the models: only for news.
             snapshot = PartitionSnapshot.model_validate_json(entry.snapshot_json)
             view = self.views.get(key[0])
@@ -683,6 +716,12 @@ class BucketState:
                 )
                 candidate_json = planned.model_dump_json()
                 events.append(self._candidate_event("OPENED", planned, entry.leader, now_ms))
+            elif withdraws and candidate_json is not None:
+                withdrawn = AbortCandidate.model_validate_json(candidate_json).withdrawn(
+                    withdrawn_at_ms=now_ms, reason=explanation
+                )
+                events.append(self._candidate_event("WITHDRAWN", withdrawn, entry.leader, now_ms))
+                candidate_json = None  # proven again later: OPENED again
             entry = entry._replace(decided=decided, candidate_json=candidate_json)
             self.opens[key] = entry
             self.opens_changed = True
@@ -726,7 +765,7 @@ class BucketState:
             c.reason.value,
             c.evidence.age_ms,
             None,
-            c.explanation,
+            c.withdrawn_reason if c.withdrawn_reason is not None else c.explanation,
             c.candidate_id,
             c.model_dump_json(),
             now_ms,

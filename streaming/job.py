@@ -98,7 +98,7 @@ def _source(
 def _snapshots(spark: SparkSession, opts: StreamOptions) -> DataFrame:
     starting = opts.settings.stream.starting_offsets
     raw = sources.read_kafka(spark, _source(opts, opts.settings.topics.producer_state, starting))
-    return sources.parse_snapshots(raw)
+    return sources.parse_snapshots(raw, cluster=opts.settings.cluster)
 
 
 def _coordinator_inputs(spark: SparkSession, opts: StreamOptions) -> list[tuple[str, DataFrame]]:

@@ -18,12 +18,15 @@ from pyspark.sql import functions as F
 
 from common.topics import TopicSettings
 from detectors.contract import DEAD_LETTER_HEADERS
-from detectors.tracking import EVENT_COLUMNS
+from detectors.models import AbortCandidate
+from detectors.tracking import EVENT_COLUMNS, withdrawal_audit
 from streaming.exporter import Health, LiveState
 
 log = logging.getLogger("txnwatch.stream")
 
 # The dead-letter rows' columns carried in DEAD_LETTER_HEADERS, in that order (sources.DEAD_LETTER_SCHEMA).
+# The events that carry an abort candidate's new state to `<prefix>.abort-candidates` (compacted on its id).
+CANDIDATE_EVENTS = ("OPENED", "RESOLVED", "WITHDRAWN")
 _DEAD_LETTER_COLUMNS = ("source", "source_topic", "source_partition", "source_offset", "error")
 
 
@@ -62,7 +65,7 @@ def collect_events(df: DataFrame) -> list[EventRow]:
 
 
 def _payload(r: EventRow) -> Any:
-    """The JSON every OPENED, RESOLVED and VIEW event carries."""
+    """The JSON every OPENED, RESOLVED, WITHDRAWN and VIEW event carries."""
     if r.payload is None:
         raise ValueError(f"{r.event} event without a payload")
     return json.loads(r.payload)
@@ -75,6 +78,8 @@ def format_event(r: EventRow) -> str:
         return f"HANGING   {where}: {r.explanation}\n          abort: {cli}\n          candidate {r.candidate_id}"
     if r.event == "RESOLVED":
         return f"RESOLVED  {where}: no longer open (candidate {r.candidate_id})"
+    if r.event == "WITHDRAWN":
+        return f"WITHDRAWN {where}: no longer proven, do not abort on it: {r.explanation} (candidate {r.candidate_id})"
     # Only news is explained, and not plain OPEN: a verdict unchanged since before a restart comes without one.
     return f"{r.kind:<9} {where}" + (f": {r.explanation}" if r.explanation else "")
 
@@ -126,11 +131,25 @@ class Sinks:
         for r in rows:
             if r.event == "VIEW":
                 self._announce_view(_payload(r))
-        candidates = [(r.candidate_id, r.payload) for r in rows if r.event in ("OPENED", "RESOLVED")]
+        candidates = [(r.candidate_id, r.payload) for r in rows if r.event in CANDIDATE_EVENTS]
         if candidates:
             self._write_kafka(
                 self.spark.createDataFrame(candidates, "key string, value string"),
                 self.topics.abort_candidates,
+            )
+        # A withdrawal goes on the audit trail too, beside the abort attempts (after the candidate record: an
+        # abort that reads the audit log then finds the candidate already withdrawn).
+        withdrawn = [
+            (
+                r.candidate_id,
+                withdrawal_audit(AbortCandidate.model_validate(_payload(r))).model_dump_json(),
+            )
+            for r in rows
+            if r.event == "WITHDRAWN"
+        ]
+        if withdrawn:
+            self._write_kafka(
+                self.spark.createDataFrame(withdrawn, "key string, value string"), self.topics.audit
             )
         if self.out is not None:
             for r in rows:
@@ -142,7 +161,7 @@ class Sinks:
                 # something other than OPEN (HANGING is announced by its OPENED line). Scripts (--output json)
                 # get every change.
                 quiet = r.kind in ("OPEN", "HANGING") and self.output != "json"
-                if r.event in ("OPENED", "RESOLVED") or (changed and not quiet):
+                if r.event in CANDIDATE_EVENTS or (changed and not quiet):
                     print(self._render(r), file=self.out, flush=True)
                 if r.event == "VERDICT":
                     self._last_kind[key] = r.kind

@@ -148,9 +148,26 @@ def is_position() -> Column:
     return F.coalesce(F.col("record_type") == COORDINATOR_LOG_POSITION_TYPE, F.lit(False))
 
 
-def parse_snapshots(raw: DataFrame) -> DataFrame:
+def _other_cluster(record: Column, cluster: str | None) -> Column:
+    """Why a record of another cluster than the job's is refused (null if it is the job's, or no cluster is
+    set): a mirrored or shared producer-state topic would otherwise mix two clusters' leaders and positions into
+    one view, and a position of cluster A could vouch for a view of cluster B."""
+    if cluster is None:
+        return F.lit(None).cast("string")
+    return F.when(
+        record["cluster"] != F.lit(cluster),
+        F.concat(
+            F.lit("from cluster '"),
+            record["cluster"],
+            F.lit(f"', not this job's '{cluster}' (a mirrored or shared producer-state topic? refused)"),
+        ),
+    )
+
+
+def parse_snapshots(raw: DataFrame, *, cluster: str | None = None) -> DataFrame:
     """Kafka rows → one row per message: `snapshot` struct (PartitionSnapshot), `position` struct
-    (CoordinatorLogPosition) and `problem` (null if good).
+    (CoordinatorLogPosition) and `problem` (null if good). With `cluster`, a snapshot or position of another
+    cluster is a problem too (a dead letter, never judged).
 
     Sweep summaries (`detectors.contract.SUMMARY_TYPE`) are dropped here. Positions stay: the reconcile
     query reads them from the same scan (a second read of the topic would fetch every snapshot twice).
@@ -189,8 +206,11 @@ def parse_snapshots(raw: DataFrame) -> DataFrame:
     )
     return parsed.withColumn(
         "problem",
-        F.when(is_position(), _position_problem(F.col("position"))).otherwise(
-            _snapshot_problem(F.col("snapshot"))
+        F.when(
+            is_position(),
+            F.coalesce(_position_problem(F.col("position")), _other_cluster(F.col("position"), cluster)),
+        ).otherwise(
+            F.coalesce(_snapshot_problem(F.col("snapshot")), _other_cluster(F.col("snapshot"), cluster))
         ),
     )
 

@@ -170,6 +170,51 @@ def test_snapshot_parsing_separates_dead_letters(spark: SparkSession) -> None:
     }
 
 
+def test_snapshots_and_positions_of_another_cluster_are_refused_as_dead_letters(spark: SparkSession) -> None:
+    """A mirrored or shared producer-state topic: records of cluster "other" beside the job's "c". Before the
+    check they were judged with the job's own (another cluster's position vouching for this cluster's view)."""
+    header = [("txnwatch.type", bytearray(b"coordinator-log-position"))]
+
+    def position(cluster: str) -> bytes:
+        return (
+            CoordinatorLogPosition(
+                cluster=cluster,
+                sweep_id="s",
+                topic="__transaction_state",
+                partitions=1,
+                as_of_ms=7,
+                end_offsets={},
+            )
+            .model_dump_json()
+            .encode()
+        )
+
+    ours = snapshot("t", 0, NOW).model_copy(update={"cluster": "c"})
+    theirs = ours.model_copy(update={"cluster": "other"})
+    rows = [
+        (b"t-0", ours.model_dump_json().encode(), "ps", 0, 1, []),
+        (b"t-0", theirs.model_dump_json().encode(), "ps", 0, 2, []),
+        (b"p", position("c"), "ps", 0, 3, header),
+        (b"p", position("other"), "ps", 0, 4, header),
+    ]
+    raw = spark.createDataFrame(
+        rows,
+        "key binary, value binary, topic string, partition int, offset long, "
+        "headers array<struct<key:string,value:binary>>",
+    )
+    parsed = sources.parse_snapshots(raw, cluster="c")
+    assert [(r.is_position, r.cluster) for r in sources.good_snapshots_and_positions(parsed).collect()] == [
+        (False, "c"),
+        (True, None),
+    ]
+    dead = {r.source_offset: r.error for r in sources.snapshot_dead_letters(parsed).collect()}
+    refused = "from cluster 'other', not this job's 'c' (a mirrored or shared producer-state topic? refused)"
+    assert dead == {
+        2: f"malformed PartitionSnapshot: {refused}",
+        4: f"malformed CoordinatorLogPosition: {refused}",
+    }
+
+
 def test_positions_ride_with_the_snapshots_and_bad_ones_are_dead_letters(spark: SparkSession) -> None:
     header = [("txnwatch.type", bytearray(b"coordinator-log-position"))]
     good = CoordinatorLogPosition(

@@ -17,6 +17,7 @@ from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot,
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import (
     AbortCandidate,
+    CandidateStatus,
     CoordinatorLogPosition,
     CoordinatorRecord,
     CoordinatorState,
@@ -202,6 +203,8 @@ def open_row(s: PartitionSnapshot) -> list[Any]:
         "start_batch_producer_epoch": t.start_batch_producer_epoch,
         "start_timestamp_ms": t.start_timestamp_ms,
         "last_timestamp_ms": t.last_timestamp_ms,
+        "opened_after_ms": t.opened_after_ms,
+        "seen_open_ms": t.seen_open_ms,
         "max_transaction_timeout_ms": s.max_transaction_timeout_ms,
         "lso_lag": s.high_watermark - s.last_stable_offset,  # type: ignore[operator]
     }
@@ -281,6 +284,11 @@ def open_row_of(s: PartitionSnapshot) -> OpenRow:
         ),
         pytest.param(open_txn(start_batch_producer_epoch=4, producer_epoch=5), id="epoch-bumped-since-start"),
         pytest.param(open_txn(start_timestamp_ms=None, last_timestamp_ms=-1), id="no-timestamp-at-all"),
+        pytest.param(
+            open_txn(start_timestamp_ms=T0 - 7_200_000, opened_after_ms=T0, seen_open_ms=T0 + 5),
+            id="event-time",
+        ),
+        pytest.param(open_txn(start_timestamp_ms=T0 + 7_200_000, seen_open_ms=T0), id="future-time"),
     ],
 )
 @pytest.mark.parametrize("max_timeout", [900_000, None])
@@ -336,6 +344,36 @@ def test_a_transaction_left_open_after_its_commit_opens_one_candidate_then_resol
     assert [e["event"] for e in gone] == ["GONE", "RESOLVED"]
     assert AbortCandidate.model_validate_json(gone[1]["payload"]).candidate_id == candidate.candidate_id
     assert b.opens == {}
+
+
+def test_a_candidate_whose_proof_is_disproved_is_withdrawn_and_opened_again_when_proven_again() -> None:
+    """A HANGING candidate stays OPENED only while its proof holds. Here the view reads a later record of the
+    owner that lists the partition (the proof's premise, "the coordinator completed", no longer holds): the
+    candidate is WITHDRAWN with that verdict as its reason, and the VERDICT no longer names it (the abort
+    candidates gauge and alert follow). Before, it stayed OPENED until the transaction ended."""
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 + SECOND)
+    b = new_bucket()
+    t1 = T0 + MINUTE
+    batch(b, t1, fact_row(done, log_offset=10), open_row(seen_at(t1)))
+    t2 = t1 + 15 * SECOND
+    opened, _ = batch(b, t2, open_row(seen_at(t2)))
+    assert opened["event"] == "OPENED"
+    live = coord(transaction_timeout_ms=900_000, last_update_timestamp_ms=t2)
+    t3 = t2 + 5 * SECOND
+    withdrawn, verdict = batch(b, t3, fact_row(live, log_offset=11), open_row(seen_at(t3)))
+    assert (withdrawn["event"], withdrawn["candidate_id"]) == ("WITHDRAWN", opened["candidate_id"])
+    candidate = AbortCandidate.model_validate_json(withdrawn["payload"])
+    assert candidate.status is CandidateStatus.WITHDRAWN and candidate.resolved_at_ms == t3
+    assert candidate.withdrawn_reason is not None and candidate.withdrawn_reason.startswith("OPEN")
+    assert (verdict["kind"], verdict["candidate_id"]) == ("OPEN", None)
+    # Later the owner completes again without the partition: proven again, OPENED again under the same id.
+    again = coord(state=CoordinatorState.COMPLETE_ABORT, partitions=(), last_update_timestamp_ms=t3 + SECOND)
+    t4 = t3 + 20 * SECOND
+    events = batch(b, t4, fact_row(again, log_offset=12), open_row(seen_at(t4)))
+    assert [(e["event"], e["candidate_id"]) for e in events] == [
+        ("OPENED", opened["candidate_id"]),
+        ("VERDICT", opened["candidate_id"]),
+    ]
 
 
 def test_a_verdict_is_explained_when_it_is_new_not_every_batch() -> None:

@@ -16,7 +16,7 @@ from test_tracking import CONFIG, LOG, batch, fact_row, open_row, seen_at
 
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.currency import ViewCurrency, coordinator_partition
-from detectors.models import CoordinatorState
+from detectors.models import AbortCandidate, CandidateStatus, CoordinatorState
 from detectors.tracking import (
     STAGE2_INPUT_COLUMNS,
     BucketState,
@@ -261,11 +261,18 @@ def test_a_proven_hanging_verdict_is_judged_again_when_a_record_of_its_owner_is_
     batch(b, t1, fact_row(aborted, log_offset=10), open_row(seen_at(t1)))
     t2 = t1 + 15 * SECOND
     assert [e["event"] for e in batch(b, t2, open_row(seen_at(t2)))] == ["OPENED", "VERDICT"]
-    # no snapshot in this batch: the mark alone makes it judged again
-    (verdict,) = batch(
+    # no snapshot in this batch: the mark alone makes it judged again, and the candidate is withdrawn
+    withdrawn, verdict = batch(
         b, t2 + SECOND, undecodable_row({"records": 1, "tainted": [["tx-1", 11]], "keyless": []})
     )
     assert (verdict["kind"], verdict["withheld"]) == ("UNCONFIRMED", "coordinator-record-undecodable")
+    assert verdict["candidate_id"] is None
+    assert withdrawn["event"] == "WITHDRAWN" and "did not decode" in withdrawn["explanation"]
+    candidate = AbortCandidate.model_validate_json(withdrawn["payload"])
+    assert (
+        candidate.status is CandidateStatus.WITHDRAWN
+        and candidate.withdrawn_reason == withdrawn["explanation"]
+    )
 
 
 def test_a_producer_id_no_record_names_is_withheld_while_any_record_is_lost() -> None:
