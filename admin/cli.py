@@ -77,7 +77,7 @@ from common.settings import (
 from common.topics import CleanupPolicy, OutputTopicSettings
 from detectors.abort import pending_candidates, resolved_by_audit, verify_abort
 from detectors.contract import TRANSACTION_LOG_TOPIC
-from detectors.models import AbortCandidate, AuditRecord, CoordinatorLogPosition, CoordinatorRecord
+from detectors.models import AbortCandidate, AuditRecord, CoordinatorLogPosition
 from detectors.policy import AbortPolicy
 
 log = logging.getLogger("txnwatch")
@@ -425,7 +425,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
             def poll_coordinators() -> int:
                 withheld = poller.withheld_expiries
-                poll, _ = publish_coordinator_poll(poller, pub, wire, cluster=cluster)
+                poll, _ = publish_coordinator_poll(poller, pub, wire, cluster=cluster, metrics=metrics)
                 metrics.coordinator_expiries_withheld.inc(poller.withheld_expiries - withheld)
                 return len(poll.records)
 
@@ -463,7 +463,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def publish_coordinator_poll(
-    poller: CoordinatorPoller, publisher: Publisher, wire: ClusterWire, *, cluster: str
+    poller: CoordinatorPoller,
+    publisher: Publisher,
+    wire: ClusterWire,
+    *,
+    cluster: str,
+    metrics: CollectorMetrics | None = None,
 ) -> tuple[CoordinatorPoll, CoordinatorLogPosition | None]:
     """One describe-fallback poll: its changed records, then the position of the coordinator-state topic.
 
@@ -471,7 +476,9 @@ def publish_coordinator_poll(
     acknowledged (acks=all): each record derived from coordinator state seen at or after the poll's `as_of_ms`
     (read before its ListTransactions) then lies below the end offsets, so a job that has applied everything
     below them holds the coordinators' state as of `as_of_ms`. If publishing fails, the poll is undone (sent
-    again next time) and no position is published.
+    again next time) and no position is published. An incomplete poll (`poll.incomplete`: a listing or a
+    describe failed, a `__transaction_state` partition had no leader or moved) publishes its records, which are
+    true, but no position: it vouches for every id, and ids the poll did not refresh may have moved on.
     """
     poll = poller.poll_as_of()
     try:
@@ -479,6 +486,10 @@ def publish_coordinator_poll(
     except BaseException:
         poller.unpublished(poll)
         raise
+    if poll.incomplete is not None:
+        if metrics is not None:
+            metrics.coordinator_positions_withheld.labels(reason=poll.incomplete.reason).inc()
+        return poll, None
     position = poller.log_position(wire, publisher.coordinator_topic, poll, cluster=cluster)
     if position is not None:
         publisher.publish_positions([position])
@@ -496,21 +507,25 @@ def _collect_once(
     result = collector.sweep()
     if publisher is not None:
         publisher.publish_sweep(result)
-    coordinator: list[CoordinatorRecord] = []
+    poll: CoordinatorPoll | None = None
     position: CoordinatorLogPosition | None = None
     if poller is not None and publisher is not None:
         poll, position = publish_coordinator_poll(poller, publisher, wire, cluster=cluster)
-        coordinator = poll.records
     elif poller is not None:
         # Nothing published, so no position: end offsets of the coordinator-state topic would not vouch for
         # records that never reached it.
-        coordinator = poller.poll()
+        poll = poller.poll_as_of()
+    # Why no position could vouch for this poll, even had it been published (None: complete).
+    incomplete = poll.incomplete if poll is not None else None
     if output == "table":
         print(render_sweep(result))
+        if incomplete is not None:
+            print(f"coordinator-state position withheld ({incomplete.reason}): {incomplete.detail}")
     else:
         out = result.as_json()
-        if poller is not None:
-            out["coordinator_records"] = [r.model_dump(mode="json") for r in coordinator]
+        if poll is not None:
+            out["coordinator_records"] = [r.model_dump(mode="json") for r in poll.records]
+            out["coordinator_position_withheld"] = None if incomplete is None else incomplete._asdict()
             if position is not None:
                 out["coordinator_log_positions"].append(position.model_dump(mode="json"))
         print(json.dumps(out))

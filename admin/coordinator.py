@@ -9,14 +9,21 @@ leader of its `__transaction_state` partition listed, and answers TRANSACTIONAL_
 partition that moves, loads or has no leader is listed by nobody, which proves nothing. Once a poll's records are
 acknowledged, `log_position` measures how far `<prefix>.coordinator-state` has reached, as of the moment before
 the poll's ListTransactions: the `CoordinatorLogPosition` the streaming job needs to know its view is current.
+
+That position vouches for every transactional id, so it is measured only for a poll that refreshed every id
+whose state may have changed (`CoordinatorPoll.incomplete` is None): every `__transaction_state` partition kept
+one leader across the poll, that leader served it loaded before the listing and answered the listing (and the
+DurationFilter listing) without an error, and every DescribeTransactions the poll needed answered. A broker
+answers ListTransactions with COORDINATOR_LOAD_IN_PROGRESS for all its partitions while any of them loads, and a
+partition without a leader is listed by nobody, with no error (`TransactionStateManager.listTransactionStates`).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, NamedTuple, Protocol, get_args
 
 from kafka.errors import KafkaError
 from pydantic import ValidationError
@@ -43,12 +50,37 @@ ACTIVE_STATES = tuple(sorted(state.value for state in OWNING_STATES))
 _TRANSIENT = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
 
 
+# Why a poll's position is withheld: the label of txnwatch_collector_coordinator_positions_withheld_total (a fixed
+# set; the detail, with partitions and brokers, goes to the log).
+IncompleteReason = Literal[
+    "metadata-failed",  # Metadata for __transaction_state failed
+    "transaction-log-not-visible",  # no __transaction_state in Metadata: no ACL Describe on it, or never created
+    "partition-without-leader",  # listed by nobody, and nobody says so
+    "leader-moved",  # the leader after the listing is not the one before it
+    "leader-not-serving",  # the leader does not serve its partition loaded (moving, loading, unreachable)
+    "transactional-ids-hidden",  # ListTransactions leaves out the ids the principal may not Describe
+    "listing-failed",  # a broker's ListTransactions failed, or a leader was not asked
+    "duration-listing-failed",  # the same for the DurationFilter listing of long-running transactions
+    "describe-failed",  # a transactional id the poll had to describe was not described
+]
+INCOMPLETE_REASONS: tuple[IncompleteReason, ...] = get_args(IncompleteReason)
+
+
+class Incomplete(NamedTuple):
+    """Why a poll may have left a transactional id's changed state unseen: no position may vouch for it."""
+
+    reason: IncompleteReason
+    detail: str
+
+
 class CoordinatorPoll(NamedTuple):
-    """One poll: the records whose content changed, and the clock read before its ListTransactions was sent."""
+    """One poll: the records whose content changed, the clock read before its first request, and why no
+    position may vouch for it (None: every id whose state may have changed was listed and described)."""
 
     poll_id: str
     as_of_ms: int
     records: list[CoordinatorRecord]
+    incomplete: Incomplete | None = None
 
 
 def record_from_description(d: TransactionDescription, *, seen_at_ms: int) -> CoordinatorRecord:
@@ -91,6 +123,91 @@ class FallbackWire(CoordinatorWire, Protocol):
     def metadata(self, topics: Sequence[str] | None = None) -> ClusterView: ...
 
 
+# ------------------------------------------------------------------------- when a poll's listing is complete
+
+
+def leaderless_or_moved(before: Mapping[int, int], after: Mapping[int, int]) -> Incomplete | None:
+    """A `__transaction_state` partition without a leader (nobody lists its ids, nobody reports an error), or
+    whose leader changed between the Metadata read before the listing and the one after it (the old leader may
+    have answered without it, the new one before it took it over)."""
+    for p in sorted(set(before) | set(after)):
+        first, now = before.get(p, -1), after.get(p, -1)
+        if first < 0 or now < 0:
+            return Incomplete(
+                "partition-without-leader", f"{TRANSACTION_LOG_TOPIC} partition {p} has no leader"
+            )
+        if first != now:
+            return Incomplete(
+                "leader-moved",
+                f"{TRANSACTION_LOG_TOPIC} partition {p} moved from broker {first} to broker {now} during the poll",
+            )
+    return None
+
+
+def unserved_partition(
+    leaders: Mapping[int, int], probes: Mapping[int, str], answers: Mapping[str, TransactionDescription]
+) -> Incomplete | None:
+    """A leader that did not answer TRANSACTIONAL_ID_NOT_FOUND for an id nobody uses of its partition.
+
+    That answer shows the leader serves the partition loaded (else NOT_COORDINATOR: Metadata names it before
+    it takes over; COORDINATOR_LOAD_IN_PROGRESS: loading), and that the principal may Describe every id:
+    ListTransactions silently leaves out the ids it may not."""
+    for p, tid in sorted(probes.items()):
+        answer = answers.get(tid)
+        error = "NOT_DESCRIBED" if answer is None else answer.error or "FOUND"
+        if error == "TRANSACTIONAL_ID_NOT_FOUND":
+            continue
+        if error == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+            return Incomplete(
+                "transactional-ids-hidden",
+                "ListTransactions lists only the ids this principal may Describe; grant the ACL Describe on "
+                "TransactionalId '*' to txnwatch's principal",
+            )
+        return Incomplete(
+            "leader-not-serving",
+            f"broker {leaders[p]} does not serve {TRANSACTION_LOG_TOPIC} partition {p} "
+            f"({explain('DescribeTransactions', error)})",
+        )
+    return None
+
+
+def unanswered_listing(
+    leaders: Mapping[int, int], listing: ListingResult, reason: IncompleteReason, what: str
+) -> Incomplete | None:
+    """A `__transaction_state` leader that did not answer `listing` without an error (a loading broker answers
+    COORDINATOR_LOAD_IN_PROGRESS for all its partitions), or any broker whose listing failed."""
+    for p, leader in sorted(leaders.items()):
+        if leader not in listing.answered:
+            why = listing.failed.get(leader, "not asked")
+            return Incomplete(
+                reason,
+                f"broker {leader}, leader of {TRANSACTION_LOG_TOPIC} partition {p}, did not answer {what} ({why})",
+            )
+    if listing.failed:
+        # A broker that leads nothing here lists nothing, but Metadata may be behind the broker's own view.
+        broker, error = min(listing.failed.items())
+        return Incomplete(reason, f"{what} failed on broker {broker} ({error})")
+    return None
+
+
+def undescribed(errors: set[str]) -> Incomplete | None:
+    """Ids the poll had to describe (new or changed, active, or not refreshed before) that it could not."""
+    if not errors:
+        return None
+    return Incomplete(
+        "describe-failed",
+        f"DescribeTransactions left transactional ids undescribed ({', '.join(sorted(errors))})",
+    )
+
+
+def first_gap(*gaps: Incomplete | None) -> Incomplete | None:
+    """The first reason given, in the order of the checks (one label per withheld position)."""
+    return next((g for g in gaps if g is not None), None)
+
+
+# ------------------------------------------------------------------------------------------------ the poller
+
+
 class CoordinatorPoller:
     """Keeps the last published record per transactional id; `poll()` returns what changed.
 
@@ -112,14 +229,21 @@ class CoordinatorPoller:
         self._clock_ms = clock_ms
         self._listed: dict[str, TransactionListing] = {}
         self._records: dict[str, CoordinatorRecord] = {}
+        # Ids whose record may be stale: their describe failed, or they were gone from a listing without being
+        # shown expired. Their listing may look unchanged when they are listed again (a whole transaction can
+        # run and complete meanwhile), so they are described whenever listed, until a describe answers.
+        self._unrefreshed: set[str] = set()
         self._noted: set[str] = set()
         # Ids gone from the listing whose expiry could not be shown (`_expired`), counted per poll that met them.
         self.withheld_expiries = 0
         self._warned_filter = False
         self._run_id = uuid.uuid4().hex[:8]
         self._seq = 0
+        self._probes: dict[int, str] = {}
         # (poll id, what was known before it): undone if the poll's records could not be published.
-        self._before: tuple[str, dict[str, TransactionListing], dict[str, CoordinatorRecord]] | None = None
+        self._before: (
+            tuple[str, dict[str, TransactionListing], dict[str, CoordinatorRecord], set[str]] | None
+        ) = None
 
     def _note(self, message: str) -> None:
         if message not in self._noted:
@@ -131,21 +255,27 @@ class CoordinatorPoller:
         return self.poll_as_of().records
 
     def poll_as_of(self) -> CoordinatorPoll:
-        """`poll()`, with the poll's id and `as_of_ms`: the clock read before ListTransactions was sent. Every
-        record it returns (and every unchanged one published before) reflects coordinator state seen at or
-        after `as_of_ms`."""
+        """`poll()`, with the poll's id and `as_of_ms`: the clock read before its first request. Every record
+        it returns (and every unchanged one published before) reflects coordinator state seen at or after
+        `as_of_ms`, unless `incomplete` says why some id may not have been refreshed."""
         self._seq += 1
         poll_id = f"{self._run_id}-poll-{self._seq}"
         as_of_ms = self._clock_ms()
-        self._before = (poll_id, dict(self._listed), dict(self._records))
-        return CoordinatorPoll(poll_id, as_of_ms, self._poll())
+        self._before = (poll_id, dict(self._listed), dict(self._records), set(self._unrefreshed))
+        records, incomplete = self._poll()
+        if incomplete is not None:
+            self._note(
+                f"no coordinator-state position for this poll ({incomplete.reason}): {incomplete.detail}; the "
+                "streaming job proves no HANGING on it"
+            )
+        return CoordinatorPoll(poll_id, as_of_ms, records, incomplete)
 
     def unpublished(self, poll: CoordinatorPoll) -> None:
         """The poll's records did not reach Kafka: forget what it learnt, so the next poll derives and sends
         them again (else a later position would vouch for records the topic never got). Only the latest poll
         can be undone."""
         if self._before is not None and self._before[0] == poll.poll_id:
-            _, self._listed, self._records = self._before
+            _, self._listed, self._records, self._unrefreshed = self._before
             self._before = None
 
     def log_position(
@@ -153,10 +283,11 @@ class CoordinatorPoller:
     ) -> CoordinatorLogPosition | None:
         """How far `topic` (<prefix>.coordinator-state) has reached, as of `poll.as_of_ms`.
 
-        Call only once the poll's records are acknowledged: then every record derived from coordinator state
-        seen at or after `as_of_ms` lies below the end offsets measured here, and a job that has applied
-        everything below them holds the coordinators' state as of `as_of_ms`. None if the topic does not exist
-        or none of its partitions answered (the reason is logged once).
+        Call only once the poll's records are acknowledged, and only for a complete poll (`poll.incomplete` is
+        None): then every record derived from coordinator state seen at or after `as_of_ms` lies below the end
+        offsets measured here, and a job that has applied everything below them holds the coordinators' state
+        as of `as_of_ms`. None if the topic does not exist or none of its partitions answered (the reason is
+        logged once).
         """
         view = wire.metadata([topic])
         # With a DurationFilter, an Ongoing transaction younger than the filter is not described again when it
@@ -172,30 +303,59 @@ class CoordinatorPoller:
             self._note(message)
         return position
 
-    def _expired(self, gone: Sequence[str], listing: ListingResult) -> set[str]:
+    def _log_leaders(self) -> dict[int, int] | Incomplete:
+        """Each `__transaction_state` partition's leader (-1: none), or why they are unknown."""
+        try:
+            view = self._wire.metadata([TRANSACTION_LOG_TOPIC])
+        except KafkaError as exc:
+            return Incomplete("metadata-failed", f"Metadata for {TRANSACTION_LOG_TOPIC} failed ({exc})")
+        leaders = {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
+        if not leaders:
+            return Incomplete(
+                "transaction-log-not-visible",
+                f"{TRANSACTION_LOG_TOPIC} is not visible: grant the ACL Describe on topic {TRANSACTION_LOG_TOPIC} "
+                "to txnwatch's principal (or no transaction ever ran on this cluster)",
+            )
+        return leaders
+
+    def _probe_ids(self, partitions: int) -> dict[int, str]:
+        """One transactional id nobody uses per `__transaction_state` partition (partition -> id)."""
+        if len(self._probes) != partitions:
+            self._probes = {}
+            i = 0
+            while len(self._probes) < partitions:
+                tid = f"txnwatch-describe-probe-{self._run_id}-{i}"
+                self._probes.setdefault(coordinator_partition(tid, partitions), tid)
+                i += 1
+        return self._probes
+
+    def _unserved(self, leaders: dict[int, int] | Incomplete) -> Incomplete | None:
+        """Asked before the listing: does every leader serve its partition loaded (`unserved_partition`)?"""
+        if isinstance(leaders, Incomplete) or any(b < 0 for b in leaders.values()):
+            return None  # `_incomplete` names the reason (Metadata, or the partition without a leader)
+        probes = self._probe_ids(len(leaders))
+        by_leader: dict[int, list[str]] = {}
+        for p, tid in sorted(probes.items()):
+            by_leader.setdefault(leaders[p], []).append(tid)
+        answers = {d.transactional_id: d for d in self._wire.describe_transactions(by_leader)}
+        return unserved_partition(leaders, probes, answers)
+
+    def _expired(
+        self, gone: Sequence[str], listing: ListingResult, leaders: dict[int, int] | Incomplete
+    ) -> set[str]:
         """The ids among `gone` (listed before, by nobody now) shown to have expired.
 
         Absence counts only where the id's *current* coordinator says so: the leader of its `__transaction_state`
-        partition (Metadata) answered this poll's listing, and answers TRANSACTIONAL_ID_NOT_FOUND when asked for
-        the id (DescribeTransactions). While the partition moves or loads (its old coordinator no longer lists
-        the id, the new one answers COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR), or has no leader, or
-        Metadata fails, the id is withheld: its last record stands and it is asked about again next poll.
+        partition (`leaders`, Metadata after the listing) answered this poll's listing, and answers
+        TRANSACTIONAL_ID_NOT_FOUND when asked for the id (DescribeTransactions). While the partition moves or
+        loads (its old coordinator no longer lists the id, the new one answers COORDINATOR_LOAD_IN_PROGRESS or
+        NOT_COORDINATOR), or has no leader, or Metadata fails, the id is withheld: its last record stands and it
+        is asked about again next poll.
         """
         if not gone:
             return set()
-        try:
-            leaders = {
-                p: b
-                for (t, p), b in self._wire.metadata([TRANSACTION_LOG_TOPIC]).leaders.items()
-                if t == TRANSACTION_LOG_TOPIC
-            }
-        except KafkaError as exc:
-            self._withhold(gone, f"Metadata for {TRANSACTION_LOG_TOPIC} failed ({exc})")
-            return set()
-        if not leaders:
-            self._withhold(
-                gone, f"{TRANSACTION_LOG_TOPIC} is not visible (Describe on topic {TRANSACTION_LOG_TOPIC}?)"
-            )
+        if isinstance(leaders, Incomplete):
+            self._withhold(gone, leaders.detail)
             return set()
         ask: dict[int, list[str]] = {}
         for tid in gone:
@@ -224,9 +384,13 @@ class CoordinatorPoller:
 
     def _withhold(self, tids: Sequence[str], why: str) -> None:
         self.withheld_expiries += len(tids)
+        # Not shown expired, maybe not unchanged either: described when next listed, whatever its listing says.
+        self._unrefreshed.update(tids)
         self._note(f"transactional ids gone from ListTransactions are kept, not tombstoned, while {why}")
 
-    def _poll(self) -> list[CoordinatorRecord]:
+    def _poll(self) -> tuple[list[CoordinatorRecord], Incomplete | None]:
+        before = self._log_leaders()
+        unserved = self._unserved(before)
         listing = self._wire.list_transactions()
         now = self._clock_ms()
         for broker, error in listing.failed.items():
@@ -237,7 +401,9 @@ class CoordinatorPoller:
             for tid, t in current.items()
             if (old := self._listed.get(tid)) is None
             or (old.producer_id, old.state) != (t.producer_id, t.state)
+            or tid in self._unrefreshed
         }
+        long_running: ListingResult | None = None
         if self._duration_filter_ms > 0 and self._wire.supports_duration_filter():
             long_running = self._wire.list_transactions(
                 states=ACTIVE_STATES, duration_filter_ms=self._duration_filter_ms
@@ -252,38 +418,81 @@ class CoordinatorPoller:
                 )
             wanted |= {tid for tid, t in current.items() if t.state in ACTIVE_STATES}
 
+        changed, failed = self._describe(wanted, current, now)
+        after = self._log_leaders()
+        gone = [tid for tid in self._listed if tid not in current]
+        for tid in sorted(self._expired(gone, listing, after)):
+            del self._listed[tid]
+            self._unrefreshed.discard(tid)
+            if self._records.pop(tid, None) is not None:
+                changed.append(tombstone(tid, seen_at_ms=now))
+        self._listed.update(current)
+        return changed, self._incomplete(before, after, unserved, listing, long_running, failed)
+
+    def _describe(
+        self, wanted: set[str], current: dict[str, TransactionListing], now: int
+    ) -> tuple[list[CoordinatorRecord], set[str]]:
+        """Describe `wanted` at their coordinators: the records whose content changed, and the errors of the ids
+        that could not be described (kept in `_unrefreshed`, described again next poll). An id found expired
+        between listing and describing leaves `current`."""
         by_coordinator: dict[int, list[str]] = {}
         for tid in sorted(wanted):
             by_coordinator.setdefault(current[tid].coordinator, []).append(tid)
+        answers = self._wire.describe_transactions(by_coordinator) if by_coordinator else []
         changed: list[CoordinatorRecord] = []
-        retry: set[str] = set()
-        for d in self._wire.describe_transactions(by_coordinator) if by_coordinator else []:
+        errors: set[str] = set()
+        for tid in wanted - {d.transactional_id for d in answers}:
+            self._unrefreshed.add(tid)
+            errors.add("MISSING_FROM_RESPONSE")
+        for d in answers:
             if d.error == "TRANSACTIONAL_ID_NOT_FOUND":
                 current.pop(d.transactional_id, None)  # expired between listing and describing
                 continue
             if d.error is not None:
-                retry.add(d.transactional_id)
+                self._unrefreshed.add(d.transactional_id)
+                errors.add(d.error)
                 if d.error not in _TRANSIENT:
                     self._note(explain("DescribeTransactions", d.error, d.transactional_id))
                 continue
             try:
                 record = record_from_description(d, seen_at_ms=now)
             except (ValidationError, ValueError) as exc:
+                self._unrefreshed.add(d.transactional_id)
+                errors.add("UNUSABLE_ANSWER")
                 self._note(f"DescribeTransactions {d.transactional_id}: unusable answer: {exc}")
                 continue
+            # A record not refreshed for a while is published again even if its content looks the same: a whole
+            # transaction may have run meanwhile, and its completion must not keep the old, earlier stamp.
+            stale = d.transactional_id in self._unrefreshed
+            self._unrefreshed.discard(d.transactional_id)
             previous = self._records.get(d.transactional_id)
-            if previous is None or _content(previous) != _content(record):
+            if stale or previous is None or _content(previous) != _content(record):
                 self._records[d.transactional_id] = record
                 changed.append(record)
+        return changed, errors
 
-        gone = [tid for tid in self._listed if tid not in current]
-        for tid in sorted(self._expired(gone, listing)):
-            del self._listed[tid]
-            if self._records.pop(tid, None) is not None:
-                changed.append(tombstone(tid, seen_at_ms=now))
-        for tid, t in current.items():
-            if (
-                tid not in retry
-            ):  # a failed describe keeps the old listing, so it is described again next poll
-                self._listed[tid] = t
-        return changed
+    def _incomplete(
+        self,
+        before: dict[int, int] | Incomplete,
+        after: dict[int, int] | Incomplete,
+        unserved: Incomplete | None,
+        listing: ListingResult,
+        long_running: ListingResult | None,
+        describe_errors: set[str],
+    ) -> Incomplete | None:
+        """Why this poll may have missed a changed state (the first reason found), or None."""
+        if isinstance(before, Incomplete):
+            return before
+        if isinstance(after, Incomplete):
+            return after
+        return first_gap(
+            leaderless_or_moved(before, after),
+            unserved,
+            unanswered_listing(after, listing, "listing-failed", "ListTransactions"),
+            None
+            if long_running is None
+            else unanswered_listing(
+                after, long_running, "duration-listing-failed", "ListTransactions with a DurationFilter"
+            ),
+            undescribed(describe_errors),
+        )

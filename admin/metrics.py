@@ -100,6 +100,7 @@ class CollectorMetrics:
         self.build_info.labels(**installed_versions()).set(1)
         self.sweep_duration = _histogram(metrics.COLLECTOR_SWEEP_DURATION_SECONDS, reg, buckets=SWEEP_BUCKETS)
         self.coordinator_expiries_withheld = _counter(metrics.COLLECTOR_COORDINATOR_EXPIRIES_WITHHELD, reg)
+        self.coordinator_positions_withheld = _counter(metrics.COLLECTOR_COORDINATOR_POSITIONS_WITHHELD, reg)
         self.sweep_failures = _counter(metrics.COLLECTOR_SWEEP_FAILURES, reg)
         self.partitions_scanned = _gauge(metrics.COLLECTOR_PARTITIONS_SCANNED, reg)
         self.partitions_described = _counter(metrics.COLLECTOR_PARTITIONS_DESCRIBED, reg)

@@ -219,6 +219,16 @@ COLLECTOR_COORDINATOR_EXPIRIES_WITHHELD = Metric(
     "coordinator move, a partition loading or without a leader. Counted once per poll that met them.",
     (),
 )
+COLLECTOR_COORDINATOR_POSITIONS_WITHHELD = Metric(
+    "txnwatch_collector_coordinator_positions_withheld",
+    "counter",
+    "Describe-fallback polls (--coordinator-source describe) that published no position of the coordinator-state "
+    "topic because they may have missed a changed state, by reason: metadata-failed, "
+    "transaction-log-not-visible, partition-without-leader, leader-moved, leader-not-serving, "
+    "transactional-ids-hidden, listing-failed, duration-listing-failed, describe-failed. The job proves no "
+    "HANGING on such a poll.",
+    ("reason",),
+)
 COLLECTOR_SWEEP_FAILURES = Metric(
     "txnwatch_collector_sweep_failures",
     "counter",
@@ -323,6 +333,7 @@ COLLECTOR: tuple[Metric, ...] = (
     BUILD_INFO,
     COLLECTOR_SWEEP_DURATION_SECONDS,
     COLLECTOR_COORDINATOR_EXPIRIES_WITHHELD,
+    COLLECTOR_COORDINATOR_POSITIONS_WITHHELD,
     COLLECTOR_SWEEP_FAILURES,
     COLLECTOR_PARTITIONS_SCANNED,
     COLLECTOR_PARTITIONS_DESCRIBED,

@@ -319,6 +319,15 @@ def test_describe_fallback_keeps_an_id_whose_coordinator_moves_or_goes_offline(
             if line.startswith("txnwatch_collector_coordinator_expiries_withheld_total ")
         ]
         assert withheld > 0, "the withheld tombstones were not counted"
+        # ...and no coordinator-state position vouched for those polls: nobody listed T's partition.
+        (no_leader,) = [
+            float(line.split()[-1])
+            for line in scraped.splitlines()
+            if line.startswith(
+                'txnwatch_collector_coordinator_positions_withheld_total{reason="partition-without-leader"} '
+            )
+        ]
+        assert no_leader > 0, "positions were published while a __transaction_state partition had no leader"
         start_node(bed, coordinator)
         wait_for_log_leader(bootstrap, log_partition, lambda leader: leader == coordinator)
 

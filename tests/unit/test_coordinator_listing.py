@@ -4,16 +4,35 @@ test bed: tests/broker/test_coordinator_moves.py."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
+from builders import LIMITS, MINUTE, SECOND, open_txn, snapshot
 from collector_fakes import T0, FakeCluster, FakeCoordinators, description
+from kafka.errors import KafkaTimeoutError
 
-from admin.coordinator import CoordinatorPoller
+from admin.cli import _collect_once, publish_coordinator_poll
+from admin.collector import Collector
+from admin.coordinator import CoordinatorPoll, CoordinatorPoller
 from admin.inspect import listing_incomplete
-from admin.seams import ListingResult, TransactionDescription
+from admin.metrics import CollectorMetrics
+from admin.publish import OutRecord, Publisher
+from admin.seams import ClusterView, ListingResult, TransactionDescription
+from common.settings import CollectorSettings
+from detectors.contract import COORDINATOR_LOG_POSITION_TYPE, TYPE_HEADER
+from detectors.currency import ViewCurrency, coordinator_partition
+from detectors.models import (
+    CoordinatorLogPosition,
+    CoordinatorRecord,
+    CoordinatorState,
+    HangingReason,
+    VerdictKind,
+    WithheldReason,
+)
+from detectors.rules import Decision, coord_facts, judge, txn_facts
 
 pytestmark = pytest.mark.unit
 
@@ -147,3 +166,294 @@ def test_an_incomplete_listing_is_named(
     gap = listing_incomplete(fake, before, answered)
     assert gap is not None and gap.startswith("coordinator-listing-incomplete: ")
     assert reason in gap
+
+
+# ---------------------------------------------------------------------- when a poll's position may vouch
+
+COORDINATOR_TOPIC = "txnwatch.coordinator-state"
+SNAPSHOT_TOPIC = "txnwatch.producer-state"
+WITHHELD = "txnwatch_collector_coordinator_positions_withheld_total"
+# tx-1 lives in __transaction_state partition 0 of 2 (led by broker 1, its coordinator); partition 1 by broker 2.
+assert coordinator_partition("tx-1", 2) == 0
+
+
+@dataclass
+class Polled(FakeCluster, Coordinators):
+    """Both seams on one scripted cluster: Metadata from `leaders` (or the scripted `views`, one per call), the
+    coordinators as `Coordinators` scripts them, and a DurationFilter listing that can fail per broker."""
+
+    long_running_failed: dict[int, str] = field(default_factory=dict)
+    log_metadata_fails: bool = False
+
+    def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
+        if self.log_metadata_fails and topics is not None and LOG in topics:
+            raise KafkaTimeoutError("no broker answered")
+        return super().metadata(topics)
+
+    def list_transactions(self, **kwargs: Any) -> ListingResult:
+        listing = super().list_transactions(**kwargs)
+        if kwargs.get("duration_filter_ms") is None or not self.long_running_failed:
+            return listing
+        failed = self.long_running_failed
+        return ListingResult(
+            [t for t in listing.listings if t.coordinator not in failed],
+            {**listing.failed, **failed},
+            listing.answered - set(failed),
+        )
+
+
+class Sink:
+    """Acknowledges every record; the coordinator records land on the coordinator-state topic's one partition
+    (its high watermark moves, as a broker's would)."""
+
+    def __init__(self, cluster: Polled) -> None:
+        self.cluster = cluster
+        self.sent: list[OutRecord] = []
+
+    def send_all(self, records: Sequence[OutRecord]) -> None:
+        for r in records:
+            self.sent.append(r)
+            if r.topic == COORDINATOR_TOPIC:
+                tp = (COORDINATOR_TOPIC, 0)
+                self.cluster.high_watermarks[tp] = self.cluster.high_watermarks.get(tp, 0) + 1
+
+    def close(self) -> None:
+        pass
+
+    def positions(self) -> list[CoordinatorLogPosition]:
+        return [
+            CoordinatorLogPosition.model_validate_json(r.value)
+            for r in self.sent
+            if dict(r.headers)[TYPE_HEADER] == COORDINATOR_LOG_POSITION_TYPE.encode()
+        ]
+
+    def view(self, transactional_id: str) -> CoordinatorRecord:
+        """The last record of the id on the coordinator-state topic: what the streaming job holds."""
+        return [
+            CoordinatorRecord.model_validate_json(r.value)
+            for r in self.sent
+            if r.topic == COORDINATOR_TOPIC and r.key == transactional_id.encode()
+        ][-1]
+
+
+class Fallback(NamedTuple):
+    cluster: Polled
+    poller: CoordinatorPoller
+    sink: Sink
+    publisher: Publisher
+    metrics: CollectorMetrics
+
+    def publish(self) -> tuple[CoordinatorPoll, CoordinatorLogPosition | None]:
+        """One poll as `txnwatch collect --coordinator-source describe` runs it."""
+        return publish_coordinator_poll(
+            self.poller, self.publisher, self.cluster, cluster="prod", metrics=self.metrics
+        )
+
+    def withheld(self, reason: str) -> float:
+        return self.metrics.registry.get_sample_value(WITHHELD, {"reason": reason}) or 0.0
+
+
+def fallback(
+    tx1: TransactionDescription | None = None, *, duration_filter_ms: int = 0, **state: Any
+) -> Fallback:
+    """tx-1 (Ongoing unless given), coordinated by broker 1, after a first complete poll, which published a
+    position."""
+    cluster = Polled(
+        leaders={(LOG, 0): 1, (LOG, 1): 2, (COORDINATOR_TOPIC, 0): 1},
+        descriptions={"tx-1": tx1 or description()},
+        **state,
+    )
+    poller_ = CoordinatorPoller(
+        cluster, duration_filter_ms=duration_filter_ms, clock_ms=lambda: cluster.clock
+    )
+    sink = Sink(cluster)
+    publisher = Publisher(sink, snapshot_topic=SNAPSHOT_TOPIC, coordinator_topic=COORDINATOR_TOPIC)
+    f = Fallback(cluster, poller_, sink, publisher, CollectorMetrics())
+    poll, position = f.publish()
+    assert poll.incomplete is None and position is not None and sink.positions() == [position]
+    return f
+
+
+def assert_withheld_then_vouched(f: Fallback, reason: str, heal: Callable[[], None]) -> None:
+    """The broken poll publishes its records but no position, counted under `reason`; once healed, the next
+    poll publishes a position again."""
+    f.cluster.clock += 10_000
+    sent = len(f.sink.positions())
+    poll, position = f.publish()
+    assert position is None, f"a position vouched for a poll that was not complete ({reason})"
+    assert poll.incomplete is not None and poll.incomplete.reason == reason
+    assert len(f.sink.positions()) == sent and f.withheld(reason) == 1
+    heal()
+    f.cluster.clock += 10_000
+    poll, position = f.publish()
+    assert poll.incomplete is None and position is not None and position.sweep_id == poll.poll_id
+    assert f.sink.positions()[-1] == position and f.withheld(reason) == 1
+
+
+def test_a_failed_broker_listing_withholds_the_position() -> None:
+    f = fallback()
+    f.cluster.failed = {
+        2: "COORDINATOR_LOAD_IN_PROGRESS"
+    }  # broker 2 loads a partition: it lists none of them
+    assert_withheld_then_vouched(f, "listing-failed", f.cluster.failed.clear)
+
+
+def test_a_failed_listing_of_a_broker_that_leads_nothing_withholds_it_too() -> None:
+    # Metadata may lag the broker's own view of what it leads: any failure makes the listing incomplete.
+    f = fallback()
+    f.cluster.failed = {3: "BROKER_UNREACHABLE"}
+    assert_withheld_then_vouched(f, "listing-failed", f.cluster.failed.clear)
+
+
+def test_a_leaderless_partition_withholds_the_position() -> None:
+    f = fallback()
+    f.cluster.leaders[(LOG, 1)] = -1  # listed by nobody; every broker answers without an error
+    assert_withheld_then_vouched(
+        f, "partition-without-leader", lambda: f.cluster.leaders.update({(LOG, 1): 2})
+    )
+
+
+def test_a_leader_that_did_not_answer_withholds_the_position() -> None:
+    f = fallback()
+    f.cluster.coordinator_brokers = frozenset({1, 3})  # broker 2 (leader of partition 1) was not asked
+    assert_withheld_then_vouched(
+        f, "listing-failed", lambda: setattr(f.cluster, "coordinator_brokers", frozenset({1, 2, 3}))
+    )
+
+
+def test_a_leader_that_moved_during_the_poll_withholds_the_position() -> None:
+    f = fallback()
+    # Before the listing broker 2 led partition 1, after it broker 3: 2 may have answered without it, 3 before
+    # it took it over.
+    f.cluster.views = [{(LOG, 0): 1, (LOG, 1): 2}, {(LOG, 0): 1, (LOG, 1): 3}]
+    assert_withheld_then_vouched(f, "leader-moved", lambda: None)
+
+
+def test_a_leader_that_does_not_serve_its_partition_yet_withholds_the_position() -> None:
+    f = fallback()
+    f.cluster.broker_errors = {2: "NOT_COORDINATOR"}  # Metadata names it; it has not loaded the partition
+    assert_withheld_then_vouched(f, "leader-not-serving", f.cluster.broker_errors.clear)
+
+
+def test_ids_the_principal_may_not_describe_withhold_the_position() -> None:
+    # ListTransactions silently leaves them out: "no record" would read as "no owner".
+    f = fallback()
+    f.cluster.deny_unknown = True
+    assert_withheld_then_vouched(
+        f, "transactional-ids-hidden", lambda: setattr(f.cluster, "deny_unknown", False)
+    )
+
+
+def test_an_invisible_transaction_log_withholds_the_position() -> None:
+    f = fallback()
+    leaders = dict(f.cluster.leaders)
+    del f.cluster.leaders[(LOG, 0)], f.cluster.leaders[(LOG, 1)]  # no Describe on it: Metadata leaves it out
+    assert_withheld_then_vouched(
+        f, "transaction-log-not-visible", lambda: setattr(f.cluster, "leaders", leaders)
+    )
+
+
+def test_failed_transaction_log_metadata_withholds_the_position() -> None:
+    f = fallback()
+    f.cluster.log_metadata_fails = True
+    assert_withheld_then_vouched(
+        f, "metadata-failed", lambda: setattr(f.cluster, "log_metadata_fails", False)
+    )
+
+
+def test_a_failed_duration_filter_listing_withholds_the_position() -> None:
+    f = fallback(duration_filter_ms=5_000, long_running={"tx-1"})
+    f.cluster.long_running_failed = {1: "COORDINATOR_LOAD_IN_PROGRESS"}
+    assert_withheld_then_vouched(f, "duration-listing-failed", f.cluster.long_running_failed.clear)
+
+
+def test_a_failed_describe_withholds_the_position_and_is_retried() -> None:
+    f = fallback()
+    f.cluster.descriptions["tx-1"] = description(state="PrepareCommit")
+    f.cluster.describe_errors = {"tx-1": "COORDINATOR_LOAD_IN_PROGRESS"}
+    assert_withheld_then_vouched(f, "describe-failed", f.cluster.describe_errors.clear)
+    assert f.sink.view("tx-1").state is CoordinatorState.PREPARE_COMMIT  # described again, and published
+
+
+def test_a_collect_once_says_why_no_position_vouches(capsys: pytest.CaptureFixture[str]) -> None:
+    f = fallback()
+    f.cluster.failed = {2: "COORDINATOR_LOAD_IN_PROGRESS"}
+    collector = Collector(
+        f.cluster, cluster="prod", settings=CollectorSettings(), open_partitions=None, clock_ms=lambda: T0
+    )
+    assert _collect_once(collector, f.publisher, f.poller, f.cluster, "prod", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["coordinator_position_withheld"]["reason"] == "listing-failed"
+    assert "broker 2" in out["coordinator_position_withheld"]["detail"]
+    assert [p for p in out["coordinator_log_positions"] if p["topic"] == COORDINATOR_TOPIC] == []
+
+
+# -------------------------------------------------- the issue's scenario, through the rules the job applies
+
+
+def test_an_id_whose_coordinator_fails_the_listing_is_never_proven_completed() -> None:
+    """tx-1 was last seen CompleteCommit. It starts a new transaction on orders-0 while its coordinator
+    (broker 1) answers ListTransactions with COORDINATOR_LOAD_IN_PROGRESS, and completes it before the broker
+    answers again. The leader reports the transaction open meanwhile. Fed what the collector published, the
+    rules the streaming job applies must never call it HANGING `coordinator-completed`: while the listing
+    fails no position vouches for the stale record (UNCONFIRMED `coordinator-view-behind`), and once it
+    answers the id is described again (its listing looks unchanged: CompleteCommit, same producer id) and
+    its record carries the new completion.
+
+    Pure: a real broker cannot be made to answer COORDINATOR_LOAD_IN_PROGRESS on demand (it does so only while
+    it loads a `__transaction_state` partition, for as long as the load takes)."""
+    done = description(state="CompleteCommit", partitions=(), start_time_ms=T0 - 2 * MINUTE)
+    f = fallback(done, clock=T0)  # the first poll sees CompleteCommit at T0
+    currency = ViewCurrency(None, [COORDINATOR_TOPIC])
+
+    def judged() -> Decision:
+        """The job, having applied everything published so far, judges the leader's report of T."""
+        for position in f.sink.positions():
+            currency.add_position(
+                position.topic, position.partitions, position.as_of_ms, position.end_offsets
+            )
+            for p, end in position.end_offsets.items():
+                currency.applied(position.topic, p, end)
+        txn = open_txn(start_timestamp_ms=T0 + 10 * SECOND)
+        report = snapshot(txn, observed_at_ms=T0 + 70 * SECOND)
+        t = txn_facts(txn, report, first_seen_ms=T0 + 11 * SECOND)
+        view = coord_facts(f.sink.view("tx-1"))
+        return judge(t, view, T0 + 100 * SECOND, LIMITS, view_current_ms=currency.current_as_of("tx-1"))
+
+    # T0 + 10 s: the new transaction begins; broker 1 starts loading a partition. The leader reports T at 70 s.
+    f.cluster.descriptions["tx-1"] = description(start_time_ms=T0 + 10 * SECOND)
+    f.cluster.failed = {1: "COORDINATOR_LOAD_IN_PROGRESS"}
+    f.cluster.clock = T0 + 80 * SECOND
+    f.publish()
+    d = judged()
+    assert (d.kind, d.reason, d.withheld) == (
+        VerdictKind.UNCONFIRMED,
+        HangingReason.COORDINATOR_COMPLETED,
+        WithheldReason.COORDINATOR_VIEW_BEHIND,
+    )
+    # T0 + 90 s: the transaction completes; broker 1 answers again at 100 s.
+    f.cluster.descriptions["tx-1"] = description(
+        state="CompleteCommit", partitions=(), start_time_ms=T0 + 10 * SECOND
+    )
+    f.cluster.failed = {}
+    f.cluster.clock = T0 + 100 * SECOND
+    poll, position = f.publish()
+    assert poll.incomplete is None and position is not None
+    assert judged().kind in (VerdictKind.OPEN, VerdictKind.LATE)
+    assert f.sink.view("tx-1").last_update_timestamp_ms == T0 + 100 * SECOND
+
+
+def test_an_id_the_listing_missed_is_described_and_stamped_again_when_listed_again() -> None:
+    """Its listing may look unchanged (CompleteCommit, same producer id) after a whole transaction ran while it
+    was not listed: its record is published again with this poll's stamp, whatever DescribeTransactions says."""
+    f = fallback(description(state="CompleteCommit", partitions=()), clock=T0)
+    f.cluster.unlisted = {"tx-1"}  # its partition loads elsewhere, say: nobody lists it
+    f.cluster.leaders[(LOG, 0)] = -1
+    f.cluster.clock = T0 + MINUTE
+    f.publish()
+    f.cluster.unlisted, f.cluster.leaders[(LOG, 0)] = set(), 1
+    f.cluster.clock = T0 + 2 * MINUTE
+    poll, position = f.publish()
+    assert [r.last_update_timestamp_ms for r in poll.records] == [T0 + 2 * MINUTE] and position is not None
+    f.cluster.clock = T0 + 3 * MINUTE
+    assert f.publish()[0].records == []  # refreshed: no longer published every poll
