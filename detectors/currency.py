@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _INT32 = 1 << 32
 _INT32_MIN = -(1 << 31)
@@ -59,11 +59,21 @@ class Position(NamedTuple):
     end_offsets: tuple[tuple[int, int], ...]  # (partition, high watermark), sorted
 
 
+# Where a partition's records were read with some missing (cleaned away by compaction), per (topic, partition): the
+# first offset that may have lost a record and the newest time a gap was read (the reader's clock, after the
+# fetch). A position measured no later than that (within the clock skew) may have an end offset below a record that
+# superseded a cleaned one, so it cannot vouch for the partition beyond the gap. `gaps` and `rewound` are absent in
+# checkpoints from before issue 30.
+GapState = dict[tuple[str, int], tuple[int, int]]
+# Partitions whose records were read again at offsets below what had been applied (the log was truncated and
+# rewritten: an unclean leader election): the view holds records the log no longer has, so nothing that depends on
+# the partition is proven until the job reads the log again on a new checkpoint. (topic, partition) -> the offset.
+RewoundState = dict[tuple[str, int], int]
 # Records read but not decoded, not yet superseded: (topic, transactional id) -> read offset of the newest;
 # (topic, partition) -> read offset of the newest whose key did not decode either; how many were read in all.
 UndecodableState = tuple[dict[tuple[str, str], int], dict[tuple[str, int], int], int]
 # applied ends, currency per partition, pending positions, newest position per topic, first position's time,
-# undecodable records (absent in checkpoints of v0.1.0: the first five only)
+# undecodable records (absent in checkpoints of v0.1.0: the first five only), gaps and rewound partitions
 CurrencyState = tuple[
     dict[tuple[str, int], int],
     dict[tuple[str, int], int],
@@ -71,6 +81,8 @@ CurrencyState = tuple[
     dict[str, Position],
     int | None,
     UndecodableState,
+    GapState,
+    RewoundState,
 ]
 LegacyCurrencyState = tuple[
     dict[tuple[str, int], int], dict[tuple[str, int], int], list[Position], dict[str, Position], int | None
@@ -98,15 +110,21 @@ class ViewCurrency:
         other_topics: coordinator topics without that layout (the describe fallback's topic): a transaction
             needs all of their partitions current.
         state: what `state()` returned earlier (restores the bookkeeping).
+        clock_skew_ms: how far the reader's clock (when it read a gap) and the collector's (a position's
+            `as_of_ms`) may disagree.
     """
 
     def __init__(
         self,
         transaction_log: str | None,
         other_topics: Iterable[str] = (),
-        state: CurrencyState | LegacyCurrencyState | None = None,
+        # CurrencyState, or a shorter tuple stored by an earlier version (LegacyCurrencyState: v0.1.0)
+        state: tuple[Any, ...] | None = None,
+        *,
+        clock_skew_ms: int = 0,
     ) -> None:
         self.transaction_log = transaction_log
+        self.clock_skew_ms = clock_skew_ms
         self.topics = tuple(([transaction_log] if transaction_log else []) + list(other_topics))
         applied, current, pending, newest, first = (state or ({}, {}, [], {}, None))[:5]
         undecodable_ids, undecodable_partitions, undecodable_records = (
@@ -115,6 +133,8 @@ class ViewCurrency:
         self.undecodable_ids: dict[tuple[str, str], int] = dict(undecodable_ids)
         self.undecodable_partitions: dict[tuple[str, int], int] = dict(undecodable_partitions)
         self.undecodable_records: int = undecodable_records
+        self.gaps: GapState = dict(state[6]) if state is not None and len(state) > 6 else {}
+        self.rewound: RewoundState = dict(state[7]) if state is not None and len(state) > 7 else {}
         self.applied_end: dict[tuple[str, int], int] = dict(applied)
         self._current: dict[tuple[str, int], int] = dict(current)
         self._pending: list[Position] = list(pending)
@@ -140,7 +160,16 @@ class ViewCurrency:
         """Plain data for a state store (pickled; restored by the constructor)."""
         self._settle()
         undecodable = (self.undecodable_ids, self.undecodable_partitions, self.undecodable_records)
-        return (self.applied_end, self._current, self._pending, self.newest, self.first_as_of_ms, undecodable)
+        return (
+            self.applied_end,
+            self._current,
+            self._pending,
+            self.newest,
+            self.first_as_of_ms,
+            undecodable,
+            self.gaps,
+            self.rewound,
+        )
 
     # -- input
 
@@ -154,6 +183,48 @@ class ViewCurrency:
         if next_offset <= self.applied_end.get(key, 0):
             return False
         self.applied_end[key] = next_offset
+        self._dirty = True
+        return True
+
+    def read(self, topic: str, partition: int, breaks: Iterable[tuple[int, int]], read_at_ms: int) -> bool:
+        """Where one batch's reading of `topic`-`partition` did not run on from the record before: `breaks` are
+        (offset read before, offset read) pairs, -1 before for the batch's first row (the reader knows no record
+        before it); `read_at_ms` is the reader's clock after it fetched them. Call it before the batch's `applied`.
+
+        A compacted coordinator topic loses records below its end while the job lags: the cleaner removes a
+        record once a later record of the same key exists, and keeps only that one. Reading on from the last
+        offset applied, a missing offset is such a gap. The record that superseded the lost one existed when the
+        cleaner ran, before this read, so it lies below any end offset measured after `read_at_ms`; a position
+        measured earlier may end below it, and the view at that end would lack the lost record (an Ongoing one,
+        say, while it holds the CompleteCommit before it). So positions measured up to `read_at_ms` (plus the
+        skew) no longer vouch for the partition past the gap (`_vouches`).
+
+        A first offset *below* what was applied means the partition was truncated and written again (an unclean
+        leader election): the view holds records the log no longer has; the partition is marked rewound.
+
+        Returns:
+            Whether anything changed.
+        """
+        pairs = sorted(set(breaks), key=lambda b: b[1])
+        if not pairs:
+            return False
+        key = (topic, partition)
+        end = self.applied_end.get(key, 0)
+        firsts = [offset for before, offset in pairs if before < 0]
+        if firsts and min(firsts) < end:
+            if key in self.rewound:
+                return False
+            self.rewound[key] = min(firsts)
+            self._dirty = True
+            return True
+        starts = [end for offset in firsts if offset > end] + [
+            before + 1 for before, _ in pairs if before >= 0
+        ]
+        if not starts:
+            return False
+        gap_from = min(starts)
+        old = self.gaps.get(key)
+        self.gaps[key] = (min(gap_from, old[0]), max(read_at_ms, old[1])) if old else (gap_from, read_at_ms)
         self._dirty = True
         return True
 
@@ -231,13 +302,20 @@ class ViewCurrency:
             for partition, end in p.end_offsets:
                 key = (p.topic, partition)
                 if self.applied_end.get(key, 0) >= end:
-                    if self._current.get(key, -1) < p.as_of_ms:
+                    if self._current.get(key, -1) < p.as_of_ms and self._vouches(p, key, end):
                         self._current[key] = p.as_of_ms
                 else:
                     covered = False
             if not covered:
                 still.append(p)
         self._pending = still
+
+    def _vouches(self, p: Position, key: tuple[str, int], end: int) -> bool:
+        """A covered position proves the partition current unless it was measured no later than a gap was read
+        (within the skew) and its end lies past the gap: then a record below its end may have been cleaned away
+        for a later one above it (`read`)."""
+        gap = self.gaps.get(key)
+        return gap is None or end <= gap[0] or p.as_of_ms > gap[1] + self.clock_skew_ms
 
     # -- questions
 
@@ -259,7 +337,7 @@ class ViewCurrency:
                 wanted = range(newest.partitions)
             for partition in wanted:
                 at = self.current.get((topic, partition))
-                if at is None:
+                if at is None or (topic, partition) in self.rewound:
                     return None
                 result = at if result is None else min(result, at)
         return result
@@ -277,6 +355,19 @@ class ViewCurrency:
         if any(tid == transactional_id for _, tid in self.undecodable_ids):
             return True
         for topic, partition in self.undecodable_partitions:
+            newest = self.newest.get(topic)
+            if topic != self.transaction_log or newest is None:
+                return True
+            if partition == coordinator_partition(transactional_id, newest.partitions):
+                return True
+        return False
+
+    def rewound_about(self, transactional_id: str | None) -> bool:
+        """A partition that could hold the owner's records was truncated and rewritten under the view (`read`):
+        with an id, its partition of the log (or any partition of the other topics); without one, any."""
+        if transactional_id is None:
+            return bool(self.rewound)
+        for topic, partition in self.rewound:
             newest = self.newest.get(topic)
             if topic != self.transaction_log or newest is None:
                 return True

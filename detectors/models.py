@@ -118,6 +118,10 @@ class WithheldReason(StrEnum):
     # A coordinator record that could be about the transaction's owner did not decode (e.g. a value version
     # newer than txnwatch knows): its content is lost, so the view of that id (or partition) is not complete.
     COORDINATOR_RECORD_UNDECODABLE = "coordinator-record-undecodable"
+    # The coordinator log partition that could own the transaction was read again at offsets below what the view
+    # had applied (truncated and rewritten: an unclean leader election): the view holds records the log no longer
+    # has, until the job reads the log again on a new checkpoint.
+    COORDINATOR_LOG_REWOUND = "coordinator-log-rewound"
 
 
 class CoordinatorRole(StrEnum):

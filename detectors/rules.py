@@ -914,6 +914,12 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
 
 
 def _why_withheld(decision: Decision, e: Evidence) -> str:
+    if decision.withheld is WithheldReason.COORDINATOR_LOG_REWOUND:
+        return (
+            "withheld: the coordinator log partition of its owner was read again below offsets already applied "
+            "(truncated and rewritten, as after an unclean leader election), so the view may hold records the log "
+            "no longer has; restart the job on a new checkpoint location to read it again"
+        )
     if decision.withheld is WithheldReason.COORDINATOR_RECORD_UNDECODABLE:
         return (
             "withheld: a coordinator record that could be about its owner did not decode (on the dead-letter "

@@ -61,13 +61,17 @@ STAGE1_INPUT_COLUMNS = (
     "read_topic",
     "read_partition",
     "read_offset",
+    # null when the row's offset is the one after the row read before it; else that row's offset (-1 for the
+    # reader's first row of the batch): a gap, records compaction removed (`read_facts`)
+    "read_after",
 )
 
 # Stage 1's output: a fact about a producer id (streaming.reconcile.FACT_SCHEMA has these names).
 FACT_COLUMNS = (
     "producer_id",
     # "view" | "retired" | "applied" (progress through a coordinator topic: producer_id -1,
-    # transactional_id = the topic, record_json = {partition: next offset}, sent to every stage-2 bucket)
+    # transactional_id = the topic, record_json = {partition: next offset}, sent to every stage-2 bucket) |
+    # "read" (where the reading broke: {partition: [[before, offset]]}, fact_time_ms = when read; `read_facts`)
     "fact",
     "transactional_id",
     "record_json",  # CoordinatorRecord JSON (view)
@@ -170,6 +174,24 @@ def applied_facts(topics: Sequence[str], partitions: Sequence[int], offsets: Seq
         if offset + 1 > per_topic.get(partition, 0):
             per_topic[partition] = offset + 1
     return [(-1, "applied", topic, json.dumps(ends), 0, -1) for topic, ends in reached.items()]
+
+
+def read_facts(
+    topics: Sequence[str | None],
+    partitions: Sequence[int | None],
+    offsets: Sequence[int | None],
+    read_after: Sequence[int | None],
+    read_at_ms: int,
+) -> list[Fact]:
+    """Where this batch's reading of each coordinator topic partition did not run on from the row before: one
+    "read" fact per topic, {partition: [[offset read before (-1: the reader's first row), offset]]} as JSON, at
+    `read_at_ms` (the reader's clock, after the fetch). Every stage-2 bucket gets it and merges the batch's facts
+    before its "applied" ones (`detectors.currency.ViewCurrency.read`)."""
+    found: dict[str, dict[int, list[tuple[int, int]]]] = {}
+    for topic, partition, offset, before in zip(topics, partitions, offsets, read_after, strict=True):
+        if before is not None and topic is not None and partition is not None and offset is not None:
+            found.setdefault(topic, {}).setdefault(partition, []).append((before, offset))
+    return [(-1, "read", topic, json.dumps(per), read_at_ms, -1) for topic, per in found.items()]
 
 
 def advance_undecodable(
@@ -363,7 +385,9 @@ class ReconcileConfig:
     def view_currency(self, state: CurrencyState | None = None) -> ViewCurrency:
         """The bookkeeping of how current the view is, restored from `state` (a bucket's stored one)."""
         others = [self.coordinator_state_topic] if self.coordinator_state_topic else []
-        return ViewCurrency(self.transaction_log_topic, others, state)
+        return ViewCurrency(
+            self.transaction_log_topic, others, state, clock_skew_ms=self.limits.clock_skew_ms
+        )
 
 
 class View(NamedTuple):
@@ -541,6 +565,22 @@ class BucketState:
         for partition, end in json.loads(ends_json).items():
             self.currency_changed |= self.currency.applied(topic, int(partition), end)
 
+    def apply_reads(self, reads: Sequence[tuple[str, str, int]]) -> None:
+        """The batch's "read" facts (topic, {partition: [break offsets]} JSON, read time), merged across the
+        stage-1 buckets that sent them, before the batch's "applied" facts: the batch's first offset read is the
+        smallest break of all of them."""
+        merged: dict[tuple[str, int], tuple[list[tuple[int, int]], int]] = {}
+        for topic, body_json, read_at_ms in reads:
+            for partition, pairs in json.loads(body_json).items():
+                key = (topic, int(partition))
+                known, at = merged.get(key, ([], read_at_ms))
+                merged[key] = (known + [(before, offset) for before, offset in pairs], max(at, read_at_ms))
+        rewound = len(self.currency.rewound)
+        for (topic, partition), (offsets, read_at_ms) in merged.items():
+            self.currency_changed |= self.currency.read(topic, partition, offsets, read_at_ms)
+        # A rewound partition re-judges everything, as a lost record does (a gap only limits later positions).
+        self.undecodable_changed |= len(self.currency.rewound) > rewound
+
     def apply_undecodable(self, topic: str, body_json: str) -> None:
         """An "undecodable" fact (`advance_undecodable`): records of `topic` read whose content is lost, and ids
         a decodable record freed again. A change re-judges every open transaction (it is rare)."""
@@ -661,16 +701,20 @@ class BucketState:
         # A record that could be about the owner was read but did not decode: the view is not complete, whatever
         # its currency says, so it proves nothing until a decodable record supersedes that one.
         undecodable = self.currency.undecodable_about(transactional_id)
+        rewound = self.currency.rewound_about(transactional_id)
         decision = judge_view(
             t,
             c,
             t.observed_at_ms,
             self.config.limits,
-            view_current_ms=None if undecodable else view_current_ms,
+            view_current_ms=None if undecodable or rewound else view_current_ms,
             retired_at_ms=retired_at_ms,
         )
-        if undecodable and decision.withheld is WithheldReason.COORDINATOR_VIEW_BEHIND:
-            decision = decision._replace(withheld=WithheldReason.COORDINATOR_RECORD_UNDECODABLE)
+        if decision.withheld is WithheldReason.COORDINATOR_VIEW_BEHIND:
+            if rewound:
+                decision = decision._replace(withheld=WithheldReason.COORDINATOR_LOG_REWOUND)
+            elif undecodable:
+                decision = decision._replace(withheld=WithheldReason.COORDINATOR_RECORD_UNDECODABLE)
         decided = (decision.kind.value, decision.reason.value if decision.reason else None)
         explanation = None
         events: list[Event] = []
@@ -865,8 +909,15 @@ def reconcile_bucket(
         events.extend(bucket.confirm_open(key, row, now_ms))
         confirmed_now.add(key)
         producer_ids.add(pid[i])
+    # What the batch's reading skipped (compaction) or read again (a rewound log) first: it decides what the
+    # positions covered by its "applied" facts may vouch for.
+    reads = [(_tid[i], record_json[i], fact_time[i]) for i in facts if fact[i] == "read"]
+    if reads:
+        bucket.apply_reads(reads)
     for i in facts:
         kind = fact[i]
+        if kind == "read":
+            continue
         if kind == "applied":
             bucket.apply_progress(_tid[i], record_json[i])
         elif kind == "position":

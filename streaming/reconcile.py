@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast
 
@@ -39,6 +40,7 @@ from detectors.tracking import (
     advance_owners,
     advance_undecodable,
     applied_facts,
+    read_facts,
     reconcile_bucket,
     stored_open_entry,
 )
@@ -117,14 +119,18 @@ class ProducerIdFacts(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         columns = _columns(rows, STAGE1_INPUT_COLUMNS[1:])
-        records = cast("Iterator[CoordinatorRow]", zip(*columns[:-3], strict=True))
+        where = columns[-4:-1]  # read_topic, read_partition, read_offset
+        records = cast("Iterator[CoordinatorRow]", zip(*columns[:-4], strict=True))
         owners: dict[str, Owner] = _load(self.owners, Owner)
         # Plain tuples in CoordinatorRow's order: a NamedTuple per row would cost as much as the rule.
         # A row with no producer id did not decode: it is no record to apply, only a taint (advance_undecodable).
         facts = advance_owners(owners, (r for r in records if r[0] is not None and r[1] is not None))
-        facts.extend(advance_undecodable(owners, columns[0], columns[1], *columns[-3:]))
+        facts.extend(advance_undecodable(owners, columns[0], columns[1], *where))
         _save(self.owners, owners)
-        facts.extend(applied_facts(*columns[-3:]))
+        # Read now, after the fetch of every row of the batch: the bound of when the reader saw its gaps.
+        topics, partitions, offsets = where
+        facts.extend(read_facts(topics, partitions, offsets, columns[-1], int(time.time() * 1000)))
+        facts.extend(applied_facts(*where))
         if facts:
             yield pd.DataFrame(facts, columns=FACT_COLUMNS)
 

@@ -89,7 +89,8 @@ def fact_rows(facts: DataFrame, buckets: int) -> DataFrame:
     bucket."""
     none = {c: F.lit(None).cast("long") for c in STAGE2_INPUT_COLUMNS[7:]}
     none.update(topic=F.lit(None).cast("string"), snapshot_json=F.lit(None).cast("string"))
-    everywhere = F.col("fact").isin("applied", "undecodable")  # every bucket judges against the whole view
+    # every bucket judges against the whole view
+    everywhere = F.col("fact").isin("applied", "undecodable", "read")
     targets = F.when(everywhere, F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
         F.array(bucket_of("producer_id", buckets).cast("int"))
     )
@@ -113,7 +114,12 @@ _PROVENANCE = {"schema_version", "source_partition", "source_offset", "source_ti
 def coordinator_rows(records: DataFrame, buckets: int) -> DataFrame:
     """Stage 1's input: the columns its rule reads, and the record as JSON (built here, in the JVM)."""
     record = F.struct(*[F.col(f.name) for f in COORDINATOR_RECORD_SCHEMA.fields if f.name not in _PROVENANCE])
-    for name, kind in (("read_topic", "string"), ("read_partition", "long"), ("read_offset", "long")):
+    for name, kind in (
+        ("read_topic", "string"),
+        ("read_partition", "long"),
+        ("read_offset", "long"),
+        ("read_after", "long"),
+    ):
         if name not in records.columns:  # records without where they were read: no progress to report
             records = records.withColumn(name, F.lit(None).cast(kind))
     return records.select(

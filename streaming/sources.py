@@ -9,7 +9,7 @@ docs/streaming.md for the evidence.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -278,6 +278,8 @@ DECODED_SCHEMA = T.StructType(
         T.StructField("kafka_topic", T.StringType(), True),
         T.StructField("kafka_partition", T.IntegerType(), True),
         T.StructField("kafka_offset", T.LongType(), True),
+        # the offset read before it from the same partition, when that is not the one before (`read_after`)
+        T.StructField("kafka_read_after", T.LongType(), True),
     ]
 )
 # The decoded columns: CoordinatorRecord's fields (same names and types as the JSON fallback) plus the raw
@@ -340,6 +342,20 @@ def _key_id(key: bytes | None) -> str | None:
         return None
 
 
+def read_after(partitions: Sequence[int], offsets: Sequence[int], last: dict[int, int]) -> list[int | None]:
+    """Per row (in read order): None when its offset is the one after the row read before it from the same
+    partition; else that row's offset, or -1 for the first row this reader saw of the partition. A compacted topic
+    has gaps where the cleaner removed records (a non-transactional topic has no other; `__transaction_state`
+    and the collector's coordinator-state topic are both compacted). `last` carries each partition's last offset
+    from one Arrow batch to the next of the same task (a task reads one partition's range in order)."""
+    out: list[int | None] = []
+    for partition, offset in zip(partitions, offsets, strict=True):
+        before = last.get(partition, -1)
+        out.append(None if before >= 0 and offset == before + 1 else before)
+        last[partition] = offset
+    return out
+
+
 def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: raw `__transaction_state` rows → DECODED_SCHEMA rows (runs on executors).
 
@@ -348,8 +364,10 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
     A row that did not decode keeps the transactional id of its key when the key alone decodes (a value version
     txnwatch does not know): which id the view may now miss a record of (detectors/currency.py).
     `compact` keeps only the records stage 1 needs (`run_ends`), within each Arrow batch: a Kafka partition's
-    records come in offset order, and all records of a transactional id are in one partition.
+    records come in offset order, and all records of a transactional id are in one partition. A row after a
+    break in the offsets (`read_after`) is always kept: stage 2 needs every one (detectors/currency.py, gaps).
     """
+    last: dict[int, int] = {}
     for batch in batches:
         n = batch.num_rows
         decoded: list[list[Any]] = [[] for _ in _DECODED_FIELDS]
@@ -373,6 +391,7 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
                 column.append(item)
         bad = pa.array([e is not None for e in errors], pa.bool_())
         partition = batch.column("partition")
+        after = read_after(partition.to_pylist(), batch.column("offset").to_pylist(), last)
         columns = {
             **{
                 name: pa.array(col, DECODED_ARROW_SCHEMA.field(name).type)
@@ -390,12 +409,16 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
             "kafka_topic": batch.column("topic"),
             "kafka_partition": partition.cast(pa.int32()),
             "kafka_offset": batch.column("offset"),
+            "kafka_read_after": pa.array(after, pa.int64()),
         }
         out = pa.RecordBatch.from_arrays(
             [columns[f.name].cast(f.type) for f in DECODED_ARROW_SCHEMA], schema=DECODED_ARROW_SCHEMA
         )
         if compact:  # decoded[0] has no id for a row that did not decode: run_ends keeps every such row
-            out = out.filter(pa.array(run_ends(decoded[0], decoded[1], decoded[-1]), pa.bool_()))
+            keep = run_ends(decoded[0], decoded[1], decoded[-1])
+            out = out.filter(
+                pa.array([k or a is not None for k, a in zip(keep, after, strict=True)], pa.bool_())
+            )
         yield out
 
 
@@ -411,8 +434,20 @@ def decode_transaction_log(raw: DataFrame, *, compact: bool = False) -> DataFram
     return slim.mapInArrow(functools.partial(decode_batches, compact=compact), DECODED_SCHEMA)
 
 
+def _with_read_breaks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: the rows as they are, plus `kafka_read_after` (`read_after`)."""
+    last: dict[int, int] = {}
+    for batch in batches:
+        after = read_after(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), last)
+        yield pa.RecordBatch.from_arrays(
+            [*batch.columns, pa.array(after, pa.int64())], names=[*batch.schema.names, "kafka_read_after"]
+        )
+
+
 def parse_coordinator_json(raw: DataFrame) -> DataFrame:
-    """The collector's fallback topic (CoordinatorRecord JSON) → the same columns as the decoded log."""
+    """The collector's fallback topic (CoordinatorRecord JSON) → the same columns as the decoded log. That topic
+    is compacted too, so where its reading breaks is marked as for the log (`read_after`)."""
+    raw = raw.mapInArrow(_with_read_breaks, raw.schema.add("kafka_read_after", T.LongType(), True))
     parsed = raw.select(  # parsed once: see parse_snapshots
         "*",
         F.explode(
@@ -441,6 +476,7 @@ def parse_coordinator_json(raw: DataFrame) -> DataFrame:
         F.col("topic").alias("kafka_topic"),
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
+        "kafka_read_after",
     )
 
 
@@ -477,4 +513,5 @@ def coordinator_rows_read(decoded: DataFrame) -> DataFrame:
         F.col("kafka_topic").alias("read_topic"),
         F.col("kafka_partition").cast("long").alias("read_partition"),
         F.col("kafka_offset").alias("read_offset"),
+        F.col("kafka_read_after").alias("read_after"),
     )
