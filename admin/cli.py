@@ -41,6 +41,7 @@ from admin.inspect import (
 from admin.metrics import CollectorMetrics, RequestLog, serve
 from admin.proposals import (
     EXIT_ALREADY_RESOLVED,
+    EXIT_COLLISION,
     EXIT_DONE,
     EXIT_ERROR,
     EXIT_REFUSED,
@@ -187,8 +188,11 @@ exit codes:
   {EXIT_REFUSED}  refused, no marker written: the transaction changed since the plan (committed or aborted by someone
      else, epoch, coordinator epoch or start offset moved), or its coordinator owns it (Ongoing with this
      partition, or any Prepare state), or the coordinator side cannot be checked, or another execution holds
-     the candidate
+     the candidate, or live-owner-same-epoch (see --allow-live-owner)
   {EXIT_ALREADY_RESOLVED}  nothing to do: an earlier (or concurrent) run of txnwatch aborted it; nothing written
+  {EXIT_COLLISION}  COLLISION: aborted, but the producer id's live owner moved between verify and marker (it added
+     the partition, began or ended a transaction, or wrote to the partition): records it wrote there may have
+     been aborted with the orphan while its transaction commits elsewhere. Tell its owners now (runbook)
 
 --execute first claims the candidate on <prefix>.audit, so two concurrent executions write one marker. Every
 run (dry or not) publishes an audit record to <prefix>.audit. Details: docs/proposals.md."""
@@ -226,9 +230,10 @@ def _register_proposals(subparsers: Any) -> None:
         "abort",
         help="verify a candidate live and (with --execute) abort it with WriteTxnMarkers",
         description="Plan (the candidate's WriteTxnMarkersSpec) -> verify live (the leader still reports the same "
-        "producer id, epoch, coordinator epoch and start offset open; its coordinator does not own it) -> "
+        "producer id, epoch, coordinator epoch and start offset open; its coordinator does not own it, and no "
+        "live transactional id owns it at the marker's epoch) -> "
         "with --execute: write the ABORT marker to the current leader -> post-check (the transaction is gone, "
-        "the LSO moved past it) -> audit record. Dry run by default.",
+        "the LSO moved past it; the owner did not move meanwhile) -> audit record. Dry run by default.",
         epilog=ABORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -237,6 +242,16 @@ def _register_proposals(subparsers: Any) -> None:
     ab.add_argument("--execute", action="store_true", help="write the marker (default: dry run)")
     ab.add_argument(
         "--actor", help="who runs this, for the audit record (default: TXNWATCH_ACTOR, else the login name)"
+    )
+    ab.add_argument(
+        "--allow-live-owner",
+        action="store_true",
+        help="abort even though the transactional id that owns the producer id is live at the marker's epoch "
+        "(refusal live-owner-same-epoch). The risk: if its producer adds this partition and writes to it between "
+        "the check and the marker, that write joins the orphan's open transaction and the marker aborts it too, "
+        "while its transaction still commits on its other partitions: exactly-once silently broken for it. Only "
+        "when you know that producer no longer writes to this partition (stopped, or it never writes here). The "
+        f"flag is recorded in the audit record; a collision is still reported (COLLISION, exit {EXIT_COLLISION})",
     )
     ab.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
     ab.set_defaults(func=cmd_proposals_abort)
@@ -767,7 +782,14 @@ def cmd_proposals_abort(args: argparse.Namespace) -> int:
         except (AdminError, KafkaError) as exc:
             return _fail(command, f"cannot use the audit topic {audit_topic}: {exc}; nothing was done")
         audit_log = TopicAuditLog(producer, consumer, audit_topic, timeout_s=timeout_s)
-        attempt = abort(KafkaWire(admin), candidate, execute=args.execute, actor=actor, audit_log=audit_log)
+        attempt = abort(
+            KafkaWire(admin),
+            candidate,
+            execute=args.execute,
+            actor=actor,
+            audit_log=audit_log,
+            allow_live_owner=args.allow_live_owner,
+        )
         record = attempt.audit
         try:
             audit_log.append(record)

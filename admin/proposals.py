@@ -13,7 +13,9 @@ RESOLVED). `proposals abort` (`abort`) runs named steps, each a function here:
   negative, never -1); `marker_answer` maps its error: NOT_LEADER_OR_FOLLOWER (and the other leader-moved
   errors) once means metadata is read again, everything verified again, and the marker goes to the new leader;
 - `post_check_until` / `post_check_ending`: the transaction is gone and the LSO moved past its start offset
-  (`detectors.abort.post_check`);
+  (`detectors.abort.post_check`), and no live owner of the producer id at the marker's epoch moved meanwhile
+  (`detectors.abort.collision_signs`: the coordinator read again after the marker, and the leader; a COLLISION
+  otherwise);
 - audit: every ending is one `AuditRecord` (`Attempt.end`) to `<prefix>.audit`, whatever the outcome.
 
 What `list` and `show` read and print is admin/show.py (its names are re-exported here for the CLI).
@@ -57,7 +59,10 @@ from admin.show import render_show as render_show
 from admin.show import show_json as show_json
 from admin.show import stuck_groups as stuck_groups
 from detectors.abort import (
+    ALLOW_LIVE_OWNER_FLAG,
     claim_holder,
+    collision_report,
+    collision_signs,
     post_check,
     prior_abort,
     verify_abort,
@@ -82,6 +87,7 @@ EXIT_DONE = 0  # aborted and post-checked, or a dry run that verified the abort 
 EXIT_ERROR = 1  # an error: unreachable, denied by an ACL, marker failed or post-check failed
 EXIT_REFUSED = 3  # refused: the state changed since the plan, or the abort is not provably safe
 EXIT_ALREADY_RESOLVED = 4  # the transaction is no longer open: nothing to do
+EXIT_COLLISION = 5  # aborted, but a live owner moved between verify and marker: its records may be lost
 
 EXIT_CODES = {
     AuditOutcome.DRY_RUN: EXIT_DONE,
@@ -90,6 +96,7 @@ EXIT_CODES = {
     AuditOutcome.ALREADY_RESOLVED: EXIT_ALREADY_RESOLVED,
     AuditOutcome.DENIED: EXIT_ERROR,
     AuditOutcome.FAILED: EXIT_ERROR,
+    AuditOutcome.COLLISION: EXIT_COLLISION,
 }
 
 # WriteTxnMarkers errors after which Kafka's AbortTransactionHandler looks the leader up again; plus
@@ -248,6 +255,7 @@ def observe(
             coordinator_epoch=max(-1, mine[0].coordinator_epoch),
             current_txn_start_offset=max(-1, mine[0].current_txn_start_offset),
             last_timestamp_ms=mine[0].last_timestamp_ms,
+            last_sequence=max(-1, mine[0].last_sequence),
         )
         if mine
         else None
@@ -377,6 +385,7 @@ def abort(
     post_check_timeout_s: float = 10.0,
     claim_wait_s: float = CLAIM_WAIT_S,
     claim_lease_ms: int = CLAIM_LEASE_MS,
+    allow_live_owner: bool = False,
 ) -> AbortAttempt:
     """Verify the candidate live and, with `execute`, claim it, write its ABORT marker and post-check it.
 
@@ -390,11 +399,14 @@ def abort(
     write one marker: the first claim in the audit partition goes on, verifying again; the others wait for its
     ending and then find the transaction aborted (ALREADY_RESOLVED), or refuse. The caller publishes the
     returned ending record, which releases the claim. `clock_ms` stamps records and ages claims; `monotonic`
-    and `sleep` pace the waits.
+    and `sleep` pace the waits. `allow_live_owner` (`--allow-live-owner`) waives the refusal
+    `live-owner-same-epoch`; the post-check then also reports a COLLISION if that owner moved meanwhile.
 
     Never raises for cluster trouble: every ending is an `AuditRecord` (outcome and message).
     """
-    attempt = plan(candidate, execute=execute, actor=actor, clock_ms=clock_ms)
+    attempt = plan(
+        candidate, execute=execute, actor=actor, clock_ms=clock_ms, allow_live_owner=allow_live_owner
+    )
     ended = audit_history_ending(attempt, audit_log)
     if ended is not None:
         return ended
@@ -460,7 +472,9 @@ def abort(
         monotonic=monotonic,
         clock_ms=clock_ms,
     )
-    return post_check_ending(attempt, checked_after, leader=verified.before.leader, context=context)
+    return post_check_ending(
+        attempt, checked_after, leader=verified.before.leader, context=context, before=verified.before
+    )
 
 
 # ------------------------------------------------------------------------------------- the abort's steps
@@ -475,6 +489,7 @@ class Attempt:
     execute: bool
     base: dict[str, Any]
     clock_ms: Callable[[], int]
+    allow_live_owner: bool = False
 
     def record(self, outcome: AuditOutcome, message: str, **fields: Any) -> AuditRecord:
         return AuditRecord(**self.base, **fields, at_ms=self.clock_ms(), outcome=outcome, message=message)
@@ -490,9 +505,11 @@ def plan(
     actor: str,
     clock_ms: Callable[[], int],
     audit_id: str | None = None,
+    allow_live_owner: bool = False,
 ) -> Attempt:
     """The attempt: a fresh audit id and the candidate's plan (`detectors.abort.plan_abort` built its
-    WriteTxnMarkersSpec), which every audit record of this run carries."""
+    WriteTxnMarkersSpec), which every audit record of this run carries, with the operator's
+    `--allow-live-owner`."""
     base: dict[str, Any] = {
         "audit_id": audit_id if audit_id is not None else uuid.uuid4().hex,
         "candidate_id": candidate.candidate_id,
@@ -504,8 +521,9 @@ def plan(
         "execute": execute,
         "plan": candidate.spec,
         "candidate_evidence": candidate.evidence,
+        "allow_live_owner": allow_live_owner,
     }
-    return Attempt(candidate, execute, base, clock_ms)
+    return Attempt(candidate, execute, base, clock_ms, allow_live_owner)
 
 
 def audit_history_ending(attempt: Attempt, audit_log: AuditLog) -> AbortAttempt | None:
@@ -558,7 +576,8 @@ def verify_live(
             verify=previous.verify if previous else None,
             leader_moves=moves,
         )
-    return verified_or_ending(attempt, before, verify_abort(candidate, before), moves=moves)
+    verify = verify_abort(candidate, before, allow_live_owner=attempt.allow_live_owner)
+    return verified_or_ending(attempt, before, verify, moves=moves)
 
 
 def verified_or_ending(
@@ -628,9 +647,16 @@ def dry_run_ending(attempt: Attempt, verified: Verified) -> AbortAttempt:
     return attempt.end(
         AuditOutcome.DRY_RUN,
         f"dry run: safe to abort now (leader {verified.before.leader}, coordinator epoch "
-        f"{verified.marker.coordinator_epoch}); nothing written, add --execute to abort",
+        f"{verified.marker.coordinator_epoch}){_waived(verified.verify)}; nothing written, add --execute to abort",
         **verified.context,
     )
+
+
+def _waived(verify: VerifyResult | None) -> str:
+    """What the operator's flag let through, for the message: the risk stays theirs, so it is said."""
+    if verify is None or not verify.waived:
+        return ""
+    return f", with {ALLOW_LIVE_OWNER_FLAG} waiving: " + "; ".join(verify.waived)
 
 
 def _aborted_by(r: AuditRecord) -> str:
@@ -783,21 +809,48 @@ def post_check_until(
 
 
 def post_check_ending(
-    attempt: Attempt, looked: AfterMarker, *, leader: int, context: dict[str, Any]
+    attempt: Attempt, looked: AfterMarker, *, leader: int, context: dict[str, Any], before: LiveEvidence
 ) -> AbortAttempt:
-    """The ending once the marker is written: ABORTED when the post-check holds, else FAILED with why."""
+    """The ending once the marker is written: COLLISION when a live owner at the marker's epoch moved between
+    verification (`before`) and the look after the marker (`detectors.abort.collision_signs`), whatever the
+    post-check says; else ABORTED when the post-check holds, FAILED with why when it does not."""
     after, check = looked.after, looked.check
     fields: dict[str, Any] = {**context, "after": after, "post_check": check, "marker_written": True}
     candidate = attempt.candidate
+    where = f"{candidate.topic}-{candidate.partition}"
+    checked = (
+        f"post-check passed ({where} LSO {after.last_stable_offset if after else '?'} is past offset "
+        f"{candidate.start_offset})"
+        if check is not None and check.ok
+        else "post-check failed: " + (looked.problem or "; ".join(check.problems if check else ()))
+    )
+    signs = collision_signs(candidate, before, after if looked.problem is None else None)
+    if signs:
+        return attempt.end(
+            AuditOutcome.COLLISION,
+            f"COLLISION: marker written by broker {leader}, {checked}, but the owner of producer "
+            f"{candidate.spec.producer_id} at the marker's epoch moved: "
+            + collision_report(candidate, signs),
+            **fields,
+            collision=signs,
+        )
     if check is not None and check.ok:
         return attempt.end(
             AuditOutcome.ABORTED,
-            f"aborted: marker written by broker {leader}; {candidate.topic}-{candidate.partition} LSO "
-            f"{after.last_stable_offset if after else '?'} is past offset {candidate.start_offset}",
+            f"aborted: marker written by broker {leader}; {where} LSO "
+            f"{after.last_stable_offset if after else '?'} is past offset {candidate.start_offset}"
+            + _owner_stayed(context.get("verify")),
             **fields,
         )
-    why = looked.problem or "; ".join(check.problems if check else ())
-    return attempt.end(AuditOutcome.FAILED, f"marker written, but the post-check failed: {why}", **fields)
+    return attempt.end(AuditOutcome.FAILED, f"marker written, but the {checked}", **fields)
+
+
+def _owner_stayed(verify: VerifyResult | None) -> str:
+    """For an ABORTED run whose refusal the operator waived: that the owner was watched and did not move."""
+    if verify is None or not verify.waived:
+        return ""
+    names = ", ".join(w.split(":", 1)[0] for w in verify.waived)
+    return f"; {ALLOW_LIVE_OWNER_FLAG} waived {names}, and the owner did not move before the marker"
 
 
 def publish_audit(

@@ -3,6 +3,7 @@
 `plan_abort` turns a HANGING verdict into an `AbortCandidate` with the WriteTxnMarkers spec. `verify_abort`
 decides, from what the partition leader and the coordinator say *now* (`LiveEvidence`, gathered by
 admin/proposals.py), whether that marker may still be written; `post_check` whether it did its job;
+`collision_signs` whether a live owner wrote to the partition between verification and the marker;
 `pending_candidates` which candidates on-call should look at first. Reading the cluster and writing the marker
 live in admin/.
 """
@@ -21,6 +22,7 @@ from detectors.models import (
     AuditRecord,
     CandidateStatus,
     CoordinatorState,
+    LiveCoordinator,
     LiveEvidence,
     OpenTransaction,
     PartitionSnapshot,
@@ -153,7 +155,9 @@ def _where(c: AbortCandidate) -> str:
     return f"{c.topic}-{c.partition}"
 
 
-def verify_abort(candidate: AbortCandidate, live: LiveEvidence) -> VerifyResult:
+def verify_abort(
+    candidate: AbortCandidate, live: LiveEvidence, *, allow_live_owner: bool = False
+) -> VerifyResult:
     """May the candidate's ABORT marker still be written? Decided on what the cluster says now.
 
     SAFE needs all of: the leader still lists the candidate's producer id with a transaction open at the
@@ -161,8 +165,10 @@ def verify_abort(candidate: AbortCandidate, live: LiveEvidence) -> VerifyResult:
     0 when negative); the coordinator side was read; the candidate was not judged against a KIP-939
     two-phase-commit transaction, and the transactional id owning the producer id (if any) is not one now
     (its transaction manager decides its outcome: refused by name, `two-phase-commit`), is not in a Prepare
-    state (its coordinator is writing markers: never abort it), and is not Ongoing with this partition listed
-    (a live transaction: an abort would break exactly-once silently).
+    state (its coordinator is writing markers: never abort it), is not Ongoing with this partition listed
+    (a live transaction: an abort would break exactly-once silently), and is not live at the marker's epoch
+    (refused by name, `live-owner-same-epoch`, unless `allow_live_owner`: then SAFE with the refusal in
+    `waived`).
 
     ALREADY_RESOLVED: the transaction at the start offset is no longer open (committed, aborted, or aborted by a
     previous execution): nothing to write. REFUSED: anything else that changed, or could not be checked; the
@@ -207,12 +213,22 @@ def verify_abort(candidate: AbortCandidate, live: LiveEvidence) -> VerifyResult:
             f"the leader's coordinator epoch for producer {pid} moved from {spec.coordinator_epoch} to "
             f"{p.coordinator_epoch} (a coordinator wrote a marker on {where} since the plan)"
         )
-    changes.extend(_coordinator_objections(candidate, live))
+    objections = _coordinator_objections(candidate, live)
+    changes.extend(objections)
+    # Only an owner the checks above let through (readable, in a known state, not writing markers, not owning
+    # the partition) can be live at the marker's epoch without another refusal saying more.
+    live_owner = None if objections else live_owner_same_epoch(candidate, live.coordinator)
+    waived: tuple[str, ...] = ()
+    if live_owner is not None and allow_live_owner:
+        waived = (live_owner,)
+    elif live_owner is not None:
+        changes.append(live_owner)
     if changes:
-        return VerifyResult(outcome=VerifyOutcome.REFUSED, changes=tuple(changes))
+        return VerifyResult(outcome=VerifyOutcome.REFUSED, changes=tuple(changes), waived=waived)
     return VerifyResult(
         outcome=VerifyOutcome.SAFE,
         marker=spec.model_copy(update={"coordinator_epoch": live_marker_epoch}),
+        waived=waived,
     )
 
 
@@ -231,6 +247,60 @@ def two_phase_commit_refusal(transactional_id: str) -> str:
         "manager; end it there, or with Kafka 4.1+'s Admin.forceTerminateTransaction "
         f"(kafka-transactions.sh forceTerminateTransaction --transactionalId {shlex.quote(transactional_id)}); "
         "never with a marker"
+    )
+
+
+LIVE_OWNER_SAME_EPOCH = "live-owner-same-epoch"
+ALLOW_LIVE_OWNER_FLAG = "--allow-live-owner"
+
+
+def owner_at_marker_epoch(candidate: AbortCandidate, owner: LiveCoordinator | None) -> bool:
+    """`owner` owns the candidate's producer id at the marker's epoch and is not Dead: a transaction of it may
+    write to the partition at that epoch.
+
+    Such a batch joins the open transaction with no check: the leader skips partition verification for a
+    producer id and epoch that already has a transaction open there (`UnifiedLog.hasOngoingTransaction`), and
+    appends it to that transaction (`ProducerAppendInfo.appendDataBatch`). An admin marker at that epoch is
+    then accepted (`checkProducerEpoch`: epoch >= the entry's, as for any pre-TV2 marker) and aborts it too.
+    Whatever the transaction version: under TV0/TV1 every transaction of the producer runs at the epoch it got
+    at InitProducerId; under TV2 the epoch moves at the end of each transaction
+    (`TransactionMetadata.prepareAbortOrCommit`), and the Complete record carries the epoch the *next* one
+    writes with (`prepareComplete`), so an equal epoch is the owner's current or next transaction. An owner at
+    a higher epoch was fenced or moved on: its batch would raise the leader's epoch and the leader would then
+    fence the marker (INVALID_PRODUCER_EPOCH)."""
+    return (
+        owner is not None
+        and owner.producer_id == candidate.spec.producer_id
+        and owner.producer_epoch == candidate.spec.producer_epoch
+        and owner.state != CoordinatorState.DEAD.value
+    )
+
+
+def recorded_transaction_version(candidate: AbortCandidate) -> int:
+    """The client transaction version of the coordinator record the candidate was judged against, if it was the
+    producer id's own record; 0 otherwise (TV0, or unknown: DescribeTransactions does not report it, and the
+    describe fallback's records carry 0)."""
+    c = candidate.evidence.coordinator
+    if c is None or c.producer_id != candidate.spec.producer_id:
+        return 0
+    return c.client_transaction_version
+
+
+def live_owner_same_epoch(candidate: AbortCandidate, owner: LiveCoordinator | None) -> str | None:
+    """The refusal `live-owner-same-epoch` when `owner` is live at the marker's epoch (`owner_at_marker_epoch`),
+    else None. Waived only by the operator (`--allow-live-owner`)."""
+    if owner is None or not owner_at_marker_epoch(candidate, owner):
+        return None
+    where, epoch = _where(candidate), candidate.spec.producer_epoch
+    version = recorded_transaction_version(candidate)
+    known = f"transaction version {version}" if version else "transaction version 0 or unknown"
+    return (
+        f"{LIVE_OWNER_SAME_EPOCH}: transactional id {owner.transactional_id} owns producer {owner.producer_id} "
+        f"at epoch {epoch}, the marker's, and is live ({owner.state}, {known}): until its epoch moves, any "
+        f"transaction of it that adds {where} writes there at epoch {epoch}, that batch joins this open "
+        "transaction unchecked, and the marker would abort it too while its coordinator commits the rest. Ask "
+        "its owners to stop or restart that producer (InitProducerId moves the epoch; the abort then needs no "
+        f"flag), or, if it no longer writes to {where}, run again with {ALLOW_LIVE_OWNER_FLAG}"
     )
 
 
@@ -287,12 +357,86 @@ def post_check(candidate: AbortCandidate, after: LiveEvidence) -> PostCheck:
     return PostCheck(ok=not problems, problems=tuple(problems))
 
 
+def collision_signs(
+    candidate: AbortCandidate, before: LiveEvidence, after: LiveEvidence | None
+) -> tuple[str, ...]:
+    """Why the marker may have aborted records of a live owner: what moved between verification (`before`) and
+    the first look after the marker (`after`, None when it could not be read), one line each. Empty when no
+    owner was at the marker's epoch at either look (nothing at that epoch could write there), or when nothing
+    moved.
+
+    The owner's coordinator (it added the partition, began or ended a transaction, changed epoch or owner) and
+    the leader (the producer's last data sequence there moved: it wrote to the partition, which a TV2 client
+    does without the coordinator listing the partition when a transaction of its epoch is already open there).
+    """
+    b = before.coordinator
+    a = after.coordinator if after is not None else None
+    if not (owner_at_marker_epoch(candidate, b) or owner_at_marker_epoch(candidate, a)):
+        return ()
+    pid, where = candidate.spec.producer_id, _where(candidate)
+    if after is None or after.coordinator_error is not None:
+        why = after.coordinator_error if after is not None else "the partition could not be read"
+        return (f"the owner of producer {pid} could not be read again after the marker ({why})",)
+    signs = list(_owner_moves(b, a, pid=pid, where=where))
+    was, now = before.producer, after.producer
+    if was is not None and now is not None and now.last_sequence != was.last_sequence:
+        signs.append(
+            f"the leader of {where} took records of producer {pid} since verification (its last sequence "
+            f"moved from {was.last_sequence} to {now.last_sequence})"
+        )
+    return tuple(signs)
+
+
+def _owner_moves(b: LiveCoordinator | None, a: LiveCoordinator | None, *, pid: int, where: str) -> list[str]:
+    if a is None:
+        return [f"{b.transactional_id if b else 'no transactional id'} no longer owns producer {pid}"]
+    if b is None or b.transactional_id != a.transactional_id:
+        was = b.transactional_id if b else "no transactional id"
+        return [f"producer {pid} is owned by {a.transactional_id} now, by {was} at verification"]
+    moves = []
+    if a.partition_listed:
+        moves.append(
+            f"{a.transactional_id} now lists {where} in its transaction: it added the partition between "
+            "verification and the marker"
+        )
+    if a.state != b.state:
+        moves.append(f"{a.transactional_id} moved from {b.state} to {a.state}")
+    if a.producer_epoch != b.producer_epoch:
+        moves.append(f"{a.transactional_id}'s epoch moved from {b.producer_epoch} to {a.producer_epoch}")
+    if a.transaction_start_ms != b.transaction_start_ms:
+        moves.append(
+            f"{a.transactional_id} began a transaction since verification (its start moved from "
+            f"{b.transaction_start_ms} to {a.transaction_start_ms} ms)"
+        )
+    return moves
+
+
+def collision_report(candidate: AbortCandidate, signs: Sequence[str]) -> str:
+    """What a COLLISION means and what on-call does, after the signs."""
+    where, pid = _where(candidate), candidate.spec.producer_id
+    return (
+        "; ".join(signs)
+        + f". Records the owner wrote to {where} before the marker were aborted with the orphan (producer {pid}, "
+        f"offsets after {candidate.start_offset}), and its coordinator does not know: its commit still "
+        f"succeeds on its other partitions, and on {where} only what it writes after the marker. Exactly-once "
+        "is broken for that transaction: tell its owners now (docs/runbook.md, Collision)"
+    )
+
+
 # ------------------------------------------------------------------------------ the audit log's answers
+
+
+def aborted_it(record: AuditRecord) -> bool:
+    """The attempt wrote its marker and the post-check saw the transaction gone: ABORTED, or a COLLISION whose
+    post-check passed (the orphan is aborted; what else the marker caught is another matter)."""
+    if record.outcome is AuditOutcome.COLLISION:
+        return record.post_check is not None and record.post_check.ok
+    return record.outcome is AuditOutcome.ABORTED
 
 
 def prior_abort(history: Iterable[AuditRecord]) -> AuditRecord | None:
     """The attempt that aborted the candidate, if one did (`history`: its audit records, in topic order)."""
-    return next((r for r in history if r.outcome is AuditOutcome.ABORTED), None)
+    return next((r for r in history if aborted_it(r)), None)
 
 
 def claim_holder(history: Sequence[AuditRecord], *, now_ms: int, lease_ms: int) -> AuditRecord | None:
@@ -322,7 +466,8 @@ def resolved_by_audit(audits: Iterable[AuditRecord]) -> set[str]:
     return {
         a.candidate_id
         for a in audits
-        if a.outcome in (AuditOutcome.ABORTED, AuditOutcome.ALREADY_RESOLVED)
+        if aborted_it(a)
+        or a.outcome is AuditOutcome.ALREADY_RESOLVED
         or (a.verify is not None and a.verify.outcome is VerifyOutcome.ALREADY_RESOLVED)
     }
 

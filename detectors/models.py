@@ -723,6 +723,9 @@ class LeaderProducer(Model):
     coordinator_epoch: int = Field(ge=-1)
     current_txn_start_offset: int = Field(ge=-1)
     last_timestamp_ms: int = -1
+    # The sequence of the producer's last data batch on the partition (-1: none, or not read). A marker leaves it
+    # as it is, so a change between two reads means the producer wrote to the partition in between.
+    last_sequence: int = -1
 
 
 class LiveCoordinator(Model):
@@ -772,6 +775,9 @@ class VerifyResult(Model):
     changes: tuple[str, ...] = ()
     # SAFE only: the marker to write (coordinator epoch as the leader reports it now, 0 when negative).
     marker: WriteTxnMarkersSpec | None = None
+    # Refusals the operator waived by flag (`--allow-live-owner`: `live-owner-same-epoch`), one line each: what
+    # verification would have refused with.
+    waived: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _marker_only_when_safe(self) -> Self:
@@ -796,6 +802,10 @@ class AuditOutcome(StrEnum):
     ALREADY_RESOLVED = "ALREADY_RESOLVED"  # the transaction was no longer open: no-op
     DENIED = "DENIED"  # the broker refused for want of an ACL (Alter/ClusterAction on the cluster)
     FAILED = "FAILED"  # an error: the marker may or may not have been written (see marker_written)
+    # The marker was written, but the transactional id owning the producer id at the marker's epoch moved
+    # between verification and the marker (`collision` says how): it may have had records on the partition
+    # aborted with the orphan while its coordinator commits the rest.
+    COLLISION = "COLLISION"
     # Not an ending: an --execute run holds the candidate from here until its ending record (same audit_id), so
     # that two concurrent executions write one marker (admin/proposals.py). A claim without an ending expires.
     CLAIMED = "CLAIMED"
@@ -827,5 +837,9 @@ class AuditRecord(Model):
     # True: the leader wrote it; False: not sent, or refused; None: unknown (the request failed in flight).
     marker_written: bool | None = False
     leader_moves: int = 0
+    # `--allow-live-owner` was given: a live owner at the marker's epoch did not refuse the abort.
+    allow_live_owner: bool = False
+    # COLLISION: what the owner's coordinator and the leader showed moved after the marker, one line each.
+    collision: tuple[str, ...] = ()
     outcome: AuditOutcome
     message: str

@@ -1,5 +1,6 @@
 """`proposals abort --execute` racing the cluster on the real broker: the producer commits or aborts, or the
-partition's leader moves, after the abort verified the transaction and before its marker went out.
+partition's leader moves, or the orphan's live owner adds the partition and writes there (a COLLISION), after the
+abort verified the transaction and before its marker went out.
 
 A real race between verification and the marker is a few milliseconds wide. Each one here is made with a real
 `admin.wire.KafkaWire` whose `write_abort_marker` first does the racing act for real on the broker (the producer
@@ -8,9 +9,14 @@ in this process through `admin.proposals.abort` (what `txnwatch proposals abort 
 is published to the audit topic as the CLI publishes it. The partition is read back to the byte (control batches
 included) to see which markers exist.
 
+The orphans of dev/workload.py's `hanging` scenario keep their transactional id live at the orphan's epoch (its
+producer exited, but nothing tells the coordinator), so these runs pass `--allow-live-owner` (`allow_live_owner`):
+what they race is not that owner.
+
 Covered elsewhere: two concurrent executions of one proposal write one marker (tests/broker/test_proposals.py
 `test_two_concurrent_executions_write_one_marker`); resolved before execute (committed, or aborted with Kafka's
-tool), an epoch moved, Ongoing, PrepareCommit: refused (tests/broker/test_abort_refusals.py).
+tool), an epoch moved, Ongoing, a live owner at the orphan's epoch, PrepareCommit: refused
+(tests/broker/test_abort_refusals.py).
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
+from kafka.structs import TopicPartition
 from workloads import (
     lso,
     move_leader,
     partition_batches,
     partition_replicas,
     plan_by_hand,
+    producer_row,
     read_committed_values,
     run_workload,
 )
@@ -37,6 +45,7 @@ from workloads import (
 from admin.proposals import AbortAttempt, TopicAuditLog, abort
 from admin.wire import KafkaWire
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster, stop_node
+from dev.workload import raw_transactional_produce
 
 pytestmark = pytest.mark.broker
 
@@ -58,9 +67,11 @@ class RacingWire(KafkaWire):
         return answer
 
 
-def execute_in_process(bootstrap: str, wire: KafkaWire, candidate: Any, prefix: str) -> AbortAttempt:
+def execute_in_process(
+    bootstrap: str, wire: KafkaWire, candidate: Any, prefix: str, *, allow_live_owner: bool = True
+) -> AbortAttempt:
     """`proposals abort --execute` as the CLI runs it: the audit topic, the claim, the abort, its ending
-    published."""
+    published. `allow_live_owner`: `--allow-live-owner` (see the module's docstring)."""
     audit_topic = f"{prefix}.audit"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
@@ -72,7 +83,9 @@ def execute_in_process(bootstrap: str, wire: KafkaWire, candidate: Any, prefix: 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     try:
         log = TopicAuditLog(producer, consumer, audit_topic)
-        attempt = abort(wire, candidate, execute=True, actor="race-test", audit_log=log)
+        attempt = abort(
+            wire, candidate, execute=True, actor="race-test", audit_log=log, allow_live_owner=allow_live_owner
+        )
         log.append(attempt.audit)
         return attempt
     finally:
@@ -161,6 +174,92 @@ def test_producer_ends_the_transaction_while_execute_runs(bootstrap: str, unique
         f"\n{ending}: marker planned at epoch {candidate.spec.producer_epoch} fenced by the leader "
         f"(broker {leader}); the producer's {marker} at epoch {marker_epoch}"
     )
+
+
+# ---------------------------------------------------------------- the live owner writes to the partition meanwhile
+
+
+def test_live_owner_that_writes_between_verify_and_marker_is_a_collision(bootstrap: str, unique: str) -> None:
+    """A kafka-python producer (transaction version 0: AddPartitionsToTxn and EndTxn v3 at most), kept running,
+    is the orphan's owner. Its transaction writes to partition 0 (added) and, as a buggy client does, to
+    partition 1 without adding it (a raw Produce v9 batch with its producer id, epoch and sequence; partition
+    verification is off on the bed), then commits: partition 1 holds an orphan at epoch E, and the owner stays
+    live at E (CompleteCommit). `proposals abort --execute --allow-live-owner` verifies the orphan; between
+    verification and the marker the owner's next transaction adds partition 1 and writes "collided" there. The
+    leader takes it into the orphan's open transaction (same producer id and epoch: no new transaction starts),
+    the marker aborts both, and the post-check passes (nothing open, the LSO past the orphan). Today's code
+    ended this ABORTED, exit 0. The coordinator read after the marker lists partition 1: COLLISION, exit 5.
+
+    What the owner sees next (the collision report says it): its next write to partition 1 and its commit
+    succeed; a read_committed reader gets that later record, never "collided"."""
+    topic, txn_id = f"{unique}owned", f"{unique}owner-tx"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, 2, 1)])
+    owner = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id, acks="all")
+    try:
+        owner.init_transactions()
+        pe = owner._transaction_manager.producer_id_and_epoch
+        pid, epoch = int(pe.producer_id), int(pe.epoch)
+        owner.begin_transaction()
+        owner.send(topic, b"committed", partition=0).get(timeout=30)
+        start = raw_transactional_produce(
+            admin,
+            topic=topic,
+            partition=1,
+            transactional_id=txn_id,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            timestamp_ms=int(time.time() * 1000),
+            value=b"orphan",
+        )
+        # The orphan's batch was this client's sequence 0 on partition 1: its next batch there is 1.
+        owner._transaction_manager.set_sequence_number(TopicPartition(topic, 1), 1)
+        owner.commit_transaction()
+        wire = RacingWire(admin, race=lambda _leader: None)
+        assert producer_row(wire, topic, 1, pid) == (epoch, -1, start)
+        candidate = plan_by_hand(wire, topic, 1, pid)
+        joined: list[tuple[int, int, int] | None] = []
+
+        def owner_writes(_leader: int) -> None:
+            owner.begin_transaction()
+            owner.send(topic, b"collided", partition=1).get(timeout=30)
+            joined.append(producer_row(wire, topic, 1, pid))
+
+        wire._race = owner_writes
+        attempt = execute_in_process(bootstrap, wire, candidate, f"{unique}tw", allow_live_owner=True)
+        record = attempt.audit
+        # The owner's batch joined the orphan's open transaction: same epoch, same start offset.
+        assert joined == [(epoch, -1, start)]
+        assert attempt.exit_code == 5, record.message
+        assert record.outcome.value == "COLLISION" and record.marker_written is True
+        assert record.allow_live_owner and record.verify is not None and record.verify.waived
+        assert record.post_check is not None and record.post_check.ok
+        assert [answer for _, answer in wire.sent] == [None]
+        assert f"{txn_id} now lists {topic}-1 in its transaction" in record.collision[0]
+        assert (
+            f"the leader of {topic}-1 took records of producer {pid} since verification (its last sequence moved "
+            "from 0 to 1)"
+        ) in record.collision
+        assert record.message.startswith(
+            f"COLLISION: marker written by broker {wire.sent[0][0]}, post-check passed"
+        )
+        # One ABORT after the orphan, at its epoch; the owner's batch lies between the two.
+        batches = partition_batches(bootstrap, topic, 1)
+        assert controls_from(batches, start) == [("ABORT", pid, epoch)]
+        assert [b.values for b in batches if not b.control] == [(b"orphan",), (b"collided",)]
+
+        # The owner goes on as if nothing happened, and Kafka lets it.
+        owner.send(topic, b"after", partition=1).get(timeout=30)
+        owner.commit_transaction()
+    finally:
+        owner.close(timeout=10)
+        admin.close()
+    visible = read_committed_values(bootstrap, topic, 1, start)
+    assert visible == [b"after"]
+    (commit,) = [b for b in partition_batches(bootstrap, topic, 1) if b.control and b.marker == "COMMIT"]
+    assert (commit.producer_id, commit.producer_epoch) == (pid, epoch)
+    print(f"\ncollision: {record.message}")
 
 
 # --------------------------------------------------------------------------------- the leader moves meanwhile

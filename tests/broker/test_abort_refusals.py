@@ -1,6 +1,7 @@
 """`txnwatch proposals abort --execute` refusing on the real broker, each state made for real: the transaction
 resolved before execute (aborted by someone else, or committed), the producer's epoch moved at the leader, a live
-Ongoing transaction with the partition, and a coordinator in PrepareCommit (three-node bed, a broker stopped).
+Ongoing transaction with the partition, the orphan's transactional id live at its epoch (`live-owner-same-epoch`),
+and a coordinator in PrepareCommit (three-node bed, a broker stopped).
 
 Each refusal is checked on the broker, not only in the answer: the partition's batches (control batches
 included), its LSO and the leader's producer entry are the same after the run as before it, and the audit record
@@ -21,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
+from kafka.structs import TopicPartition
 from workloads import (
     Proposals,
     lso,
@@ -35,6 +37,8 @@ from workloads import (
 )
 
 from admin.wire import KafkaWire
+from detectors.codec import DecodeError, decode_key, decode_value
+from detectors.currency import coordinator_partition
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster
 from dev.oracle import parse_table, transactions_command
 from dev.workload import raw_transactional_produce
@@ -65,8 +69,8 @@ def orphan(bootstrap: str, prefix: str, *extra: str) -> dict[str, Any]:
     return h  # type: ignore[no-any-return]
 
 
-def execute(proposals: Proposals, candidate_id: str) -> tuple[int, dict[str, Any], str]:
-    done = proposals.run("abort", candidate_id, "--execute", "--actor", "refusal-test")
+def execute(proposals: Proposals, candidate_id: str, *flags: str) -> tuple[int, dict[str, Any], str]:
+    done = proposals.run("abort", candidate_id, "--execute", "--actor", "refusal-test", *flags)
     return done.returncode, json.loads(done.stdout), done.stderr
 
 
@@ -186,11 +190,12 @@ def test_epoch_moved_is_refused(bootstrap: str, wire: KafkaWire, unique: str) ->
     assert stale == "INVALID_PRODUCER_EPOCH"
     assert state_of(bootstrap, wire, topic, partition, pid) == before
 
-    # A fresh plan at the moved epoch aborts it (and leaves the shared broker clean).
+    # A fresh plan at the moved epoch aborts it (and leaves the shared broker clean). The transactional id is
+    # live at that epoch (its second run committed at it), so the abort needs --allow-live-owner; nothing writes.
     fresh = plan_by_hand(wire, topic, partition, pid)
     assert fresh.spec.producer_epoch == moved
     proposals.publish(fresh)
-    code, record, stderr = execute(proposals, fresh.candidate_id)
+    code, record, stderr = execute(proposals, fresh.candidate_id, "--allow-live-owner")
     assert code == 0, stderr
     assert (lso(wire, topic, partition) or 0) > start
     # One ABORT marker at the moved epoch closes both orphan batches (the first epoch's and the second's).
@@ -232,6 +237,83 @@ def test_ongoing_with_the_partition_is_refused(bootstrap: str, wire: KafkaWire, 
     assert b"in-flight" in read_committed_values(bootstrap, topic, 0, 0)
     (audit,) = proposals.endings(1)
     assert audit.outcome.value == "REFUSED" and "Ongoing" in audit.message
+
+
+def recorded_transaction_versions(bootstrap: str, transactional_id: str) -> list[int]:
+    """ClientTransactionVersion of each of the id's records in `__transaction_state` (its own partition), in log
+    order: what its coordinator recorded of the client's requests."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=2_000)
+    try:
+        partitions = consumer.partitions_for_topic("__transaction_state") or set()
+        tp = TopicPartition("__transaction_state", coordinator_partition(transactional_id, len(partitions)))
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        versions = []
+        for r in consumer:
+            try:
+                if decode_key(r.key).transactional_id != transactional_id:
+                    continue
+                value = decode_value(r.value)
+            except DecodeError:
+                continue
+            if value is not None:
+                versions.append(value.client_transaction_version)
+        return versions
+    finally:
+        consumer.close()
+
+
+def test_live_owner_at_the_same_epoch_is_refused(bootstrap: str, wire: KafkaWire, unique: str) -> None:
+    """The orphan's transactional id is live at the orphan's epoch: its kafka-python producer (AddPartitionsToTxn
+    and EndTxn v3 at most, so its coordinator records client transaction version 0 and keeps the epoch from one
+    transaction to the next) committed the transaction's other partition, and the coordinator holds it
+    CompleteCommit at that epoch. Whether that producer still runs, no broker can tell: any transaction of it that
+    adds the orphan's partition would write into the orphan's open transaction. Refused by name, exit 3, nothing
+    written. Once the id is initialised again (InitProducerId, as a restarted application does: the next epoch),
+    the same candidate is aborted without the flag."""
+    proposals = Proposals(bootstrap, f"{unique}tw")
+    h = orphan(bootstrap, f"{unique}lo-")
+    topic, partition, start, pid = h["topic"], h["partition"], h["start_offset"], h["producer_id"]
+    txn_id, epoch = h["transactional_id"], h["producer_epoch"]
+    assert set(recorded_transaction_versions(bootstrap, txn_id)) == {0}
+    candidate = plan_by_hand(wire, topic, partition, pid)
+    assert candidate.spec.producer_epoch == epoch
+    proposals.publish(candidate)
+    before = state_of(bootstrap, wire, topic, partition, pid)
+    assert before.lso == start
+
+    code, record, stderr = execute(proposals, candidate.candidate_id)
+    assert code == 3, stderr
+    assert record["outcome"] == "REFUSED" and record["marker_written"] is False
+    assert record["allow_live_owner"] is False and record["verify"]["waived"] == []
+    assert (
+        f"live-owner-same-epoch: transactional id {txn_id} owns producer {pid} at epoch {epoch}, the marker's, "
+        "and is live (CompleteCommit, transaction version 0 or unknown)"
+    ) in record["message"]
+    assert "--allow-live-owner" in stderr
+    owner = record["before"]["coordinator"]
+    assert (owner["transactional_id"], owner["state"], owner["producer_epoch"]) == (
+        txn_id,
+        "CompleteCommit",
+        epoch,
+    )
+    assert state_of(bootstrap, wire, topic, partition, pid) == before
+
+    # What the refusal asks for: the owner's producer starts again (InitProducerId bumps the epoch).
+    restarted = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id, acks="all")
+    try:
+        restarted.init_transactions()
+        assert int(restarted._transaction_manager.producer_id_and_epoch.epoch) == epoch + 1
+    finally:
+        restarted.close(timeout=10)
+    code, record, stderr = execute(proposals, candidate.candidate_id)
+    assert code == 0, stderr
+    assert record["outcome"] == "ABORTED" and record["verify"]["waived"] == []
+    assert record["before"]["coordinator"]["producer_epoch"] == epoch + 1
+    assert (lso(wire, topic, partition) or 0) > start
+    batches = partition_batches(bootstrap, topic, partition)
+    assert [(b.marker, b.producer_epoch) for b in batches if b.control] == [("ABORT", epoch)]
+    assert [a.outcome.value for a in proposals.endings(2)] == ["REFUSED", "ABORTED"]
 
 
 # --------------------------------------------------------------------------------------- PrepareCommit

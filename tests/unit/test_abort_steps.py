@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from builders import HOUR, T0
-from test_verified_abort import FakeAuditLog, candidate, live, scripted
+from test_verified_abort import FakeAuditLog, candidate, leader, live, owner, scripted
 
 from admin.client import AdminError
 from admin.proposals import (
@@ -180,13 +180,50 @@ def test_post_check_ending() -> None:
     a, v = attempt(), verified()
     done = live(producer=None, last_stable_offset=251, high_watermark=251)
     ok = post_check_ending(
-        a, AfterMarker(done, post_check(a.candidate, done), None), leader=1, context=v.context
+        a,
+        AfterMarker(done, post_check(a.candidate, done), None),
+        leader=1,
+        context=v.context,
+        before=v.before,
     )
     assert ok.audit.outcome is AuditOutcome.ABORTED and ok.audit.marker_written
     assert "LSO 251 is past offset 100" in ok.audit.message
-    failed = post_check_ending(a, AfterMarker(None, None, "leader gone"), leader=1, context=v.context)
+    failed = post_check_ending(
+        a, AfterMarker(None, None, "leader gone"), leader=1, context=v.context, before=v.before
+    )
     assert failed.audit.outcome is AuditOutcome.FAILED and failed.audit.marker_written
     assert failed.audit.message == "marker written, but the post-check failed: leader gone"
+
+
+def test_plan_carries_the_operators_allow_live_owner() -> None:
+    a = plan(candidate(), execute=True, actor="alice", clock_ms=lambda: NOW, allow_live_owner=True)
+    assert a.allow_live_owner and a.record(AuditOutcome.CLAIMED, "claimed").allow_live_owner
+    assert not attempt().record(AuditOutcome.CLAIMED, "claimed").allow_live_owner
+
+
+def test_post_check_ending_reports_a_collision_even_when_the_post_check_fails() -> None:
+    """Verified with the owner live at the marker's epoch (waived by the flag); after the marker it lists the
+    partition. A post-check that did not pass does not hide that: COLLISION (exit 5), the post-check's problem
+    named in the same message."""
+    a = plan(candidate(), execute=True, actor="alice", clock_ms=lambda: NOW, allow_live_owner=True)
+    at_epoch = live(producer=leader(last_sequence=9), coordinator=owner(producer_epoch=5))
+    checked = verified_or_ending(
+        a, at_epoch, verify_abort(a.candidate, at_epoch, allow_live_owner=True), moves=0
+    )
+    assert isinstance(checked, Verified) and checked.verify.waived
+    listed = at_epoch.model_copy(
+        update={"coordinator": owner(producer_epoch=5, state="Ongoing", partition_listed=True)}
+    )
+    still_open = post_check(a.candidate, listed)
+    assert not still_open.ok
+    ended = post_check_ending(
+        a, AfterMarker(listed, still_open, None), leader=1, context=checked.context, before=checked.before
+    )
+    assert ended.audit.outcome is AuditOutcome.COLLISION and ended.exit_code == 5
+    assert ended.audit.message.startswith(
+        "COLLISION: marker written by broker 1, post-check failed: producer"
+    )
+    assert ended.audit.collision[0].startswith("tx-1 now lists orders-0 in its transaction")
 
 
 def test_found_ended_while_another_run_holds_the_claim_ends_as_that_run_did() -> None:

@@ -223,8 +223,9 @@ def test_a_candidate_whose_owner_is_two_phase_commit_now_is_refused() -> None:
     result = verify_abort(plain, live(owner))
     assert result.outcome is VerifyOutcome.REFUSED
     assert result.changes[0].startswith("two-phase-commit:")
-    # The same owner with a normal timeout is no objection: the abort is safe.
-    normal = owner.model_copy(update={"transaction_timeout_ms": 60_000})
+    # The same owner with a normal timeout is no 2PC objection: the abort is safe (at a later epoch than the
+    # orphan's: an owner live at the orphan's epoch is refused for that, `live-owner-same-epoch`).
+    normal = owner.model_copy(update={"transaction_timeout_ms": 60_000, "producer_epoch": 6})
     assert verify_abort(plain, live(normal)).outcome is VerifyOutcome.SAFE
 
 

@@ -15,6 +15,7 @@ from admin.proposals import (
     CLAIM_LEASE_MS,
     DENIED_MESSAGE,
     EXIT_ALREADY_RESOLVED,
+    EXIT_COLLISION,
     EXIT_DONE,
     EXIT_ERROR,
     EXIT_REFUSED,
@@ -31,6 +32,7 @@ from admin.seams import TP, GroupOffsets, ListingResult, Offsets
 from detectors.abort import (
     candidate_age_ms,
     claim_holder,
+    collision_signs,
     lso_lag,
     pending_candidates,
     plan_abort,
@@ -312,6 +314,8 @@ class FakeProposalWire(FakeCluster):
         if error is None and self.after_marker:
             self.producers[TPX] = self.after_marker["producers"]
             self.offsets[TPX] = self.after_marker["offsets"]
+            # The owner as its coordinator shows it after the marker, if the test moves it.
+            self.coordinators = self.after_marker.get("coordinators", self.coordinators)
         elif error == "NOT_LEADER_OR_FOLLOWER" and self.on_move:
             self.leaders.update(self.on_move.get("leaders", {}))
             if "producers" in self.on_move:
@@ -374,6 +378,7 @@ def run(
             AuditOutcome.ALREADY_RESOLVED: EXIT_ALREADY_RESOLVED,
             AuditOutcome.DENIED: EXIT_ERROR,
             AuditOutcome.FAILED: EXIT_ERROR,
+            AuditOutcome.COLLISION: EXIT_COLLISION,
         }[attempt.audit.outcome]
     )
     return attempt.audit
@@ -601,3 +606,222 @@ def test_show_reads_the_named_id_when_it_no_longer_owns_the_producer() -> None:
         c, live_now, verify_abort(c, live_now), ActWith("b:9092", "prod", "txnwatch"), T0, around
     )
     assert "tx-1 (named by the evidence) now: Ongoing, producer 2000" in shown
+
+
+# ------------------------------------------------------------------------ a live owner at the marker's epoch
+
+
+def judged(client_transaction_version: int) -> AbortCandidate:
+    """An orphan proven coordinator-completed against its owner's own record: tx-1, producer 1000 at epoch 5 (the
+    orphan's), CompleteCommit without orders-0, written by a client of that transaction version."""
+    txn = open_txn(coordinator_epoch=-1, start_timestamp_ms=T0, last_timestamp_ms=T0)
+    s = snapshot(txn)
+    record = coord(
+        state=CoordinatorState.COMPLETE_COMMIT,
+        partitions=(),
+        last_update_timestamp_ms=T0 + 1,
+        client_transaction_version=client_transaction_version,
+    )
+    verdict = classify(
+        txn, s, record, now_ms=s.observed_at_ms, limits=LIMITS, view_current_ms=s.observed_at_ms
+    )
+    return plan_abort(s, txn, verdict, first_detected_ms=s.observed_at_ms)
+
+
+@pytest.mark.parametrize("state", ["CompleteCommit", "CompleteAbort", "Empty", "Ongoing"])
+def test_owner_live_at_the_markers_epoch_is_refused_by_name(state: str) -> None:
+    """Under TV0/TV1 every transaction of tx-1 runs at epoch 5 until it initialises again: any of them that adds
+    orders-0 writes into the orphan's open transaction, which the marker at epoch 5 would abort."""
+    result = verify_abort(judged(0), live(coordinator=owner(state=state, producer_epoch=5)))
+    assert result.outcome is VerifyOutcome.REFUSED and result.marker is None and result.waived == ()
+    (line,) = result.changes
+    assert line.startswith(
+        "live-owner-same-epoch: transactional id tx-1 owns producer 1000 at epoch 5, the marker's, and is live "
+        f"({state}, transaction version 0 or unknown)"
+    )
+    assert "run again with --allow-live-owner" in line and "restart that producer" in line
+
+
+def test_a_transaction_version_2_owner_at_the_markers_epoch_is_refused_too() -> None:
+    """Under TV2 the epoch moves at the end of each transaction, and the Complete record carries the epoch the
+    next transaction writes with (`TransactionMetadata.prepareComplete`): an owner at the marker's epoch runs, or
+    is about to run, a transaction at it."""
+    result = verify_abort(judged(2), live(coordinator=owner(state="CompleteCommit", producer_epoch=5)))
+    assert result.outcome is VerifyOutcome.REFUSED
+    assert "(CompleteCommit, transaction version 2)" in result.changes[0]
+
+
+@pytest.mark.parametrize(
+    "coordinator",
+    [
+        owner(state="CompleteCommit", producer_epoch=6),
+        owner(state="Ongoing", producer_epoch=6),
+        owner(state="Dead", producer_epoch=5),
+        owner(state="CompleteCommit", producer_epoch=5, producer_id=2000),
+        None,
+    ],
+    ids=["fenced", "fenced-ongoing", "dead", "moved-to-another-producer-id", "no-owner"],
+)
+def test_owner_not_live_at_the_markers_epoch_does_not_refuse(coordinator: LiveCoordinator | None) -> None:
+    result = verify_abort(judged(0), live(coordinator=coordinator))
+    assert result.outcome is VerifyOutcome.SAFE and result.waived == ()
+
+
+def test_allow_live_owner_waives_that_refusal_and_keeps_it_on_record() -> None:
+    c, evidence = judged(0), live(coordinator=owner(state="CompleteCommit", producer_epoch=5))
+    refused = verify_abort(c, evidence)
+    allowed = verify_abort(c, evidence, allow_live_owner=True)
+    assert allowed.outcome is VerifyOutcome.SAFE and allowed.changes == ()
+    assert allowed.waived == refused.changes and allowed.marker is not None
+    assert allowed.waived[0].startswith("live-owner-same-epoch: transactional id tx-1")
+
+
+def test_allow_live_owner_waives_nothing_else() -> None:
+    moved = live(
+        producer=leader(producer_epoch=6), coordinator=owner(state="CompleteCommit", producer_epoch=5)
+    )
+    result = verify_abort(candidate(), moved, allow_live_owner=True)
+    assert result.outcome is VerifyOutcome.REFUSED and result.changes == ("producer epoch moved from 5 to 6",)
+    assert result.waived[0].startswith("live-owner-same-epoch")
+    # A stronger refusal says more than the live owner: the coordinator owns the partition.
+    listed = live(coordinator=owner(state="Ongoing", producer_epoch=5, partition_listed=True))
+    result = verify_abort(candidate(), listed, allow_live_owner=True)
+    assert result.outcome is VerifyOutcome.REFUSED and result.waived == ()
+    assert "Ongoing with orders-0" in result.changes[0]
+
+
+def live_owner_cluster(**overrides: Any) -> FakeProposalWire:
+    """tx-1 owns producer 1000 at epoch 5, the orphan's, CompleteCommit on another partition."""
+    owner_now = description(
+        state="CompleteCommit", producer_epoch=5, partitions=(("orders", 1),), start_time_ms=T0
+    )
+    return scripted(coordinators=FakeCoordinators({"tx-1": owner_now}), **overrides)
+
+
+def owner_adds_the_partition(*, producer_epoch: int = 5) -> dict[str, Any]:
+    """What the cluster shows after the marker when tx-1 began a transaction, added orders-0 and wrote there
+    (sequence 10) between verification and the marker: the leader has nothing open, the LSO moved on."""
+    moved = description(
+        state="Ongoing",
+        producer_epoch=producer_epoch,
+        partitions=(("orders", 0), ("orders", 1)),
+        start_time_ms=T0 + HOUR,
+    )
+    return {
+        "producers": [producer(current_txn_start_offset=-1, coordinator_epoch=0, last_sequence=10)],
+        "offsets": Offsets(252, 252),
+        "coordinators": FakeCoordinators({"tx-1": moved}),
+    }
+
+
+def test_live_owner_is_refused_before_any_marker() -> None:
+    wire = live_owner_cluster()
+    record = run(wire)
+    assert record.outcome is AuditOutcome.REFUSED and wire.markers == [] and not record.marker_written
+    assert "live-owner-same-epoch: transactional id tx-1 owns producer 1000 at epoch 5" in record.message
+    assert record.allow_live_owner is False
+
+
+def test_allow_live_owner_aborts_and_the_audit_says_so() -> None:
+    log = FakeAuditLog()
+    wire = live_owner_cluster()
+    record = run(wire, audit_log=log, allow_live_owner=True)
+    assert record.outcome is AuditOutcome.ABORTED and len(wire.markers) == 1 and record.collision == ()
+    assert record.allow_live_owner and record.verify is not None
+    assert record.verify.waived[0].startswith("live-owner-same-epoch")
+    assert record.message.endswith(
+        "--allow-live-owner waived live-owner-same-epoch, and the owner did not move before the marker"
+    )
+    (claim,) = log.records
+    assert claim.allow_live_owner
+    dry = run(live_owner_cluster(), execute=False, allow_live_owner=True)
+    assert dry.outcome is AuditOutcome.DRY_RUN
+    assert "with --allow-live-owner waiving: live-owner-same-epoch: transactional id tx-1" in dry.message
+
+
+def test_owner_that_adds_the_partition_before_the_marker_is_a_collision() -> None:
+    """Verified with tx-1 live at the marker's epoch (the flag given); between verification and the marker tx-1
+    adds orders-0 and writes there. The post-check passes (the orphan is gone, the LSO moved), yet the run ends
+    COLLISION, exit 5, with each sign named and what it means."""
+    wire = live_owner_cluster(after_marker=owner_adds_the_partition())
+    record = run(wire, allow_live_owner=True)
+    assert record.outcome is AuditOutcome.COLLISION and record.marker_written is True
+    assert record.post_check is not None and record.post_check.ok and len(wire.markers) == 1
+    assert record.collision == (
+        "tx-1 now lists orders-0 in its transaction: it added the partition between verification and the marker",
+        "tx-1 moved from CompleteCommit to Ongoing",
+        f"tx-1 began a transaction since verification (its start moved from {T0} to {T0 + HOUR} ms)",
+        "the leader of orders-0 took records of producer 1000 since verification (its last sequence moved from 9 "
+        "to 10)",
+    )
+    assert record.message.startswith(
+        "COLLISION: marker written by broker 1, post-check passed (orders-0 LSO 252 is past offset 100), but the "
+        "owner of producer 1000 at the marker's epoch moved: tx-1 now lists orders-0"
+    )
+    assert "its commit still succeeds on its other partitions" in record.message
+    assert "tell its owners now" in record.message
+
+
+def test_owner_unreadable_after_the_marker_is_a_collision_it_cannot_exclude() -> None:
+    unreadable = {
+        **owner_adds_the_partition(),
+        "coordinators": FakeCoordinators(
+            {"tx-1": description(state="CompleteCommit", producer_epoch=5, partitions=(("orders", 1),))},
+            failed={1: "COORDINATOR_NOT_AVAILABLE"},
+        ),
+    }
+    unreadable["producers"] = [producer(current_txn_start_offset=-1, coordinator_epoch=0)]
+    record = run(live_owner_cluster(after_marker=unreadable), allow_live_owner=True)
+    assert record.outcome is AuditOutcome.COLLISION
+    (sign,) = record.collision
+    assert sign.startswith("the owner of producer 1000 could not be read again after the marker (")
+
+
+def test_a_fenced_owner_that_moves_is_no_collision() -> None:
+    """At epoch 6 the owner cannot write into the orphan's epoch-5 transaction: a batch of it would have raised
+    the leader's epoch and the marker would have been fenced. Its moves are its own business."""
+    fenced = description(
+        state="CompleteCommit", producer_epoch=6, partitions=(("orders", 1),), start_time_ms=T0
+    )
+    wire = scripted(
+        coordinators=FakeCoordinators({"tx-1": fenced}),
+        after_marker={
+            **owner_adds_the_partition(producer_epoch=6),
+            "producers": [producer(current_txn_start_offset=-1)],
+        },
+    )
+    record = run(wire)
+    assert record.outcome is AuditOutcome.ABORTED and record.collision == ()
+
+
+def test_a_collision_is_the_abort_for_later_runs() -> None:
+    log = FakeAuditLog()
+    first = run(
+        live_owner_cluster(after_marker=owner_adds_the_partition()), audit_log=log, allow_live_owner=True
+    )
+    log.append(first)
+    wire = live_owner_cluster()
+    second = run(wire, audit_log=log)
+    assert first.outcome is AuditOutcome.COLLISION
+    assert second.outcome is AuditOutcome.ALREADY_RESOLVED and wire.markers == []
+    assert resolved_by_audit([first]) == {first.candidate_id}
+
+
+def test_a_write_the_coordinator_never_listed_shows_at_the_leader() -> None:
+    """A TV2 client's batch at the epoch of a transaction already open on the partition skips the leader's
+    verification (`UnifiedLog.hasOngoingTransaction`), so its coordinator never lists the partition: only the
+    leader's last sequence for the producer shows the write."""
+    c = candidate()
+    before = live(producer=leader(last_sequence=9), coordinator=owner(state="Ongoing", producer_epoch=5))
+    after = live(
+        producer=leader(current_txn_start_offset=-1, last_sequence=12),
+        last_stable_offset=260,
+        coordinator=owner(state="Ongoing", producer_epoch=5),
+    )
+    assert collision_signs(c, before, after) == (
+        "the leader of orders-0 took records of producer 1000 since verification (its last sequence moved from 9 "
+        "to 12)",
+    )
+    assert collision_signs(c, before, before) == ()
+    fenced = live(producer=leader(last_sequence=9), coordinator=owner(state="Ongoing", producer_epoch=6))
+    assert collision_signs(c, fenced, after.model_copy(update={"coordinator": fenced.coordinator})) == ()
