@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from admin.client import AdminError, connect_admin, consumer_for, explain, producer_for
 from admin.collector import Collector, loop_health, run
-from admin.coordinator import CoordinatorPoll, CoordinatorPoller
+from admin.coordinator import CoordinatorPoll, CoordinatorPoller, open_producer_ids
 from admin.inspect import (
     LOG_HEADER,
     entry_json,
@@ -434,9 +434,19 @@ def cmd_collect(args: argparse.Namespace) -> int:
         if cs.metrics_port:
             server = serve(metrics, cs.metrics_port, cs.metrics_addr, health=health)
             log.info("metrics on http://%s:%d/metrics", cs.metrics_addr, cs.metrics_port)
+        publish_sweep: Callable[[SweepResult], object] = publisher.publish_sweep
         also: list[Callable[[], object]] = []
         if poller is not None:
             pub, cluster = publisher, settings.cluster
+
+            def note_open_then_publish(result: SweepResult) -> None:
+                # The poll after this sweep describes every id whose producer id it saw open, however its listing
+                # looks (`CoordinatorPoller.saw_open`). Noted first: a publish that fails may have delivered
+                # some of the sweep's reports.
+                poller.saw_open(open_producer_ids(result))
+                pub.publish_sweep(result)
+
+            publish_sweep = note_open_then_publish
 
             def poll_coordinators() -> int:
                 withheld = poller.withheld_expiries
@@ -455,7 +465,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         with _stop_on_signals() as stop:
             sweeps = run(
                 collector,
-                publisher.publish_sweep,
+                publish_sweep,
                 interval_s=cs.interval_s,
                 stop=stop,
                 also=also,
@@ -520,6 +530,8 @@ def _collect_once(
     output: str,
 ) -> int:
     result = collector.sweep()
+    if poller is not None:
+        poller.saw_open(open_producer_ids(result))  # as `cmd_collect`'s loop does
     if publisher is not None:
         publisher.publish_sweep(result)
     poll: CoordinatorPoll | None = None

@@ -3,7 +3,8 @@
 
 Each poll lists every transactional id on every broker (the broker that lists an id coordinates it), describes
 the ids that are new or changed state, plus every active transaction (only those running longer than the
-DurationFilter, where ListTransactions v1 exists), and returns the records whose content changed. An id that
+DurationFilter, where ListTransactions v1 exists), plus every id whose producer id the sweeps since the last poll
+saw with an open transaction (`saw_open`), and returns the records whose content changed. An id that
 disappears from the listing gets a tombstone record only once its current coordinator shows it expired (the
 leader of its `__transaction_state` partition listed, and answers TRANSACTIONAL_ID_NOT_FOUND for it): a
 partition that moves, loads or has no leader is listed by nobody, which proves nothing. Once a poll's records are
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal, NamedTuple, Protocol, get_args
 
 from kafka.errors import KafkaError
@@ -35,6 +36,7 @@ from admin.seams import (
     ClusterWire,
     CoordinatorWire,
     ListingResult,
+    SweepResult,
     TransactionDescription,
     TransactionListing,
 )
@@ -111,6 +113,11 @@ def tombstone(transactional_id: str, *, seen_at_ms: int) -> CoordinatorRecord:
     return CoordinatorRecord.tombstone_of(transactional_id).model_copy(
         update={"origin": "describe-transactions", "last_update_timestamp_ms": seen_at_ms}
     )
+
+
+def open_producer_ids(sweep: SweepResult) -> set[int]:
+    """The producer ids the sweep saw with an open transaction, on any partition."""
+    return {t.producer_id for s in sweep.snapshots for t in s.open_transactions}
 
 
 def _content(record: CoordinatorRecord) -> CoordinatorRecord:
@@ -233,6 +240,8 @@ class CoordinatorPoller:
         # shown expired. Their listing may look unchanged when they are listed again (a whole transaction can
         # run and complete meanwhile), so they are described whenever listed, until a describe answers.
         self._unrefreshed: set[str] = set()
+        # Producer ids the sweeps since the last poll saw with an open transaction (`saw_open`).
+        self._seen_open: set[int] = set()
         self._noted: set[str] = set()
         # Ids gone from the listing whose expiry could not be shown (`_expired`), counted per poll that met them.
         self.withheld_expiries = 0
@@ -242,13 +251,26 @@ class CoordinatorPoller:
         self._probes: dict[int, str] = {}
         # (poll id, what was known before it): undone if the poll's records could not be published.
         self._before: (
-            tuple[str, dict[str, TransactionListing], dict[str, CoordinatorRecord], set[str]] | None
+            tuple[str, dict[str, TransactionListing], dict[str, CoordinatorRecord], set[str], set[int]] | None
         ) = None
 
     def _note(self, message: str) -> None:
         if message not in self._noted:
             self._noted.add(message)
             log.warning("%s", message)
+
+    def saw_open(self, producer_ids: Iterable[int]) -> None:
+        """The producer ids a sweep saw with an open transaction (`open_producer_ids`; call after each sweep):
+        the next poll describes every listed id they belong to, even if its listing looks unchanged.
+
+        A listing shows producer id and state only, and both can be the same at two polls between which a whole
+        transaction ran (CompleteCommit both times). Had a sweep reported it open, the id's record would keep the
+        earlier transaction's content and stamp under the next position, and the job could prove HANGING
+        `coordinator-completed` from that earlier completion. Described, its content differs (its start time;
+        under TV2 its epoch too), so it is published again, stamped after the listing, itself after every report
+        of the sweep. The same content (a completed id whose producer id has an orphan open) keeps its record and
+        stamp. Cost: at most one described id per producer id with an open transaction, per poll."""
+        self._seen_open.update(producer_ids)
 
     def poll(self) -> list[CoordinatorRecord]:
         """List, describe what may have changed, and return the changed records (tombstones included)."""
@@ -261,8 +283,21 @@ class CoordinatorPoller:
         self._seq += 1
         poll_id = f"{self._run_id}-poll-{self._seq}"
         as_of_ms = self._clock_ms()
-        self._before = (poll_id, dict(self._listed), dict(self._records), set(self._unrefreshed))
-        records, incomplete = self._poll()
+        self._before = (
+            poll_id,
+            dict(self._listed),
+            dict(self._records),
+            set(self._unrefreshed),
+            set(self._seen_open),
+        )
+        try:
+            records, incomplete = self._poll()
+        except BaseException:
+            # Nothing of it was published: a record it described but never returned would otherwise count as
+            # published, and the next poll, describing the same content, would not send it.
+            self._undo(poll_id)
+            raise
+        self._seen_open = set()
         if incomplete is not None:
             self._note(
                 f"no coordinator-state position for this poll ({incomplete.reason}): {incomplete.detail}; the "
@@ -274,8 +309,11 @@ class CoordinatorPoller:
         """The poll's records did not reach Kafka: forget what it learnt, so the next poll derives and sends
         them again (else a later position would vouch for records the topic never got). Only the latest poll
         can be undone."""
-        if self._before is not None and self._before[0] == poll.poll_id:
-            _, self._listed, self._records, self._unrefreshed = self._before
+        self._undo(poll.poll_id)
+
+    def _undo(self, poll_id: str) -> None:
+        if self._before is not None and self._before[0] == poll_id:
+            _, self._listed, self._records, self._unrefreshed, self._seen_open = self._before
             self._before = None
 
     def log_position(
@@ -402,6 +440,8 @@ class CoordinatorPoller:
             if (old := self._listed.get(tid)) is None
             or (old.producer_id, old.state) != (t.producer_id, t.state)
             or tid in self._unrefreshed
+            # A sweep saw it open: its listing may look unchanged after a whole transaction (`saw_open`).
+            or t.producer_id in self._seen_open
         }
         long_running: ListingResult | None = None
         if self._duration_filter_ms > 0 and self._wire.supports_duration_filter():

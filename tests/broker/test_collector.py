@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,13 @@ from kafka.structs import TopicPartition as KafkaTP
 from prometheus_client import generate_latest
 from workloads import run_workload, start_workload
 
+from admin.cli import _collect_once
 from admin.client import connect_admin, producer_for
 from admin.collector import Collector
 from admin.coordinator import CoordinatorPoller
 from admin.metrics import CollectorMetrics, RequestLog
 from admin.publish import KafkaSink, Publisher, ensure_topics
-from admin.seams import ClusterView, SweepResult
+from admin.seams import ClusterView, ListingResult, SweepResult
 from admin.wire import KafkaWire
 from common.settings import CollectorSettings, KafkaSettings
 from common.topics import OutputTopicSettings
@@ -44,6 +45,7 @@ from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
     BrokerSweepSummary,
     CoordinatorLogPosition,
+    CoordinatorRecord,
     CoordinatorState,
     PartitionSnapshot,
 )
@@ -517,6 +519,93 @@ def test_cli_describe_mode_publishes_the_coordinator_state_position(bootstrap: s
     assert [r.key for r in positions] == [f"__position__-{coordinator_topic}".encode()]
     assert dict(positions[0].headers)["txnwatch.type"] == b"coordinator-log-position"
     assert CoordinatorLogPosition.model_validate_json(positions[0].value) == position
+
+
+class ListsAfter(KafkaWire):
+    """The real wire; `before_listing` runs as the poll sends its ListTransactions (what happened between the
+    sweep and the poll's listing)."""
+
+    before_listing: Callable[[], None] | None = None
+
+    def list_transactions(
+        self,
+        *,
+        producer_ids: Sequence[int] = (),
+        states: Sequence[str] = (),
+        duration_filter_ms: int | None = None,
+    ) -> ListingResult:
+        hook, self.before_listing = self.before_listing, None
+        if hook is not None:
+            hook()
+        return super().list_transactions(
+            producer_ids=producer_ids, states=states, duration_filter_ms=duration_filter_ms
+        )
+
+
+def test_describe_mode_describes_again_an_id_a_sweep_saw_open(
+    admin: KafkaAdminClient,
+    bootstrap: str,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A real producer commits T1; a poll records its completion. It begins T2, a sweep reports T2 open, and T2
+    commits before the next poll lists: both listings say CompleteCommit with the same producer id. The poll
+    after the sweep (`_collect_once`, as `collect` runs it) describes the id again and publishes T2's
+    completion, stamped after the sweep's report: else the record of T1's completion would stand, and a
+    position would vouch for it against the report of T2."""
+    topic, tid = f"{unique}between", f"{unique}between"
+    ensure_workload_topics(admin, [topic], 1)
+    wire = ListsAfter(admin, request_timeout_ms=5_000)
+    poller = CoordinatorPoller(wire, clock_ms=lambda: time.time_ns() // 1_000_000)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid)
+
+    def completed_in_listing() -> None:
+        # commit_transaction() returns at PrepareCommit; CompleteCommit follows the markers.
+        deadline = time.monotonic() + 15
+        while not any(
+            (t.transactional_id, t.state) == (tid, "CompleteCommit")
+            for t in wire.list_transactions().listings
+        ):
+            assert time.monotonic() < deadline, f"{tid} never listed CompleteCommit"
+            time.sleep(0.1)
+
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"t1")
+        producer.commit_transaction()
+        completed_in_listing()
+        t1 = {r.transactional_id: r for r in poller.poll()}[tid]
+        assert t1.state is CoordinatorState.COMPLETE_COMMIT
+
+        producer.begin_transaction()
+        producer.send(topic, b"t2")
+        producer.flush()  # on the leader: the sweep sees it open
+
+        def commit_t2() -> None:
+            producer.commit_transaction()
+            completed_in_listing()
+
+        wire.before_listing = commit_t2
+        capsys.readouterr()
+        assert _collect_once(collector(admin), None, poller, wire, "test", "json") == 0
+        out = json.loads(capsys.readouterr().out)
+    finally:
+        producer.close()
+    (report,) = [PartitionSnapshot.model_validate(s) for s in out["snapshots"] if s["topic"] == topic]
+    (t2_open,) = report.open_transactions
+    assert t2_open.producer_id == t1.producer_id
+    (t2,) = [
+        CoordinatorRecord.model_validate(r)
+        for r in out["coordinator_records"]
+        if r["transactional_id"] == tid
+    ]
+    assert (t2.state, t2.producer_id) == (
+        CoordinatorState.COMPLETE_COMMIT,
+        t1.producer_id,
+    )  # the same listing
+    assert t2.start_timestamp_ms > t1.start_timestamp_ms  # T2's: the coordinator's AddPartitions time
+    assert t2.last_update_timestamp_ms > report.observed_at_ms
 
 
 def read_all(bootstrap: str, topic: str) -> list[Any]:

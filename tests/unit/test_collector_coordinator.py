@@ -97,6 +97,35 @@ def test_state_change_is_described_and_published() -> None:
     assert r.state is CoordinatorState.ONGOING and r.producer_epoch == 6
 
 
+def test_an_id_a_sweep_saw_open_is_described_by_the_next_poll_and_published_only_if_it_changed() -> None:
+    fake = FakeCoordinators(
+        descriptions={
+            "tx-1": description(state="CompleteCommit", partitions=()),
+            "tx-2": description(
+                transactional_id="tx-2", state="CompleteCommit", partitions=(), producer_id=2
+            ),
+        }
+    )
+    p, clock = poller(fake)
+    p.poll()
+    fake.described.clear()
+
+    def described() -> list[list[str]]:
+        return [ids for ids in fake.described if "tx-1" in ids or "tx-2" in ids]
+
+    p.saw_open({1000, 4242})  # 4242: a producer id no listed id has (an orphan's)
+    clock.now += 1_000
+    assert p.poll() == [] and described() == [["tx-1"]]  # described though listed alike; the same content
+    fake.descriptions["tx-1"] = description(state="CompleteCommit", partitions=(), start_time_ms=T0 + 500)
+    assert p.poll() == [] and described() == [
+        ["tx-1"]
+    ]  # not again: only what the sweeps since the last poll saw
+    p.saw_open({1000})
+    clock.now += 1_000
+    (r,) = p.poll()  # a transaction ran between the two listings: its completion, stamped by this poll
+    assert (r.start_timestamp_ms, r.last_update_timestamp_ms) == (T0 + 500, clock.now)
+
+
 def test_expired_id_gets_a_tombstone_but_not_when_its_coordinator_failed() -> None:
     fake = FakeCoordinators(
         descriptions={

@@ -11,9 +11,11 @@ from typing import Any, NamedTuple
 
 import pytest
 from builders import LIMITS, MINUTE, SECOND, open_txn, snapshot
-from collector_fakes import T0, FakeCluster, FakeCoordinators, description
-from kafka.errors import KafkaTimeoutError
+from collector_fakes import T0, FakeCluster, FakeCoordinators, description, producer, start_batch
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
+import txnwatch_cli
+from admin import cli
 from admin.cli import _collect_once, publish_coordinator_poll
 from admin.collector import Collector
 from admin.coordinator import CoordinatorPoll, CoordinatorPoller
@@ -22,13 +24,15 @@ from admin.metrics import CollectorMetrics
 from admin.publish import OutRecord, Publisher
 from admin.seams import ClusterView, ListingResult, TransactionDescription
 from common.settings import CollectorSettings
-from detectors.contract import COORDINATOR_LOG_POSITION_TYPE, TYPE_HEADER
+from detectors.contract import COORDINATOR_LOG_POSITION_TYPE, SNAPSHOT_TYPE, TYPE_HEADER
 from detectors.currency import ViewCurrency, coordinator_partition
 from detectors.models import (
     CoordinatorLogPosition,
     CoordinatorRecord,
     CoordinatorState,
+    DetectionLimits,
     HangingReason,
+    PartitionSnapshot,
     VerdictKind,
     WithheldReason,
 )
@@ -184,6 +188,10 @@ class Polled(FakeCluster, Coordinators):
 
     long_running_failed: dict[int, str] = field(default_factory=dict)
     log_metadata_fails: bool = False
+    # Run as a poll sends its ListTransactions (one each, in order): what changed since the sweep before it.
+    on_listing: list[Callable[[], None]] = field(default_factory=list)
+    # Ids whose DescribeTransactions raises (the wire's IO loop failing mid-request), once each.
+    describe_raises: set[str] = field(default_factory=set)
 
     def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
         if self.log_metadata_fails and topics is not None and LOG in topics:
@@ -191,6 +199,8 @@ class Polled(FakeCluster, Coordinators):
         return super().metadata(topics)
 
     def list_transactions(self, **kwargs: Any) -> ListingResult:
+        if kwargs.get("duration_filter_ms") is None and self.on_listing:
+            self.on_listing.pop(0)()
         listing = super().list_transactions(**kwargs)
         if kwargs.get("duration_filter_ms") is None or not self.long_running_failed:
             return listing
@@ -201,6 +211,15 @@ class Polled(FakeCluster, Coordinators):
             listing.answered - set(failed),
         )
 
+    def describe_transactions(
+        self, by_coordinator: Mapping[int, Sequence[str]]
+    ) -> list[TransactionDescription]:
+        asked = {i for ids in by_coordinator.values() for i in ids}
+        if asked & self.describe_raises:
+            self.describe_raises -= asked
+            raise KafkaConnectionError("the IO loop failed")
+        return super().describe_transactions(by_coordinator)
+
 
 class Sink:
     """Acknowledges every record; the coordinator records land on the coordinator-state topic's one partition
@@ -209,8 +228,13 @@ class Sink:
     def __init__(self, cluster: Polled) -> None:
         self.cluster = cluster
         self.sent: list[OutRecord] = []
+        self.coordinator_topic_fails = (
+            False  # its leader is unavailable: the poll's records do not get through
+        )
 
     def send_all(self, records: Sequence[OutRecord]) -> None:
+        if self.coordinator_topic_fails and any(r.topic == COORDINATOR_TOPIC for r in records):
+            raise KafkaTimeoutError("no acknowledgement")
         for r in records:
             self.sent.append(r)
             if r.topic == COORDINATOR_TOPIC:
@@ -225,6 +249,13 @@ class Sink:
             CoordinatorLogPosition.model_validate_json(r.value)
             for r in self.sent
             if dict(r.headers)[TYPE_HEADER] == COORDINATOR_LOG_POSITION_TYPE.encode()
+        ]
+
+    def snapshots(self) -> list[PartitionSnapshot]:
+        return [
+            PartitionSnapshot.model_validate_json(r.value)
+            for r in self.sent
+            if dict(r.headers)[TYPE_HEADER] == SNAPSHOT_TYPE.encode()
         ]
 
     def view(self, transactional_id: str) -> CoordinatorRecord:
@@ -457,3 +488,189 @@ def test_an_id_the_listing_missed_is_described_and_stamped_again_when_listed_aga
     assert [r.last_update_timestamp_ms for r in poll.records] == [T0 + 2 * MINUTE] and position is not None
     f.cluster.clock = T0 + 3 * MINUTE
     assert f.publish()[0].records == []  # refreshed: no longer published every poll
+
+
+# ------------------------------------------ a whole transaction between two listings, while sweeps saw it open
+
+ORDERS = ("orders", 0)
+DEFAULTS = DetectionLimits()  # the 4 s grace and 2 s skew the job runs with
+T1_START = T0 - 2 * MINUTE
+T2_START = T0 + 3 * SECOND
+
+
+def completed(start_ms: int) -> TransactionDescription:
+    return description(state="CompleteCommit", partitions=(), start_time_ms=start_ms)
+
+
+def swept(f: Fallback) -> Collector:
+    """A collector of the same scripted cluster, whose broker 1 leads orders-0."""
+    f.cluster.leaders[ORDERS] = 1
+    return Collector(
+        f.cluster,
+        cluster="prod",
+        settings=CollectorSettings(coordinator_source="describe"),
+        open_partitions=set(),
+        clock_ms=lambda: f.cluster.clock,
+    )
+
+
+def begin_t2(f: Fallback) -> None:
+    """tx-1's producer (1000) begins T2 on orders-0: its coordinator says Ongoing, the leader holds it open."""
+    f.cluster.descriptions["tx-1"] = description(start_time_ms=T2_START)
+    f.cluster.producers[ORDERS] = [producer(current_txn_start_offset=200, last_timestamp_ms=T2_START)]
+    f.cluster.starts[(ORDERS, 200)] = start_batch(
+        base_offset=200, start_timestamp_ms=T2_START, max_timestamp_ms=T2_START
+    )
+
+
+def commit_t2(f: Fallback) -> None:
+    f.cluster.descriptions["tx-1"] = completed(T2_START)
+    f.cluster.producers[ORDERS] = []
+
+
+def turn(f: Fallback, collector: Collector, at_ms: int) -> None:
+    """One turn of `txnwatch collect`'s loop at `at_ms`: a sweep, published, then the describe-fallback poll
+    (what `_collect_once` runs). A poll that raises is logged by the loop, which goes on."""
+    f.cluster.clock = at_ms
+    _collect_once(collector, f.publisher, f.poller, f.cluster, "prod", "json")
+
+
+def judged(f: Fallback, start_offset: int) -> Decision:
+    """What the streaming job decides on the newest report of tx-1's producer's transaction at `start_offset`,
+    having applied everything published: first seen at its first report (`tracking.confirm_open`), judged
+    against tx-1's last record, as current as the published positions show."""
+    reports = [
+        s for s in f.sink.snapshots() if any(t.start_offset == start_offset for t in s.open_transactions)
+    ]
+    assert len(reports) == 2  # two reports, 10 s apart: past the grace since first seen
+    currency = ViewCurrency(None, [COORDINATOR_TOPIC])
+    for position in f.sink.positions():
+        currency.add_position(position.topic, position.partitions, position.as_of_ms, position.end_offsets)
+        for p, end in position.end_offsets.items():
+            currency.applied(position.topic, p, end)
+    report = reports[-1]
+    (txn,) = report.open_transactions
+    t = txn_facts(txn, report, first_seen_ms=reports[0].observed_at_ms)
+    view = coord_facts(f.sink.view("tx-1"))
+    now_ms = report.observed_at_ms + SECOND
+    return judge(t, view, now_ms, DEFAULTS, view_current_ms=currency.current_as_of("tx-1"))
+
+
+def test_a_transaction_that_ends_between_two_listings_that_look_alike_is_never_proven_completed() -> None:
+    """tx-1 was last seen CompleteCommit (T1). Its producer begins T2 on orders-0 at 3 s. The sweep at 10 s
+    reports T2 open; the poll after it cannot publish (the coordinator-state topic's leader is unavailable), so
+    it is undone. The sweep at 20 s reports T2 open again, and T2 commits before the poll after it lists. That
+    listing looks like the last published one (CompleteCommit, producer 1000) and the poll is complete: its
+    position vouches for tx-1's record. Had tx-1 not been described again, that record would be T1's, stamped
+    at 0 s, and the job would prove HANGING `coordinator-completed` on T2, which its coordinator owned when the
+    leader reported it. The sweeps saw producer 1000 open: tx-1 is described, its record (T2's completion)
+    published again with a stamp after both reports."""
+    f = fallback(completed(T1_START), clock=T0)
+    collector = swept(f)
+    begin_t2(f)
+    f.sink.coordinator_topic_fails = True
+    with pytest.raises(KafkaTimeoutError):
+        turn(f, collector, T0 + 10 * SECOND)
+    f.sink.coordinator_topic_fails = False
+    f.cluster.on_listing = [lambda: commit_t2(f)]
+    turn(f, collector, T0 + 20 * SECOND)
+    assert f.sink.positions()[-1].as_of_ms > f.sink.snapshots()[-1].observed_at_ms  # vouches for the report
+    d = judged(f, 200)
+    assert d.kind in (VerdictKind.OPEN, VerdictKind.LATE), d
+    record = f.sink.view("tx-1")
+    assert (record.state, record.start_timestamp_ms) == (CoordinatorState.COMPLETE_COMMIT, T2_START)
+    assert record.last_update_timestamp_ms > f.sink.snapshots()[-1].observed_at_ms
+
+
+def test_an_orphan_of_a_completed_id_keeps_its_record_and_stamp() -> None:
+    """Describing an id because its producer id is open republishes it only if its content changed: an orphan
+    of producer 1000 (a transaction its coordinator completed long ago, CompleteCommit T1) leaves tx-1's
+    record and stamp as they are, so "the snapshot is after the completion" can still hold and it is proven."""
+    f = fallback(completed(T1_START), clock=T0)
+    collector = swept(f)
+    f.cluster.producers[ORDERS] = [producer(current_txn_start_offset=100)]
+    f.cluster.starts[(ORDERS, 100)] = start_batch()
+    f.cluster.described.clear()
+    for at_ms in (T0 + 10 * SECOND, T0 + 20 * SECOND):
+        turn(f, collector, at_ms)
+        assert ["tx-1"] in f.cluster.described  # described: its producer id is open
+    assert f.sink.view("tx-1").last_update_timestamp_ms == T0  # not republished: the same content
+    d = judged(f, 100)
+    assert (d.kind, d.reason) == (VerdictKind.HANGING, HangingReason.COORDINATOR_COMPLETED)
+
+
+def test_a_poll_that_raises_is_undone() -> None:
+    """The poll at 10 s describes tx-1 Ongoing (T2), then raises before it returns (the wire's IO loop fails
+    while it asks whether tx-2, gone from the listing, expired): nothing of it is published. The next poll sees
+    T2 still Ongoing and must publish that record, though its content is what the failed poll described: else
+    the topic keeps T1's completion, the next position vouches for it, and T2, reported open at 10 s and 20 s,
+    is proven HANGING `coordinator-completed`."""
+    f = fallback(completed(T1_START), clock=T0)
+    f.cluster.descriptions["tx-2"] = description(transactional_id="tx-2", producer_id=2, state="Empty")
+    f.cluster.clock = T0 + SECOND
+    f.publish()
+    collector = swept(f)
+    begin_t2(f)
+    del f.cluster.descriptions["tx-2"]  # expires
+    f.cluster.describe_raises = {"tx-2"}
+    with pytest.raises(KafkaConnectionError):
+        turn(f, collector, T0 + 10 * SECOND)
+    turn(f, collector, T0 + 20 * SECOND)
+    record = f.sink.view("tx-1")
+    assert (record.state, record.start_timestamp_ms) == (CoordinatorState.ONGOING, T2_START)
+    assert judged(f, 200).kind in (VerdictKind.OPEN, VerdictKind.LATE)
+
+
+class _Admin:
+    def close(self) -> None:
+        pass
+
+
+def test_collect_hands_each_sweep_s_open_producer_ids_to_the_poll_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`txnwatch collect --coordinator-source describe`'s own loop, on the scripted cluster: the poll after a
+    sweep that saw producer 1000 open describes tx-1 although its listing looks unchanged, and publishes T2's
+    completion."""
+    f = fallback(completed(T1_START), clock=T0)
+    f.cluster.leaders[ORDERS] = 1
+    loop: dict[str, Any] = {}
+
+    def scripted_run(collector: Collector, publish: Callable[..., object], **kwargs: Any) -> int:
+        loop.update(collector=collector, publish=publish, also=list(kwargs["also"]))
+        return 0
+
+    monkeypatch.setattr(cli, "run", scripted_run)
+    monkeypatch.setattr(cli, "connect_admin", lambda *a, **k: _Admin())
+    monkeypatch.setattr(cli, "KafkaWire", lambda *a, **k: f.cluster)
+    monkeypatch.setattr(cli, "ensure_topics", lambda *a, **k: None)
+    monkeypatch.setattr(cli, "producer_for", lambda *a, **k: None)
+    monkeypatch.setattr(cli, "KafkaSink", lambda *a, **k: f.sink)
+    args = txnwatch_cli.build_parser().parse_args(
+        [
+            "collect",
+            "--bootstrap-server",
+            "b:9092",
+            "--coordinator-source",
+            "describe",
+            "--no-restore",
+            "--metrics-port",
+            "0",
+            "--topic-prefix",
+            "txnwatch",
+        ]
+    )
+    assert args.func(args) == 0
+
+    def loop_turn() -> None:  # `admin.collector.run`: sweep, publish it, then the `also` tasks
+        loop["publish"](loop["collector"].sweep())
+        for task in loop["also"]:
+            task()
+
+    loop_turn()  # nothing open; the poll describes tx-1 (new to this poller): T1's completion
+    begin_t2(f)
+    f.cluster.on_listing = [lambda: commit_t2(f)]
+    loop_turn()  # the sweep sees T2 open; T2 commits before the poll lists
+    assert f.cluster.described[-1] == ["tx-1"]
+    record = f.sink.view("tx-1")
+    assert (record.state, record.start_timestamp_ms) == (CoordinatorState.COMPLETE_COMMIT, T2_START)
