@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Collection, Iterable, Sequence
+from typing import Literal
 
 from detectors import lateness
 from detectors.contract import PREPARING_STATES
@@ -22,6 +23,7 @@ from detectors.models import (
     AuditRecord,
     CandidateStatus,
     CoordinatorState,
+    HangingReason,
     LiveCoordinator,
     LiveEvidence,
     OpenTransaction,
@@ -73,6 +75,20 @@ def kafka_cli_abort(
     )
 
 
+# Kafka's tools write only ABORT markers (`kafka-transactions.sh abort`, Admin.abortTransaction): a lost commit is
+# restored with txnwatch's own command.
+NO_KAFKA_CLI_COMMIT = (
+    "none: kafka-transactions.sh can only abort; restore the commit with `txnwatch proposals commit`"
+)
+
+
+def marker_result(reason: HangingReason | None) -> Literal["ABORT", "COMMIT"]:
+    """The marker that ends a HANGING transaction as its coordinator decided: COMMIT where the coordinator
+    committed it and the partition's marker was lost (`lost-commit-marker`), ABORT for every other reason (no
+    coordinator will ever decide it, or it decided abort)."""
+    return "COMMIT" if reason is HangingReason.LOST_COMMIT_MARKER else "ABORT"
+
+
 def plan_abort(
     snapshot: PartitionSnapshot,
     txn: OpenTransaction,
@@ -118,6 +134,14 @@ def plan_abort(
         producer_id=txn.producer_id,
         producer_epoch=txn.producer_epoch,
         coordinator_epoch=marker_coordinator_epoch(txn.coordinator_epoch),
+        transaction_result=marker_result(verdict.reason),
+    )
+    cli = kafka_cli_abort(
+        topic=snapshot.topic,
+        partition=snapshot.partition,
+        start_offset=txn.start_offset,
+        bootstrap=bootstrap,
+        command_config=command_config,
     )
     return AbortCandidate(
         candidate_id=candidate_id(
@@ -138,13 +162,7 @@ def plan_abort(
         explanation=verdict.explanation,
         first_detected_ms=first_detected_ms,
         two_phase_commit=verdict.two_phase_commit,
-        kafka_cli=kafka_cli_abort(
-            topic=snapshot.topic,
-            partition=snapshot.partition,
-            start_offset=txn.start_offset,
-            bootstrap=bootstrap,
-            command_config=command_config,
-        ),
+        kafka_cli=cli if spec.transaction_result == "ABORT" else NO_KAFKA_CLI_COMMIT,
     )
 
 
@@ -213,6 +231,8 @@ def verify_abort(
             f"the leader's coordinator epoch for producer {pid} moved from {spec.coordinator_epoch} to "
             f"{p.coordinator_epoch} (a coordinator wrote a marker on {where} since the plan)"
         )
+    if spec.transaction_result == "COMMIT":
+        changes.append(lost_commit_refusal(candidate))
     objections = _coordinator_objections(candidate, live)
     changes.extend(objections)
     # Only an owner the checks above let through (readable, in a known state, not writing markers, not owning
@@ -229,6 +249,19 @@ def verify_abort(
         outcome=VerifyOutcome.SAFE,
         marker=spec.model_copy(update={"coordinator_epoch": live_marker_epoch}),
         waived=waived,
+    )
+
+
+LOST_COMMIT_MARKER = "lost-commit-marker"
+
+
+def lost_commit_refusal(candidate: AbortCandidate) -> str:
+    """Why a transaction whose commit marker was lost is never aborted, and what restores it instead."""
+    return (
+        f"{LOST_COMMIT_MARKER}: the coordinator committed this transaction with {_where(candidate)} in it and the "
+        "partition's marker was lost; every other partition of it committed and its client was told so, so an "
+        "ABORT marker would break its atomicity; restore the commit with "
+        f"`txnwatch proposals commit {candidate.candidate_id}` (runbook: lost markers)"
     )
 
 

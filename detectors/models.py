@@ -104,6 +104,11 @@ class HangingReason(StrEnum):
     COORDINATOR_COMPLETED = "coordinator-completed"
     PARTITION_NOT_IN_TRANSACTION = "partition-not-in-transaction"
     OLDER_THAN_COORDINATOR_TRANSACTION = "older-than-coordinator-transaction"
+    # The coordinator completed the transaction with the partition in its Prepare record, and the transaction was
+    # open on the partition before that: the partition's marker was lost (an unclean leader election can truncate
+    # it away). The remedy restores the outcome the coordinator decided: a COMMIT marker for a lost commit.
+    LOST_COMMIT_MARKER = "lost-commit-marker"
+    LOST_ABORT_MARKER = "lost-abort-marker"
 
 
 class WithheldReason(StrEnum):
@@ -122,6 +127,10 @@ class WithheldReason(StrEnum):
     # had applied (truncated and rewritten: an unclean leader election): the view holds records the log no longer
     # has, until the job reads the log again on a new checkpoint.
     COORDINATOR_LOG_REWOUND = "coordinator-log-rewound"
+    # The coordinator committed a transaction whose Prepare record listed the partition, and the transaction open
+    # there was not seen open before that commit: a commit marker lost before it (COMMIT restores it) and a write
+    # after it (ABORT) look the same from here, and the two remedies are opposite.
+    COMMIT_OR_LATE_WRITE = "commit-or-late-write"
 
 
 class CoordinatorRole(StrEnum):
@@ -386,6 +395,10 @@ class CoordinatorRecord(Model):
     transaction_timeout_ms: int
     state: CoordinatorState | None
     partitions: tuple[TopicPartition, ...] = ()
+    # On a CompleteCommit/CompleteAbort record (which lists no partitions): the partitions its PrepareCommit/
+    # PrepareAbort of the same producer id and epoch listed, the markers the coordinator sent. The streaming job
+    # carries them over from the Prepare record it read just before; None when it did not read that record.
+    prepared_partitions: tuple[TopicPartition, ...] | None = None
     last_update_timestamp_ms: int
     start_timestamp_ms: int
     source_partition: int = -1
@@ -535,6 +548,8 @@ class CoordinatorEvidence(Model):
     start_timestamp_ms: int
     last_update_timestamp_ms: int
     partition_listed: bool
+    # A Complete* record: whether its Prepare record listed the partition (None: that record was not read).
+    prepared_partition_listed: bool | None = None
 
     @property
     def two_phase_commit(self) -> bool:
@@ -557,6 +572,8 @@ class Evidence(Model):
     # The start as the records tell it (client time: event time under Kafka Streams); differs from
     # `open_since_ms` when the collector saw the transaction open later or earlier than that (`open_since_basis`).
     record_time_ms: int | None = None
+    # When the collector first saw it open (it had opened by then), if known.
+    seen_open_ms: int | None = None
     last_timestamp_ms: int
     observed_at_ms: int
     now_ms: int
@@ -613,7 +630,8 @@ class Verdict(Model):
 
 
 class WriteTxnMarkersSpec(Model):
-    """What Admin.abortTransaction sends to the leader: an ABORT marker (WriteTxnMarkers).
+    """What Admin.abortTransaction sends to the leader: an ABORT marker (WriteTxnMarkers); a COMMIT marker,
+    which Kafka's tools never send, only to restore a commit whose marker was lost.
 
     `coordinator_epoch` is the leader-reported one, 0 when it is negative (never -1), as Kafka's
     TransactionsCommand does: a broker fences a marker whose coordinator epoch is below the partition's.
@@ -624,6 +642,9 @@ class WriteTxnMarkersSpec(Model):
     producer_id: int = Field(ge=0)
     producer_epoch: int = Field(ge=0, le=MAX_PRODUCER_EPOCH)
     coordinator_epoch: int = Field(ge=0)
+    # ABORT, or COMMIT where the coordinator committed the transaction and the partition's marker was lost
+    # (`lost-commit-marker`): the marker restores what the coordinator decided, never the opposite.
+    transaction_result: Literal["ABORT", "COMMIT"] = "ABORT"
 
 
 def candidate_id(

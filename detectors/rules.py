@@ -41,6 +41,8 @@ from detectors.models import (
 
 # Transaction version from which every transaction bumps the producer epoch (KIP-890 part 2).
 EPOCH_BUMP_TRANSACTION_VERSION = 2
+# The completions that follow markers (Empty follows none: InitProducerId, or an abort of nothing).
+_COMPLETE_WITH_MARKERS = frozenset({CoordinatorState.COMPLETE_COMMIT, CoordinatorState.COMPLETE_ABORT})
 
 
 # ----------------------------------------------------------------------------------------- lean facts
@@ -62,6 +64,10 @@ class TxnFacts(NamedTuple):
     observed_at_ms: int
     max_transaction_timeout_ms: int | None = None
     first_seen_ms: int | None = None
+    # When the collector first saw it open (`OpenTransaction.seen_open_ms`): it had opened by then, whatever its
+    # records' time says. None: unknown (a report of a collector from before it was kept, or a pipeline that
+    # does not carry it).
+    seen_open_ms: int | None = None
 
 
 class CoordFacts(NamedTuple):
@@ -77,6 +83,8 @@ class CoordFacts(NamedTuple):
     partitions: frozenset[tuple[str, int]]
     last_update_timestamp_ms: int
     start_timestamp_ms: int
+    # Complete* records: the partitions of the Prepare record before it (None: not read), as the model's.
+    prepared_partitions: frozenset[tuple[str, int]] | None = None
 
 
 class Decision(NamedTuple):
@@ -104,6 +112,9 @@ def coord_facts(record: CoordinatorRecord) -> CoordFacts:
         frozenset((tp.topic, tp.partition) for tp in record.partitions),
         record.last_update_timestamp_ms,
         record.start_timestamp_ms,
+        None
+        if record.prepared_partitions is None
+        else frozenset((tp.topic, tp.partition) for tp in record.prepared_partitions),
     )
 
 
@@ -135,6 +146,7 @@ def txn_facts(txn: OpenTransaction, ctx: PartitionContext, *, first_seen_ms: int
         ctx.observed_at_ms,
         ctx.max_transaction_timeout_ms,
         first_seen_ms,
+        txn.seen_open_ms,
     )
 
 
@@ -260,6 +272,54 @@ def no_coordinator_state(
     return retired_at_ms is None or snapshot_after(t, retired_at_ms, limits)
 
 
+def marker_of_completed_transaction(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
+    """The coordinator completed a transaction whose Prepare record listed this partition, and the snapshot is
+    newer than that completion by the grace period (settled): the coordinator sent the partition its marker and
+    had it acknowledged before it wrote Complete* (`TransactionMarkerChannelManager`), yet a transaction of the
+    producer id is open there. The marker closes whatever the producer id has open on the partition
+    (`ProducerAppendInfo.appendEndTxnMarker`), so either it was lost after it was acknowledged (an unclean leader
+    election truncates it away) or this transaction began after it (a late write)."""
+    return (
+        c is not None
+        and c.state in _COMPLETE_WITH_MARKERS
+        and c.prepared_partitions is not None
+        and (t.topic, t.partition) in c.prepared_partitions
+        and coordinator_role(t, c) is CoordinatorRole.CURRENT
+        and settled(t, limits)
+        and snapshot_after(t, c.last_update_timestamp_ms, limits)
+    )
+
+
+def open_before(t: TxnFacts, event_ms: int, limits: DetectionLimits) -> bool:
+    """The collector saw the transaction open before a coordinator event (skew-reduced): it began before it."""
+    return t.seen_open_ms is not None and t.seen_open_ms < event_ms - limits.clock_skew_ms
+
+
+def lost_marker(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
+    """HANGING lost-commit-marker / lost-abort-marker: `marker_of_completed_transaction`, and the transaction was
+    seen open before the completion, so it was open when the marker should have closed it: the marker was lost.
+    Its remedy is the coordinator's outcome: COMMIT for a commit (an ABORT would undo a commit every other
+    partition of the transaction made, and its client was told it succeeded), ABORT for an abort."""
+    return (
+        marker_of_completed_transaction(t, c, limits)
+        and c is not None
+        and open_before(t, c.last_update_timestamp_ms, limits)
+    )
+
+
+def commit_or_late_write(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
+    """Withheld (UNCONFIRMED commit-or-late-write): `marker_of_completed_transaction` for a commit, but the
+    transaction was not seen open before it: a commit whose marker was lost (COMMIT restores it) and a write
+    after the marker landed (ABORT) look the same, and the remedies are opposite. (For an abort both remedies are
+    ABORT: `coordinator_completed` proves it.)"""
+    return (
+        marker_of_completed_transaction(t, c, limits)
+        and c is not None
+        and c.state is CoordinatorState.COMPLETE_COMMIT
+        and not open_before(t, c.last_update_timestamp_ms, limits)
+    )
+
+
 def coordinator_completed(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
     """HANGING: the coordinator says Empty/CompleteCommit/CompleteAbort for this producer id, and the snapshot
     is newer than that completion by the grace period: every marker was acknowledged before Complete* was
@@ -364,6 +424,20 @@ def decide_by_rules(
         return Decision(VerdictKind.HANGING, HangingReason.OLDER_THAN_COORDINATOR_TRANSACTION, role)
     if no_coordinator_state(t, c, limits, retired_at_ms=retired_at_ms):
         return Decision(VerdictKind.HANGING, HangingReason.NO_COORDINATOR_STATE, role)
+    if lost_marker(t, c, limits) and c is not None:
+        lost = (
+            HangingReason.LOST_COMMIT_MARKER
+            if c.state is CoordinatorState.COMPLETE_COMMIT
+            else HangingReason.LOST_ABORT_MARKER
+        )
+        return Decision(VerdictKind.HANGING, lost, role)
+    if commit_or_late_write(t, c, limits):
+        return Decision(
+            VerdictKind.UNCONFIRMED,
+            HangingReason.COORDINATOR_COMPLETED,
+            role,
+            WithheldReason.COMMIT_OR_LATE_WRITE,
+        )
     if coordinator_completed(t, c, limits):
         return Decision(VerdictKind.HANGING, HangingReason.COORDINATOR_COMPLETED, role)
     if partition_not_in_transaction(t, c, limits):
@@ -400,6 +474,14 @@ _HANGING_COMPLETED = Decision(
 )
 _HANGING_NOT_LISTED = Decision(
     VerdictKind.HANGING, HangingReason.PARTITION_NOT_IN_TRANSACTION, CoordinatorRole.CURRENT
+)
+_LOST_COMMIT = Decision(VerdictKind.HANGING, HangingReason.LOST_COMMIT_MARKER, CoordinatorRole.CURRENT)
+_LOST_ABORT = Decision(VerdictKind.HANGING, HangingReason.LOST_ABORT_MARKER, CoordinatorRole.CURRENT)
+_COMMIT_OR_LATE_WRITE = Decision(
+    VerdictKind.UNCONFIRMED,
+    HangingReason.COORDINATOR_COMPLETED,
+    CoordinatorRole.CURRENT,
+    WithheldReason.COMMIT_OR_LATE_WRITE,
 )
 _STUCK = Decision(VerdictKind.STUCK_PREPARE, None, CoordinatorRole.CURRENT)
 _OVERDUE = Decision(VerdictKind.COORDINATOR_OVERDUE, None, CoordinatorRole.CURRENT)
@@ -493,6 +575,13 @@ def decide(
         elif obs - c.last_update_timestamp_ms - skew > grace:
             return _STUCK
     elif state in COMPLETED_STATES and settled and obs - c.last_update_timestamp_ms - skew > grace:
+        prepared = c.prepared_partitions
+        if state in _COMPLETE_WITH_MARKERS and prepared is not None and (t.topic, t.partition) in prepared:
+            seen = t.seen_open_ms
+            if seen is not None and seen < c.last_update_timestamp_ms - skew:  # open_before
+                return _LOST_COMMIT if state is CoordinatorState.COMPLETE_COMMIT else _LOST_ABORT
+            if state is CoordinatorState.COMPLETE_COMMIT:
+                return _COMMIT_OR_LATE_WRITE
         return _HANGING_COMPLETED
     return _LATE_CURRENT if is_late else _OPEN_CURRENT
 
@@ -748,6 +837,11 @@ def _evidence(
             start_timestamp_ms=record.start_timestamp_ms,
             last_update_timestamp_ms=record.last_update_timestamp_ms,
             partition_listed=record.lists(ctx.topic, ctx.partition),
+            prepared_partition_listed=None
+            if record.prepared_partitions is None
+            else any(
+                (tp.topic, tp.partition) == (ctx.topic, ctx.partition) for tp in record.prepared_partitions
+            ),
         )
         if record.state is CoordinatorState.ONGOING and has_deadline(record.transaction_timeout_ms):
             overdue_threshold = record.transaction_timeout_ms + limits.coordinator_cleanup_interval_ms
@@ -768,6 +862,7 @@ def _evidence(
         open_since_ms=txn.open_since_ms,
         open_since_basis=txn.open_since_basis,
         record_time_ms=txn.record_time_ms,
+        seen_open_ms=txn.seen_open_ms,
         last_timestamp_ms=txn.last_timestamp_ms,
         observed_at_ms=ctx.observed_at_ms,
         now_ms=now_ms,
@@ -872,6 +967,19 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
                 f"{_iso(c.start_timestamp_ms)}, same epoch {c.producer_epoch}, transaction version "
                 f"{c.client_transaction_version}: no epoch bump per transaction), which does not list the partition"
             )
+    elif decision.reason in (HangingReason.LOST_COMMIT_MARKER, HangingReason.LOST_ABORT_MARKER) and c:
+        outcome = "COMMIT" if decision.reason is HangingReason.LOST_COMMIT_MARKER else "ABORT"
+        why = (
+            f"{tid} reached {c.state} at {_iso(c.last_update_timestamp_ms)} with this partition in its Prepare "
+            f"record, and the transaction was already open here (seen at {_iso(e.seen_open_ms or -1)}): the "
+            f"coordinator's {outcome} marker for this partition was lost (an unclean leader election can truncate "
+            f"it away); the remedy is a {outcome} marker, the outcome the coordinator decided"
+            + (
+                ", never an ABORT: the transaction committed everywhere else and its client was told it did"
+                if outcome == "COMMIT"
+                else ""
+            )
+        )
     elif decision.reason is HangingReason.NO_COORDINATOR_STATE:
         why = f"no transactional id owns producer {e.producer_id} (past the {grace} grace)"
     elif decision.reason is HangingReason.COORDINATOR_COMPLETED and c:
@@ -914,6 +1022,12 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
 
 
 def _why_withheld(decision: Decision, e: Evidence) -> str:
+    if decision.withheld is WithheldReason.COMMIT_OR_LATE_WRITE:
+        return (
+            "withheld: the committed transaction's Prepare record listed this partition, and this transaction was "
+            "not seen open before the commit: a lost commit marker (COMMIT restores it) and a write after the "
+            "marker (ABORT) look the same from here; no remedy is proposed (runbook: lost markers)"
+        )
     if decision.withheld is WithheldReason.COORDINATOR_LOG_REWOUND:
         return (
             "withheld: the coordinator log partition of its owner was read again below offsets already applied "

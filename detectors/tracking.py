@@ -55,6 +55,7 @@ STAGE1_INPUT_COLUMNS = (
     "last_update_timestamp_ms",
     "source_offset",
     "record_json",  # the whole CoordinatorRecord as JSON, built by Spark
+    "state",  # the record's state (CoordinatorState value; None for a tombstone or a row that did not decode)
     # where the row was read: every row, also one that did not decode (its record fields are null but the
     # transactional id its key names, if the key decodes), so the view's progress through the coordinator topic
     # is known, and which ids it may miss a record of (detectors/currency.py, `advance_undecodable`)
@@ -94,6 +95,9 @@ class Owner(NamedTuple):
     producer_id: int  # -1: owns none
     source_offset: int
     undecodable: tuple[tuple[str, int], ...] = ()
+    # When the id's newest record is PrepareCommit/PrepareAbort: (producer id, epoch, its partitions as JSON), to
+    # carry over to the Complete record after it (`with_prepared`). Added in issue 30; absent before.
+    prepared: tuple[int, int, str] | None = None
 
 
 class CoordinatorRow(NamedTuple):
@@ -105,6 +109,7 @@ class CoordinatorRow(NamedTuple):
     last_update_timestamp_ms: int
     source_offset: int
     record_json: str
+    state: str | None = None
 
 
 def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) -> list[Fact]:
@@ -130,11 +135,20 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
         current = owners.get(transactional_id)
         owned = current[0] if current and current[0] >= 0 else None
         last_offset = current[1] if current else -1
+        prepared = current.prepared if current is not None and len(current) > 3 else None
         per_producer: dict[int, Fact] = {}
-        for _, producer_id, previous_id, next_id, tombstone, updated_ms, offset, record_json in rows:
+        for _, producer_id, previous_id, next_id, tombstone, updated_ms, offset, record_json, *more in rows:
             if 0 <= offset <= last_offset:
                 continue
             last_offset = max(last_offset, offset)
+            state = more[0] if more else None
+            if state in _PREPARING:
+                prepared = prepare_of(producer_id, record_json)
+            elif state in _COMPLETING:
+                record_json = with_prepared(record_json, producer_id, prepared)
+                prepared = None
+            else:
+                prepared = None
             if tombstone:
                 if owned is not None:
                     per_producer[owned] = (owned, "retired", transactional_id, None, updated_ms, offset)
@@ -153,9 +167,35 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
         if owned is None and not undecodable:
             owners.pop(transactional_id, None)
         else:
-            owners[transactional_id] = Owner(-1 if owned is None else owned, last_offset, undecodable)
+            owners[transactional_id] = Owner(
+                -1 if owned is None else owned, last_offset, undecodable, prepared
+            )
         facts.extend(per_producer.values())
     return facts
+
+
+_PREPARING = frozenset({CoordinatorState.PREPARE_COMMIT.value, CoordinatorState.PREPARE_ABORT.value})
+_COMPLETING = frozenset({CoordinatorState.COMPLETE_COMMIT.value, CoordinatorState.COMPLETE_ABORT.value})
+
+
+def prepare_of(producer_id: int, record_json: str) -> tuple[int, int, str]:
+    """What a PrepareCommit/PrepareAbort record says its Complete record needs: producer id, epoch, partitions."""
+    d = json.loads(record_json)
+    return (producer_id, d["producer_epoch"], json.dumps(d.get("partitions") or []))
+
+
+def with_prepared(record_json: str, producer_id: int, prepared: tuple[int, int, str] | None) -> str:
+    """A CompleteCommit/CompleteAbort record with `prepared_partitions`: those of the Prepare record just before
+    it in the id's log, when that one is of the same producer id and epoch (Kafka's Complete record lists no
+    partitions; the Prepare listed the ones the coordinator sent markers to). Unchanged (None: not read)
+    otherwise. Once a transaction, so the JSON round trip costs little."""
+    if prepared is None or prepared[0] != producer_id:
+        return record_json
+    d = json.loads(record_json)
+    if d.get("producer_epoch") != prepared[1]:
+        return record_json
+    d["prepared_partitions"] = json.loads(prepared[2])
+    return json.dumps(d)
 
 
 def _by_offset(r: CoordinatorRow) -> int:
@@ -272,18 +312,26 @@ def _any_pending(owners: dict[str, Owner], transactional_ids: Sequence[str | Non
     return False
 
 
-def run_ends(transactional_ids: list[Any], producer_ids: list[Any], tombstones: list[Any]) -> list[bool]:
+def run_ends(
+    transactional_ids: list[Any],
+    producer_ids: list[Any],
+    tombstones: list[Any],
+    states: list[Any] | None = None,
+) -> list[bool]:
     """Which records (in log order) stage 1 needs: the first and the last of each run of records of one
-    transactional id with one producer id, every tombstone, and every row that did not decode (id None).
+    transactional id with one producer id, every tombstone, and every row that did not decode (id None); with
+    `states`, also the run's newest PrepareCommit/PrepareAbort that a Complete record follows directly (stage 1
+    carries its partitions over to the Complete record: `with_prepared`).
 
     Stage 1 (`advance_owners`) reads a run's first record (does it name the previous owner?) and its last (the
     new owner's view); the ones between are overwritten. A lifecycle (Ongoing, PrepareCommit, CompleteCommit,
-    ... ) of one producer keeps 2 rows however many transactions it made. The job's decoder applies it to each
-    Arrow batch of `__transaction_state` (`streaming.sources.decode_batches`); a test holds stage 1's output
-    equal with and without it.
+    ... ) of one producer keeps 2 rows (3 with the Prepare) however many transactions it made. The job's decoder
+    applies it to each Arrow batch of `__transaction_state` (`streaming.sources.decode_batches`); a test holds
+    stage 1's output equal with and without it.
     """
     keep = [True] * len(transactional_ids)
-    run: dict[str, tuple[int, int, int]] = {}  # transactional id -> (producer id, first index, last index)
+    # transactional id -> (producer id, first index, last index, the Prepare kept before a Complete, -1 none)
+    run: dict[str, tuple[int, int, int, int]] = {}
     for i, (tid, pid, tombstone) in enumerate(zip(transactional_ids, producer_ids, tombstones, strict=True)):
         if tid is None:
             continue
@@ -292,11 +340,17 @@ def run_ends(transactional_ids: list[Any], producer_ids: list[Any], tombstones: 
             continue
         current = run.get(tid)
         if current is not None and current[0] == pid:
-            if current[2] != current[1]:
-                keep[current[2]] = False  # a middle record of the run
-            run[tid] = (pid, current[1], i)
+            _, first, last, prepare = current
+            if last != first:
+                if states is not None and states[last] in _PREPARING and states[i] in _COMPLETING:
+                    if prepare >= 0 and prepare != first:
+                        keep[prepare] = False  # an older transaction's Prepare
+                    prepare = last
+                else:
+                    keep[last] = False  # a middle record of the run
+            run[tid] = (pid, first, i, prepare)
         else:
-            run[tid] = (pid, i, i)
+            run[tid] = (pid, i, i, -1)
     return keep
 
 
@@ -466,6 +520,9 @@ def _coord_facts(d: dict[str, Any]) -> CoordFacts:
         frozenset((p["topic"], p["partition"]) for p in d.get("partitions") or ()),
         d["last_update_timestamp_ms"],
         d["start_timestamp_ms"],
+        None
+        if (prepared := d.get("prepared_partitions")) is None
+        else frozenset((p["topic"], p["partition"]) for p in prepared),
     )
 
 
@@ -508,6 +565,7 @@ def open_entry(
         r.observed_at_ms,
         r.max_transaction_timeout_ms,
         first_seen_ms,
+        r.seen_open_ms,
     )
     return OpenEntry(
         facts, r.snapshot_json, r.observed_at_ms, r.leader, r.start_offset, r.lso_lag, candidate_json, decided

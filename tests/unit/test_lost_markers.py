@@ -1,0 +1,170 @@
+"""A lost marker is not an orphan to abort (issue 30 #7). Kafka documents (KAFKA-20716) that an unclean leader
+election can drop commit/abort markers: the coordinator completed the transaction (its Prepare record listed the
+partition, every marker acknowledged before Complete* was written), yet the partition still holds the transaction
+open. For a commit, the data was committed everywhere else and the client was told so: an ABORT would break the
+transaction's atomicity. The rules name it (`lost-commit-marker`, `lost-abort-marker`), the candidate carries the
+marker that restores the coordinator's outcome (COMMIT for a commit), and a commit that cannot be told from a
+write after it is withheld. Stage 1 carries the Prepare record's partitions over to the Complete record (Kafka's
+Complete record lists none)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot, tps
+
+from detectors.abort import NO_KAFKA_CLI_COMMIT, plan_abort
+from detectors.models import CoordinatorRecord, CoordinatorState, HangingReason, VerdictKind, WithheldReason
+from detectors.rules import classify, coord_facts, decide, decide_by_rules, txn_facts
+from detectors.tracking import CoordinatorRow, Owner, advance_owners, run_ends
+
+pytestmark = pytest.mark.unit
+
+S = CoordinatorState
+K = VerdictKind
+R = HangingReason
+DONE_AT = T0 + 10 * SECOND  # the coordinator completed the transaction; the leader reports it a minute later
+OBSERVED = T0 + MINUTE
+
+
+def completed(state: CoordinatorState, prepared: str | None, **overrides: Any) -> CoordinatorRecord:
+    return coord(
+        state=state,
+        partitions=(),
+        prepared_partitions=None if prepared is None else tps(prepared),
+        last_update_timestamp_ms=DONE_AT,
+        **overrides,
+    )
+
+
+def verdict(record: CoordinatorRecord, *, seen_open_ms: int | None) -> Any:
+    txn = open_txn(seen_open_ms=seen_open_ms)
+    snap = snapshot(txn, observed_at_ms=OBSERVED)
+    v = classify(
+        txn, snap, record, now_ms=OBSERVED, limits=LIMITS, view_current_ms=OBSERVED, first_seen_ms=T0 + SECOND
+    )
+    # the hot path and the rule chain agree on every case here
+    t = txn_facts(txn, snap, first_seen_ms=T0 + SECOND)
+    assert decide(t, coord_facts(record), OBSERVED, LIMITS) == decide_by_rules(
+        t, coord_facts(record), OBSERVED, LIMITS
+    )
+    return v
+
+
+def test_a_commit_whose_marker_was_lost_is_restored_with_a_commit_never_aborted() -> None:
+    v = verdict(completed(S.COMPLETE_COMMIT, "orders-0"), seen_open_ms=T0 + SECOND)
+    assert (v.kind, v.reason) == (K.HANGING, R.LOST_COMMIT_MARKER)
+    assert "COMMIT marker for this partition was lost" in v.explanation and "never an ABORT" in v.explanation
+    c = plan_abort(snapshot(open_txn(seen_open_ms=T0 + SECOND)), open_txn(seen_open_ms=T0 + SECOND), v,
+                   first_detected_ms=OBSERVED)  # fmt: skip
+    assert c.spec.transaction_result == "COMMIT" and c.kafka_cli == NO_KAFKA_CLI_COMMIT
+    assert v.evidence.coordinator is not None and v.evidence.coordinator.prepared_partition_listed
+
+
+def test_an_abort_whose_marker_was_lost_is_restored_with_an_abort() -> None:
+    v = verdict(completed(S.COMPLETE_ABORT, "orders-0"), seen_open_ms=T0 + SECOND)
+    assert (v.kind, v.reason) == (K.HANGING, R.LOST_ABORT_MARKER)
+    c = plan_abort(snapshot(open_txn(seen_open_ms=T0 + SECOND)), open_txn(seen_open_ms=T0 + SECOND), v,
+                   first_detected_ms=OBSERVED)  # fmt: skip
+    assert c.spec.transaction_result == "ABORT" and c.kafka_cli.startswith("kafka-transactions.sh")
+
+
+def test_a_commit_listing_the_partition_before_a_transaction_not_seen_open_is_withheld() -> None:
+    # Seen open only after the commit: a lost marker (COMMIT) or a write after the marker (ABORT)?
+    v = verdict(completed(S.COMPLETE_COMMIT, "orders-0"), seen_open_ms=DONE_AT + SECOND)
+    assert (v.kind, v.reason, v.withheld) == (
+        K.UNCONFIRMED,
+        R.COORDINATOR_COMPLETED,
+        WithheldReason.COMMIT_OR_LATE_WRITE,
+    )
+    assert "no remedy is proposed" in v.explanation
+    unknown = verdict(completed(S.COMPLETE_COMMIT, "orders-0"), seen_open_ms=None)
+    assert unknown.withheld is WithheldReason.COMMIT_OR_LATE_WRITE
+
+
+def test_an_abort_listing_the_partition_is_aborted_either_way() -> None:
+    v = verdict(completed(S.COMPLETE_ABORT, "orders-0"), seen_open_ms=DONE_AT + SECOND)
+    assert (v.kind, v.reason) == (K.HANGING, R.COORDINATOR_COMPLETED)
+
+
+@pytest.mark.parametrize("prepared", ["payments-3", None], ids=["not-listed", "prepare-not-read"])
+def test_a_completion_that_did_not_list_the_partition_proves_it_hanging_as_before(
+    prepared: str | None,
+) -> None:
+    v = verdict(completed(S.COMPLETE_COMMIT, prepared), seen_open_ms=T0 + SECOND)
+    assert (v.kind, v.reason) == (K.HANGING, R.COORDINATOR_COMPLETED)
+
+
+# ------------------------------------------------------------------------------------------- stage 1
+
+
+def row(record: CoordinatorRecord, offset: int) -> CoordinatorRow:
+    return CoordinatorRow(
+        record.transactional_id,
+        record.producer_id,
+        record.previous_producer_id,
+        record.next_producer_id,
+        record.tombstone,
+        record.last_update_timestamp_ms,
+        offset,
+        record.model_dump_json(),
+        record.state.value if record.state else None,
+    )
+
+
+def test_stage_one_carries_the_prepare_records_partitions_to_the_complete_record() -> None:
+    prepare = coord(state=S.PREPARE_COMMIT, partitions=tps("orders-0", "orders-1"))
+    complete = coord(state=S.COMPLETE_COMMIT, partitions=())
+    owners: dict[str, Owner] = {}
+    (fact,) = advance_owners(owners, [row(prepare, 10), row(complete, 11)])
+    assert json.loads(fact[3])["prepared_partitions"] == [
+        {"topic": "orders", "partition": 0},
+        {"topic": "orders", "partition": 1},
+    ]
+    # across batches: the Prepare is kept with the id until its Complete arrives
+    owners = {}
+    advance_owners(owners, [row(prepare, 20)])
+    assert owners["tx-1"].prepared is not None
+    (fact,) = advance_owners(owners, [row(complete, 21)])
+    assert CoordinatorRecord.model_validate_json(fact[3]).prepared_partitions == tps("orders-0", "orders-1")
+    assert owners["tx-1"].prepared is None
+
+
+def test_a_complete_record_of_another_epoch_or_without_its_prepare_says_so() -> None:
+    prepare = coord(state=S.PREPARE_COMMIT, partitions=tps("orders-0"), producer_epoch=4)
+    complete = coord(state=S.COMPLETE_COMMIT, partitions=(), producer_epoch=5)
+    (fact,) = advance_owners({}, [row(prepare, 10), row(complete, 11)])
+    assert CoordinatorRecord.model_validate_json(fact[3]).prepared_partitions is None
+    (fact,) = advance_owners({}, [row(complete, 11)])
+    assert CoordinatorRecord.model_validate_json(fact[3]).prepared_partitions is None
+    old_owner = Owner(PID, 5)  # stored by a version without `prepared`
+    (fact,) = advance_owners({"tx-1": old_owner}, [row(complete, 11)])
+    assert CoordinatorRecord.model_validate_json(fact[3]).prepared_partitions is None
+
+
+def test_the_decoder_keeps_the_prepare_record_each_complete_one_needs() -> None:
+    states = ["Ongoing", "PrepareCommit", "CompleteCommit", "Ongoing", "PrepareCommit", "CompleteCommit"]
+    keep = run_ends(["tx"] * 6, [PID] * 6, [False] * 6, states)
+    assert keep == [True, False, False, False, True, True]  # first, the newest Prepare, its Complete
+    assert run_ends(["tx"] * 6, [PID] * 6, [False] * 6) == [True, False, False, False, False, True]
+
+
+def test_proposals_abort_refuses_a_lost_commit_by_name() -> None:
+    from detectors.abort import verify_abort
+    from detectors.models import LeaderProducer, LiveEvidence, VerifyOutcome
+
+    txn = open_txn(seen_open_ms=T0 + SECOND)
+    v = verdict(completed(S.COMPLETE_COMMIT, "orders-0"), seen_open_ms=T0 + SECOND)
+    c = plan_abort(snapshot(txn), txn, v, first_detected_ms=OBSERVED)
+    live = LiveEvidence(
+        observed_at_ms=OBSERVED,
+        leader=1,
+        producer=LeaderProducer(
+            producer_id=PID, producer_epoch=5, coordinator_epoch=3, current_txn_start_offset=100
+        ),
+    )
+    result = verify_abort(c, live)
+    assert result.outcome is VerifyOutcome.REFUSED
+    assert result.changes[0].startswith("lost-commit-marker:") and "proposals commit" in result.changes[0]
