@@ -1,12 +1,17 @@
 """The sweep: what every partition leader says is open, as `PartitionSnapshot`s and per-broker summaries.
 
 One sweep = cluster metadata (internal topics included) → DescribeProducers per leader in batches of at most
-500 partitions, all brokers at once → a refresh-and-retry round for partitions whose leader moved → the
-position of `__transaction_state` (its high watermarks, asked right after the DescribeProducers answers: the
-`CoordinatorLogPosition` that tells the streaming job when its coordinator view is current) → the start batch
-of every transaction not seen before (cached) → LSO and high watermark of partitions with open transactions →
+500 partitions, all brokers at once → metadata again, and a retry round for partitions whose leader (or leader
+epoch) is not what it was when they were asked → the position of `__transaction_state` (its high watermarks,
+asked right after the DescribeProducers answers: the `CoordinatorLogPosition` that tells the streaming job when
+its coordinator view is current) → the start batch of every transaction not seen before (cached) → LSO and high
+watermark of partitions with open transactions, fenced at the leader epoch the partition was described at →
 snapshots, explicit empties and summaries. `Collector.sweep` reads as these phases, one method each.
 The Kafka seam (`ClusterWire`) and the result (`SweepResult`) are in `admin.seams`.
+
+Any replica answers DescribeProducers from its own log (`Partition.activeProducerState`), and the request has no
+leader epoch: an answer counts only from the leader of record, confirmed twice (docs/detection.md, section 5,
+"Slow answers and stale leaders"). Its snapshot is stamped with the time the request was sent, not received.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ log = logging.getLogger(__name__)
 
 NO_LEADER = -1
 
+# An answer from a broker that is not the partition's leader of record (dropped, counted under this name).
+NOT_LEADER_OF_RECORD = "NOT_LEADER_OF_RECORD"
+
 # Partition errors that mean "ask the new leader": refresh metadata and retry within the sweep.
 RETRY_WITH_NEW_LEADER = frozenset(
     {
@@ -57,8 +65,13 @@ RETRY_WITH_NEW_LEADER = frozenset(
         "KAFKA_STORAGE_ERROR",
         "FENCED_LEADER_EPOCH",
         "UNKNOWN_LEADER_EPOCH",
+        NOT_LEADER_OF_RECORD,
     }
 )
+
+# ListOffsets answers that say the broker asked is not the leader at the epoch it was asked at
+# (`Partition.localLogWithEpochOrThrow`): its DescribeProducers answer of the same sweep is not the leader's.
+NOT_THE_LEADER = frozenset({"NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"})
 
 
 def chunks(items: Sequence[TP], size: int) -> list[list[TP]]:
@@ -69,6 +82,18 @@ def chunks(items: Sequence[TP], size: int) -> list[list[TP]]:
 class _Backoff:
     failures: int
     retry_at: float
+
+
+class _Answer(NamedTuple):
+    """One partition's DescribeProducers answer: the broker that gave it, the leader epoch of record it was asked
+    at (None if the metadata carried none), and when the request was sent and the answer received (the leader's
+    state is from a moment in between)."""
+
+    broker: int
+    leader_epoch: int | None
+    sent_at_ms: int
+    received_at_ms: int
+    producers: PartitionProducers
 
 
 class _Retry(NamedTuple):
@@ -85,10 +110,10 @@ class _Retry(NamedTuple):
 class _Described:
     """What the DescribeProducers phase learnt; the later phases read it."""
 
-    view: ClusterView  # the newest metadata (a retry round refreshes it)
+    view: ClusterView  # the newest metadata (read again after every round of answers)
     began: float  # monotonic, when the phase began: which brokers were backed off then
     last_answer_ms: int  # the latest arrival of a DescribeProducers answer (never before the sweep began)
-    results: dict[TP, tuple[int, int, PartitionProducers]] = field(default_factory=dict)  # leader, arrival
+    results: dict[TP, _Answer] = field(default_factory=dict)  # answers of the leader of record only
     uncovered: dict[int, Counter[str]] = field(
         default_factory=dict
     )  # broker → why partitions were not described
@@ -193,8 +218,9 @@ class Collector:
         as_of_ms = max(self._clock_ms(), described.last_answer_ms)
         positions = self._measure_log_position(described.view, sweep_id, as_of_ms, problems)
         open_now, need_fetch = self._open_transactions(described)
-        self._fetch_start_batches(need_fetch, open_now, problems)
+        self._fetch_start_batches(need_fetch, open_now, _epochs(described), problems)
         offsets = self._list_offsets(described, open_now)
+        self._drop_answers_of_non_leaders(described, open_now, offsets, problems)
         self._refresh_timeouts(self._brokers_to_ask_for_timeouts(described), problems)
         built = self._build_snapshots(sweep_id, described, open_now, offsets, problems)
         self._remember_sightings(described, open_now)
@@ -233,13 +259,20 @@ class Collector:
 
     def _describe_producers(self, view: ClusterView, since_ms: int, problems: list[str]) -> _Described:
         """DescribeProducers of every partition from its leader; partitions whose leader moved are asked again
-        of the new one after a metadata refresh, at most `retries_per_sweep` extra rounds. Updates backoff."""
+        of the new one after a metadata refresh, at most `retries_per_sweep` extra rounds. Updates backoff.
+
+        Metadata is read again after every round: an answer stands only if the broker that gave it is still the
+        partition's leader, at the epoch it was asked at. Any replica answers DescribeProducers from its own log
+        (`Partition.activeProducerState`), so a deposed leader reached through stale metadata answers NONE with
+        its stale state; the request itself carries no epoch to fence it."""
         s = self._settings
         described = _Described(view=view, began=self._monotonic(), last_answer_ms=since_ms)
         pending = self._route_to_leaders(described)
         rounds = 0
         while pending:
             retry = self._describe_round(pending, described, problems)
+            described.view = self._wire.metadata()
+            retry.extend(self._not_led_by_answerer(pending, described))
             rounds += 1
             if not retry:
                 break
@@ -269,6 +302,7 @@ class Collector:
         self, pending: Mapping[int, list[TP]], described: _Described, problems: list[str]
     ) -> list[_Retry]:
         batches = {b: chunks(sorted(tps), self._settings.describe_batch_size) for b, tps in pending.items()}
+        asked_at = described.view.leader_epochs  # the epochs of the metadata that routed this round
         retry: list[_Retry] = []
         for batch in self._wire.describe_producers(batches):
             described.last_answer_ms = max(described.last_answer_ms, batch.received_at_ms)
@@ -284,7 +318,9 @@ class Collector:
             for tp in batch.partitions:
                 result = batch.results.get(tp, PartitionProducers("MISSING_FROM_RESPONSE"))
                 if result.error is None:
-                    described.results[tp] = (batch.broker, batch.received_at_ms, result)
+                    described.results[tp] = _Answer(
+                        batch.broker, asked_at.get(tp), batch.sent_at_ms, batch.received_at_ms, result
+                    )
                 elif result.error in RETRY_WITH_NEW_LEADER:
                     retry.append(_Retry(tp, batch.broker, result.error, False))
                 else:
@@ -293,9 +329,33 @@ class Collector:
                         self._note(explain("DescribeProducers", result.error, tp[0]), problems)
         return retry
 
+    def _not_led_by_answerer(self, asked: Mapping[int, list[TP]], described: _Described) -> list[_Retry]:
+        """Drop this round's answers whose broker is not the leader of record in the metadata read after them
+        (another leader, or the same broker at another epoch: it lost the partition in between), to be asked
+        again of the leader of record; a partition gone from the metadata was deleted meanwhile."""
+        retry: list[_Retry] = []
+        fresh = described.view
+        for tps in asked.values():
+            for tp in tps:
+                answer = described.results.get(tp)
+                if answer is None:
+                    continue
+                if tp not in fresh.leaders:
+                    del described.results[tp]
+                    described.deleted.add(tp)
+                    continue
+                epoch = fresh.leader_epochs.get(tp)
+                moved = fresh.leaders[tp] != answer.broker
+                if moved or (None not in (epoch, answer.leader_epoch) and epoch != answer.leader_epoch):
+                    del described.results[tp]
+                    retry.append(_Retry(tp, answer.broker, NOT_LEADER_OF_RECORD, False))
+                elif answer.leader_epoch is None and epoch is not None:
+                    # Led by the same broker before and after; the later fences.
+                    described.results[tp] = answer._replace(leader_epoch=epoch)
+        return retry
+
     def _reroute(self, retry: Sequence[_Retry], described: _Described) -> dict[int, list[TP]]:
-        # Refreshed metadata says where each partition to retry lives now.
-        described.view = self._wire.metadata()
+        # The metadata read after the round says where each partition to retry lives now.
         pending: dict[int, list[TP]] = {}
         for tp, broker, error, request_level in retry:
             moved_to = described.view.leaders.get(tp)
@@ -352,26 +412,28 @@ class Collector:
         """The transactions open now by partition, and (by leader) the start batches not fetched before."""
         open_now: dict[TP, list[ActiveProducer]] = {}
         need_fetch: dict[int, list[tuple[TP, int]]] = {}
-        for tp, (broker, _, result) in described.results.items():
-            open_txns = [p for p in result.producers if p.current_txn_start_offset >= 0]
+        for tp, answer in described.results.items():
+            open_txns = [p for p in answer.producers.producers if p.current_txn_start_offset >= 0]
             if not open_txns:
                 continue
             open_now[tp] = open_txns
             for p in open_txns:
                 key = (tp[0], tp[1], p.producer_id, p.current_txn_start_offset)
                 if key not in self._starts:
-                    need_fetch.setdefault(broker, []).append((tp, p.current_txn_start_offset))
+                    need_fetch.setdefault(answer.broker, []).append((tp, p.current_txn_start_offset))
         return open_now, need_fetch
 
     def _fetch_start_batches(
         self,
         need: Mapping[int, Sequence[tuple[TP, int]]],
         open_now: Mapping[TP, Sequence[ActiveProducer]],
+        leader_epochs: Mapping[TP, int],
         problems: list[str],
     ) -> None:
         if not need:
             return
-        outcomes = self._wire.fetch_start_batches(need)
+        # Fenced at the epoch of record: a deposed leader's batch is refused (FENCED_LEADER_EPOCH), not read.
+        outcomes = self._wire.fetch_start_batches(need, leader_epochs)
         for (tp, offset), outcome in outcomes.items():
             for p in open_now.get(tp, ()):
                 if p.current_txn_start_offset != offset:
@@ -409,13 +471,41 @@ class Collector:
     def _list_offsets(
         self, described: _Described, open_now: Mapping[TP, Sequence[ActiveProducer]]
     ) -> dict[TP, Offsets]:
-        # LSO and high watermark, asked of the leader that described the partition.
+        # LSO and high watermark, asked of the leader that described the partition at the epoch it was
+        # described at: the broker's own word that it still leads the partition (`_drop_answers_of_non_leaders`).
         if not open_now:
             return {}
         wanted: dict[int, list[TP]] = {}
         for tp in open_now:
-            wanted.setdefault(described.results[tp][0], []).append(tp)
-        return self._wire.list_offsets(wanted)
+            wanted.setdefault(described.results[tp].broker, []).append(tp)
+        return self._wire.list_offsets(wanted, _epochs(described))
+
+    def _drop_answers_of_non_leaders(
+        self,
+        described: _Described,
+        open_now: dict[TP, list[ActiveProducer]],
+        offsets: Mapping[TP, Offsets],
+        problems: list[str],
+    ) -> None:
+        """Drop the answer of a partition with open transactions whose broker, asked ListOffsets at the leader
+        epoch of record after its DescribeProducers answer, says it is not the leader at that epoch.
+
+        Metadata can be stale everywhere the collector asks (a broker cut off from the controller still serves
+        its old view), so the broker that answered is asked too: a former leader that knows it lost the
+        partition refuses; its open transactions may have been closed by the new leader's markers since."""
+        for tp in sorted(open_now):
+            error = offsets[tp].error if tp in offsets else None
+            if error not in NOT_THE_LEADER:
+                continue
+            answer = described.results.pop(tp)
+            del open_now[tp]
+            described.lose(answer.broker, NOT_LEADER_OF_RECORD)
+            epoch = "unknown" if answer.leader_epoch is None else answer.leader_epoch
+            self._note(
+                f"{tp[0]}-{tp[1]}: broker {answer.broker} answered DescribeProducers, but at leader epoch {epoch} "
+                f"its ListOffsets says {error}: not the partition's leader, its answer is dropped this sweep",
+                problems,
+            )
 
     def _brokers_to_ask_for_timeouts(self, described: _Described) -> list[int]:
         # Not a broker that failed this sweep, nor one backed off when it began: asking would only wait.
@@ -453,13 +543,14 @@ class Collector:
         """A snapshot for every described partition with open transactions, and an empty one for each whose
         open set became empty (or whose history is unknown)."""
         built = _Built()
-        for tp, (broker, received_at_ms, _) in sorted(described.results.items()):
+        for tp, answer in sorted(described.results.items()):
+            broker, received_at_ms = answer.broker, answer.received_at_ms
             txns = open_now.get(tp)
             wants_empty = not txns and (self._open is None or tp in self._open)
             if txns or wants_empty:
                 # Only partitions that publish something are built (a model costs microseconds, x 10k).
                 try:
-                    snap = self._snapshot(sweep_id, tp, broker, received_at_ms, txns or (), offsets.get(tp))
+                    snap = self._snapshot(sweep_id, tp, answer, txns or (), offsets.get(tp))
                 except ValidationError as exc:
                     described.lose(broker, "INVALID_PRODUCER_STATE")
                     self._note(
@@ -477,31 +568,37 @@ class Collector:
         self,
         sweep_id: str,
         tp: TP,
-        broker: int,
-        received_at_ms: int,
+        answer: _Answer,
         txns: Sequence[ActiveProducer],
         offsets: Offsets | None,
     ) -> PartitionSnapshot:
         return PartitionSnapshot(
             cluster=self._cluster,
             sweep_id=sweep_id,
-            observed_at_ms=received_at_ms,
-            leader=broker,
+            # The leader's state is from a moment between sending and receipt. The rules read `observed_at` as
+            # "the snapshot postdates coordinator event E" (its markers had landed), which only the earliest
+            # such moment proves: stamped at receipt, an answer delayed past the grace turned a transaction that
+            # committed just after the leader answered into HANGING coordinator-completed.
+            observed_at_ms=answer.sent_at_ms,
+            leader=answer.broker,
             topic=tp[0],
             partition=tp[1],
             open_transactions=tuple(
                 sorted(
-                    (self._open_transaction(tp, p, received_at_ms) for p in txns),
+                    (self._open_transaction(tp, p, answer.received_at_ms) for p in txns),
                     key=lambda t: t.start_offset,
                 )
             ),
             last_stable_offset=offsets.last_stable_offset if offsets is not None else None,
             high_watermark=offsets.high_watermark if offsets is not None else None,
-            max_transaction_timeout_ms=self._timeouts.get(broker),
+            max_transaction_timeout_ms=self._timeouts.get(answer.broker),
         )
 
-    def _open_transaction(self, tp: TP, p: ActiveProducer, at_ms: int) -> OpenTransaction:
-        opened_after, seen_open = self._sightings.bounds(tp, p.producer_id, p.current_txn_start_offset, at_ms)
+    def _open_transaction(self, tp: TP, p: ActiveProducer, received_at_ms: int) -> OpenTransaction:
+        # Open in this answer: it had opened by the answer's receipt, the latest moment the answer can be from.
+        opened_after, seen_open = self._sightings.bounds(
+            tp, p.producer_id, p.current_txn_start_offset, received_at_ms
+        )
         return open_transaction(
             p,
             self._starts.get((tp[0], tp[1], p.producer_id, p.current_txn_start_offset)),
@@ -512,11 +609,14 @@ class Collector:
     def _remember_sightings(
         self, described: _Described, open_now: Mapping[TP, Sequence[ActiveProducer]]
     ) -> None:
-        # Every partition described this sweep was seen at its answer's time with exactly these open: a
-        # transaction first seen open later opened after this report (admin.sighting).
-        for tp, (_, at_ms, _) in described.results.items():
+        # Every partition described this sweep was seen with exactly these open: a transaction first seen open
+        # later opened after this report, so after the request was sent, the earliest moment the leader's
+        # answer can be from (admin.sighting).
+        for tp, answer in described.results.items():
             txns = open_now.get(tp, ())
-            self._sightings.reported(tp, at_ms, [(p.producer_id, p.current_txn_start_offset) for p in txns])
+            self._sightings.reported(
+                tp, answer.sent_at_ms, [(p.producer_id, p.current_txn_start_offset) for p in txns]
+            )
 
     def _close_gone_partitions(
         self, sweep_id: str, described: _Described, as_of_ms: int, built: _Built
@@ -569,6 +669,11 @@ class Collector:
         if message not in self._noted:
             self._noted.add(message)
             log.warning("%s", message)
+
+
+def _epochs(described: _Described) -> dict[TP, int]:
+    """The leader epoch each described partition was asked (and confirmed) at, where known."""
+    return {tp: a.leader_epoch for tp, a in described.results.items() if a.leader_epoch is not None}
 
 
 # ------------------------------------------------------------------------------------------- the loop

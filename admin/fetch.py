@@ -6,7 +6,7 @@ gives the exact start time (its first record's timestamp) and the epoch the tran
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
@@ -20,22 +20,34 @@ from detectors.groups import CONSUMER_OFFSETS_TOPIC, pending_commit
 # own consumer also stops at v12. Kafka 4.x serves v4..v17.
 FETCH_MIN_VERSION = 4
 FETCH_MAX_VERSION = 12
+# Fetch v9 is the first with a current leader epoch (KIP-320).
+FETCH_LEADER_EPOCH_MIN_VERSION = 9
 READ_UNCOMMITTED = 0
 
 
-def fetch_request(wanted: Sequence[tuple[str, int, int]], *, partition_max_bytes: int, max_bytes: int) -> Any:
+def fetch_request(
+    wanted: Sequence[tuple[str, int, int]],
+    *,
+    partition_max_bytes: int,
+    max_bytes: int,
+    leader_epochs: Mapping[tuple[str, int], int] | None = None,
+) -> Any:
     """A read_uncommitted FetchRequest (v4..v12, no session) for (topic, partition, offset) triples.
 
     The broker returns a complete first batch for the first partition whatever the limits (KIP-74); for the
     others a batch larger than what is left of the budget comes back empty, and the caller asks again.
+    `leader_epochs` (the leader epoch of record per partition, where known) go out as `current_leader_epoch`:
+    a broker that is not the leader at that epoch answers FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH instead
+    of a batch from its own, possibly stale, log.
     """
+    epochs = leader_epochs or {}
     topic = FetchRequest.FetchTopic
     by_topic: dict[str, list[Any]] = {}
     for name, partition, offset in wanted:
         by_topic.setdefault(name, []).append(
             topic.FetchPartition(
                 partition=partition,
-                current_leader_epoch=-1,
+                current_leader_epoch=epochs.get((name, partition), -1),
                 fetch_offset=offset,
                 last_fetched_epoch=-1,
                 log_start_offset=-1,
@@ -53,7 +65,10 @@ def fetch_request(wanted: Sequence[tuple[str, int, int]], *, partition_max_bytes
         topics=[topic(topic=name, partitions=parts) for name, parts in by_topic.items()],
         forgotten_topics_data=[],
         rack_id="",
-        min_version=FETCH_MIN_VERSION,
+        # An epoch must not be dropped by an older version.
+        min_version=FETCH_LEADER_EPOCH_MIN_VERSION
+        if any(epochs.get((name, partition), -1) >= 0 for name, partition, _ in wanted)
+        else FETCH_MIN_VERSION,
         max_version=FETCH_MAX_VERSION,
     )
 

@@ -28,7 +28,9 @@ def measure_log_position(
     now, as a position as of `as_of_ms`.
 
     The caller reads `as_of_ms` *before* calling: the offsets asked for now are at least what they were then,
-    so every record written by that moment lies below them. Partitions without a leader, led by a broker in
+    so every record written by that moment lies below them. Each leader is asked at its leader epoch in `view`,
+    so a broker that is no longer the leader at that epoch answers an error, not its stale high watermark
+    (`Partition.localLogWithEpochOrThrow`). Partitions without a leader, led by a broker in
     `skip_brokers` (it failed this sweep; asking again would only wait for its timeout), or answering with an
     error are left out: the job keeps them as current as an earlier position made them.
 
@@ -49,7 +51,15 @@ def measure_log_position(
             failed.setdefault("BROKER_BACKOFF", []).append(p)
         else:
             wanted.setdefault(leader, []).append((topic, p))
-    answers = wire.end_offsets(wanted) if wanted else {}
+    # Fenced at the leader epoch of record: a deposed leader (still serving, reached through stale metadata)
+    # would answer its own high watermark, below records the new leader has committed since; it refuses instead.
+    epochs = {tp: view.leader_epochs[tp] for tps in wanted.values() for tp in tps if tp in view.leader_epochs}
+    if not wanted:
+        answers: dict[TP, EndOffset] = {}
+    elif epochs:
+        answers = wire.end_offsets(wanted, epochs)
+    else:  # metadata without epochs (before v7): nothing to fence with
+        answers = wire.end_offsets(wanted)
     end_offsets: dict[int, int] = {}
     for tps in wanted.values():
         for tp in tps:

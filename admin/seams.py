@@ -50,9 +50,13 @@ class PartitionProducers(NamedTuple):
 class DescribeBatch:
     """One DescribeProducers request and its outcome.
 
-    `received_at_ms` is the wall clock when the response (or the failure) arrived: the snapshots'
-    `observed_at_ms`. `error` is a request-level failure (unreachable broker, timeout), in which case
-    `results` is empty.
+    The leader's answer describes its state at some moment between `sent_at_ms` (the wall clock read just before
+    the request was handed to the client) and `received_at_ms` (when the response, or the failure, arrived): a
+    full request queue or a paused collector can put seconds between the two. So `sent_at_ms` is the snapshots'
+    `observed_at_ms`, the moment every "the snapshot is after coordinator event E" proof compares against (the
+    leader's state is no older than it), and `received_at_ms` the moment by which a transaction it reports open
+    had opened. `error` is a request-level failure (unreachable broker, timeout), in which case `results` is
+    empty.
     """
 
     broker: int
@@ -61,15 +65,19 @@ class DescribeBatch:
     results: Mapping[TP, PartitionProducers] = field(default_factory=dict)
     error: str | None = None
     message: str | None = None
+    sent_at_ms: int = field(kw_only=True)
 
 
 @dataclass(frozen=True)
 class ClusterView:
-    """Cluster metadata: brokers (id → host:port) and every partition's leader (-1 if none)."""
+    """Cluster metadata: brokers (id → host:port), every partition's leader (-1 if none) and, where the answer
+    carried it (Metadata v7+), the leader's epoch: what ListOffsets and Fetch send as `current_leader_epoch`, so
+    a broker that is not the leader at that epoch refuses (`Partition.localLogWithEpochOrThrow`)."""
 
     brokers: Mapping[int, str]
     leaders: Mapping[TP, int]
     internal_topics: frozenset[str] = frozenset()
+    leader_epochs: Mapping[TP, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +108,13 @@ class FetchFailure(NamedTuple):
 
 
 class Offsets(NamedTuple):
-    """A partition's last stable offset (read_committed ListOffsets) and high watermark (read_uncommitted)."""
+    """A partition's last stable offset (read_committed ListOffsets) and high watermark (read_uncommitted), and
+    the error (Kafka's name) of either request for it, if any: FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH or
+    NOT_LEADER_OR_FOLLOWER say the broker asked is not the leader at the epoch it was asked with."""
 
     last_stable_offset: int | None
     high_watermark: int | None
+    error: str | None = None
 
 
 class GroupOffsets(NamedTuple):
@@ -155,18 +166,27 @@ class ClusterWire(Protocol):
         ...
 
     def fetch_start_batches(
-        self, wanted: Mapping[int, Sequence[tuple[TP, int]]]
+        self,
+        wanted: Mapping[int, Sequence[tuple[TP, int]]],
+        leader_epochs: Mapping[TP, int] | None = None,
     ) -> dict[tuple[TP, int], StartBatch | FetchFailure]:
-        """The batch at each (partition, start offset), read_uncommitted from the given leader."""
+        """The batch at each (partition, start offset), read_uncommitted from the given leader (fenced at
+        `leader_epochs` where given)."""
         ...
 
-    def list_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, Offsets]:
-        """LSO (read_committed ListOffsets) and high watermark (read_uncommitted) per partition."""
+    def list_offsets(
+        self, wanted: Mapping[int, Sequence[TP]], leader_epochs: Mapping[TP, int] | None = None
+    ) -> dict[TP, Offsets]:
+        """LSO (read_committed ListOffsets) and high watermark (read_uncommitted) per partition, fenced at
+        `leader_epochs` where given."""
         ...
 
-    def end_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, EndOffset]:
+    def end_offsets(
+        self, wanted: Mapping[int, Sequence[TP]], leader_epochs: Mapping[TP, int] | None = None
+    ) -> dict[TP, EndOffset]:
         """The high watermark of each partition, asked of the given leader (one read_uncommitted ListOffsets
-        per broker, brokers concurrently), or its error name; never raises for a broker's failure."""
+        per broker, brokers concurrently; fenced at `leader_epochs` where given), or its error name; never
+        raises for a broker's failure."""
         ...
 
     def max_transaction_timeouts(self, brokers: Sequence[int]) -> dict[int, BrokerTimeout]:

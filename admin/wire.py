@@ -72,7 +72,7 @@ class KafkaWire:
         request_timeout_ms: per request.
         max_in_flight: DescribeProducers requests pipelined per broker (kafka-python pauses at 5).
         requests: counts every request by API, broker and outcome (metrics, benchmark).
-        clock_ms: the wall clock stamped when a DescribeProducers response arrives.
+        clock_ms: the wall clock stamped before a DescribeProducers request is sent and when its response arrives.
     """
 
     def __init__(
@@ -141,6 +141,7 @@ class KafkaWire:
                 await self._manager._net.sleep(0.05)
         brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
         leaders: dict[TP, int] = {}
+        epochs: dict[TP, int] = {}
         internal: set[str] = set()
         for topic in response.topics:
             if topic.error_code != 0 or topic.name is None:
@@ -151,8 +152,13 @@ class KafkaWire:
                 internal.add(topic.name)
             for p in topic.partitions:
                 leaders[(topic.name, p.partition_index)] = p.leader_id if p.leader_id is not None else -1
+                epoch = getattr(p, "leader_epoch", None)  # Metadata v7+; -1 when the broker did not say
+                if epoch is not None and epoch >= 0:
+                    epochs[(topic.name, p.partition_index)] = epoch
         await self._ensure_brokers_known(list(brokers))
-        return ClusterView(brokers=brokers, leaders=leaders, internal_topics=frozenset(internal))
+        return ClusterView(
+            brokers=brokers, leaders=leaders, internal_topics=frozenset(internal), leader_epochs=epochs
+        )
 
     # --------------------------------------------------------------------------- DescribeProducers
 
@@ -165,7 +171,7 @@ class KafkaWire:
 
     async def _describe_broker(self, broker: int, batches: list[Sequence[TP]]) -> list[DescribeBatch]:
         out: list[DescribeBatch] = []
-        in_flight: list[tuple[tuple[TP, ...], Any, list[int]]] = []
+        in_flight: list[tuple[tuple[TP, ...], Any, int, list[int]]] = []
         failure: DescribeBatch | None = None
         for batch in batches:
             if failure is not None:
@@ -177,20 +183,29 @@ class KafkaWire:
                         failure.received_at_ms,
                         error=failure.error,
                         message=failure.message,
+                        sent_at_ms=failure.sent_at_ms,
                     )
                 )
                 continue
+            # Read before the request is handed over: the leader answers after this, however long the answer
+            # then takes to arrive (docs/detection.md, section 5, "Slow answers and stale leaders").
+            sent_at = self._clock_ms()
             stamp: list[int] = []
             try:
                 future = self._send("DescribeProducers", broker, _describe_producers_request(batch))
             except Exception as exc:  # UnknownBrokerIdError and the like, raised before sending
                 failure = DescribeBatch(
-                    broker, tuple(batch), self._clock_ms(), error=error_name(exc), message=str(exc)
+                    broker,
+                    tuple(batch),
+                    self._clock_ms(),
+                    error=error_name(exc),
+                    message=str(exc),
+                    sent_at_ms=sent_at,
                 )
                 out.append(failure)
                 continue
             future.add_both(lambda _x, s=stamp: s.append(self._clock_ms()))
-            in_flight.append((tuple(batch), future, stamp))
+            in_flight.append((tuple(batch), future, sent_at, stamp))
             if len(in_flight) >= self._window:
                 result = await self._settle(broker, *in_flight.pop(0))
                 out.append(result)
@@ -205,13 +220,15 @@ class KafkaWire:
         await self._manager._net.sleep(0)
 
     async def _settle(
-        self, broker: int, batch: tuple[TP, ...], future: Any, stamp: list[int]
+        self, broker: int, batch: tuple[TP, ...], future: Any, sent_at: int, stamp: list[int]
     ) -> DescribeBatch:
         try:
             response = await future
         except Exception as exc:
             at = stamp[0] if stamp else self._clock_ms()
-            return DescribeBatch(broker, batch, at, error=error_name(exc), message=str(exc) or None)
+            return DescribeBatch(
+                broker, batch, at, error=error_name(exc), message=str(exc) or None, sent_at_ms=sent_at
+            )
         at = stamp[0] if stamp else self._clock_ms()
         await self._yield()
         results: dict[TP, PartitionProducers] = {}
@@ -236,15 +253,18 @@ class KafkaWire:
                         for a in p.active_producers
                     ),
                 )
-        return DescribeBatch(broker, batch, at, results)
+        return DescribeBatch(broker, batch, at, results, sent_at_ms=sent_at)
 
     # ------------------------------------------------------------------------------- start batches
 
     def fetch_start_batches(
-        self, wanted: Mapping[int, Sequence[tuple[TP, int]]]
+        self,
+        wanted: Mapping[int, Sequence[tuple[TP, int]]],
+        leader_epochs: Mapping[TP, int] | None = None,
     ) -> dict[tuple[TP, int], StartBatch | FetchFailure]:
+        epochs = dict(leader_epochs or {})
         per_broker = self._run(
-            self._gather, [(self._fetch_broker, (b, list(items))) for b, items in wanted.items()]
+            self._gather, [(self._fetch_broker, (b, list(items), epochs)) for b, items in wanted.items()]
         )
         out: dict[tuple[TP, int], StartBatch | FetchFailure] = {}
         for part in per_broker:
@@ -252,7 +272,7 @@ class KafkaWire:
         return out
 
     async def _fetch_broker(
-        self, broker: int, items: list[tuple[TP, int]]
+        self, broker: int, items: list[tuple[TP, int]], leader_epochs: Mapping[TP, int]
     ) -> dict[tuple[TP, int], StartBatch | FetchFailure]:
         out: dict[tuple[TP, int], StartBatch | FetchFailure] = {}
         pending = list(dict.fromkeys(items))
@@ -270,6 +290,7 @@ class KafkaWire:
                 [(tp[0], tp[1], offset) for tp, offset in this_round],
                 partition_max_bytes=self._fetch_partition_max_bytes,
                 max_bytes=self._fetch_max_bytes,
+                leader_epochs=leader_epochs,
             )
             try:
                 response = await self._send("Fetch", broker, request)
@@ -305,50 +326,71 @@ class KafkaWire:
 
     # -------------------------------------------------------------------------------- ListOffsets
 
-    def list_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, Offsets]:
-        calls = [(self._offsets_broker, (b, list(tps))) for b, tps in wanted.items()]
+    def list_offsets(
+        self, wanted: Mapping[int, Sequence[TP]], leader_epochs: Mapping[TP, int] | None = None
+    ) -> dict[TP, Offsets]:
+        epochs = dict(leader_epochs or {})
+        calls = [(self._offsets_broker, (b, list(tps), epochs)) for b, tps in wanted.items()]
         per_broker = self._run(self._gather, calls)
         out: dict[TP, Offsets] = {}
         for part in per_broker:
             out.update(part)
         return out
 
-    async def _offsets_broker(self, broker: int, tps: list[TP]) -> dict[TP, Offsets]:
-        futures = []
+    async def _offsets_broker(
+        self, broker: int, tps: list[TP], leader_epochs: Mapping[TP, int]
+    ) -> dict[TP, Offsets]:
+        sent: list[Any] = []  # per isolation level: kafka-python's Future, or the error that kept it unsent
         for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
+            request = _list_offsets_request(tps, isolation, leader_epochs)
             try:
-                futures.append(self._send("ListOffsets", broker, _list_offsets_request(tps, isolation)))
-            except Exception:
-                futures.append(None)
+                sent.append(self._send("ListOffsets", broker, request))
+            except Exception as exc:
+                sent.append(error_name(exc))
         values: list[dict[TP, int]] = []
-        for future in futures:
+        errors: dict[TP, str] = {}  # the first error either request gave for the partition
+        for future in sent:
             found: dict[TP, int] = {}
-            try:
-                response = await future if future is not None else None
-            except Exception:
-                response = None
+            response, failure = None, future if isinstance(future, str) else None
+            if failure is None:
+                try:
+                    response = await future
+                except Exception as exc:
+                    failure = error_name(exc)
+            if failure is not None:
+                for tp in tps:
+                    errors.setdefault(tp, failure)
             for topic in response.topics if response is not None else ():
                 for p in topic.partitions:
+                    tp = (topic.name, p.partition_index)
                     if p.error_code == 0 and p.offset >= 0:
-                        found[(topic.name, p.partition_index)] = p.offset
+                        found[tp] = p.offset
                     elif p.error_code != 0:
-                        self.requests.record_partition_error("ListOffsets", code_name(p.error_code) or "?")
+                        error = code_name(p.error_code) or "?"
+                        self.requests.record_partition_error("ListOffsets", error)
+                        errors.setdefault(tp, error)
             values.append(found)
         lso, hw = values
-        return {tp: Offsets(lso.get(tp), hw.get(tp)) for tp in tps}
+        return {tp: Offsets(lso.get(tp), hw.get(tp), errors.get(tp)) for tp in tps}
 
-    def end_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, EndOffset]:
-        calls = [(self._end_offsets_broker, (b, list(tps))) for b, tps in wanted.items()]
+    def end_offsets(
+        self, wanted: Mapping[int, Sequence[TP]], leader_epochs: Mapping[TP, int] | None = None
+    ) -> dict[TP, EndOffset]:
+        epochs = dict(leader_epochs or {})
+        calls = [(self._end_offsets_broker, (b, list(tps), epochs)) for b, tps in wanted.items()]
         out: dict[TP, EndOffset] = {}
         for part in self._run(self._gather, calls):
             out.update(part)
         return out
 
-    async def _end_offsets_broker(self, broker: int, tps: list[TP]) -> dict[TP, EndOffset]:
+    async def _end_offsets_broker(
+        self, broker: int, tps: list[TP], leader_epochs: Mapping[TP, int]
+    ) -> dict[TP, EndOffset]:
         # One read_uncommitted ListOffsets (latest = the high watermark); unlike `list_offsets` it keeps each
         # partition's error, since the coordinator log position must say why a partition is missing.
+        request = _list_offsets_request(tps, READ_UNCOMMITTED, leader_epochs)
         try:
-            response = await self._send("ListOffsets", broker, _list_offsets_request(tps, READ_UNCOMMITTED))
+            response = await self._send("ListOffsets", broker, request)
         except Exception as exc:
             name = error_name(exc)
             return dict.fromkeys(tps, EndOffset(None, name))
@@ -639,19 +681,28 @@ def _describe_producers_request(batch: Sequence[TP]) -> Any:
     )
 
 
-def _list_offsets_request(tps: Sequence[TP], isolation: int) -> Any:
+def _list_offsets_request(tps: Sequence[TP], isolation: int, leader_epochs: Mapping[TP, int]) -> Any:
+    """ListOffsets (latest) for `tps`, each with the leader epoch of record where known (-1 otherwise).
+
+    With an epoch, a broker that is not the leader at exactly that epoch answers FENCED_LEADER_EPOCH (it knows a
+    newer one), UNKNOWN_LEADER_EPOCH (an older one) or NOT_LEADER_OR_FOLLOWER (`Partition.localLogWithEpochOrThrow`;
+    replica id -1 asks the leader only): a deposed leader's high watermark or LSO is refused, not returned.
+    """
     topic = ListOffsetsRequest.ListOffsetsTopic
     by_topic: dict[str, list[Any]] = {}
     for name, partition in tps:
         by_topic.setdefault(name, []).append(
             topic.ListOffsetsPartition(
-                partition_index=partition, current_leader_epoch=-1, timestamp=LATEST_TIMESTAMP
+                partition_index=partition,
+                current_leader_epoch=leader_epochs.get((name, partition), -1),
+                timestamp=LATEST_TIMESTAMP,
             )
         )
-    # v2 is the first with an isolation level; Kafka 4.0 removed v0.
+    # v2 is the first with an isolation level (Kafka 4.0 removed v0), v4 the first with a current leader epoch:
+    # never let an epoch be dropped by an older version.
     return ListOffsetsRequest(
         replica_id=-1,
         isolation_level=isolation,
         topics=[topic(name=name, partitions=parts) for name, parts in by_topic.items()],
-        min_version=2,
+        min_version=4 if any(leader_epochs.get(tp, -1) >= 0 for tp in tps) else 2,
     )

@@ -1,8 +1,9 @@
 """Fakes for the admin room's seams (`admin.seams.ClusterWire`, `CoordinatorWire`) and builders with defaults plus overrides.
 
-A scripted in-memory cluster: partitions with leaders, producer states, start batches, offsets, high watermarks
-(what the coordinator log position reads), broker configs, and knobs to make a broker fail, answer
-NOT_LEADER_OR_FOLLOWER, or move a partition between two metadata calls.
+A scripted in-memory cluster: partitions with leaders and leader epochs, producer states, start batches, offsets,
+high watermarks (what the coordinator log position reads), broker configs, and knobs to make a broker fail, answer
+NOT_LEADER_OR_FOLLOWER, answer late, answer from a replica it no longer leads (as Kafka does: DescribeProducers is
+served from any replica's log), or move a partition between two metadata calls.
 Imported by tests/unit/test_collector_*.py and test_inspect_partition_age.py; it holds no tests itself.
 """
 
@@ -76,6 +77,13 @@ class FakeCluster:
     not_leader_once: set[TP] = field(default_factory=set)  # NOT_LEADER_OR_FOLLOWER on the first describe
     offset_errors: dict[TP, str] = field(default_factory=dict)  # end_offsets answers this error
     views: list[dict[TP, int]] = field(default_factory=list)  # scripted metadata answers, then `leaders`
+    # The leaders' epochs (none: Metadata without epochs); `epoch_views` are scripted answers, then `epochs`.
+    epochs: dict[TP, int] = field(default_factory=dict)
+    epoch_views: list[dict[TP, int]] = field(default_factory=list)
+    # (partition, broker) → the open transactions in the log of a replica that does not lead the partition: it
+    # answers DescribeProducers with them, error NONE (`Partition.activeProducerState`), however stale.
+    replica_states: dict[tuple[TP, int], list[ActiveProducer]] = field(default_factory=dict)
+    answer_delay_ms: dict[int, int] = field(default_factory=dict)  # broker → ms from request to its answer
     clock: int = T0 + 60_000
     # call log
     metadata_calls: int = 0
@@ -84,6 +92,10 @@ class FakeCluster:
     fetch_calls: list[dict[int, list[tuple[TP, int]]]] = field(default_factory=list)
     offsets_calls: list[dict[int, list[TP]]] = field(default_factory=list)
     end_offsets_calls: list[tuple[int, dict[int, list[TP]]]] = field(default_factory=list)  # (clock, asked)
+    # the leader epochs each call sent, in call order
+    fetch_epochs: list[dict[TP, int]] = field(default_factory=list)
+    offsets_epochs: list[dict[TP, int]] = field(default_factory=list)
+    end_offsets_epochs: list[dict[TP, int]] = field(default_factory=list)
     metadata_topics: list[list[str] | None] = field(default_factory=list)
     denied_topics: set[str] = field(default_factory=set)  # Metadata by name: TOPIC_AUTHORIZATION_FAILED
     timeout_calls: list[list[int]] = field(default_factory=list)
@@ -95,9 +107,10 @@ class FakeCluster:
         self.metadata_calls += 1
         self.metadata_topics.append(None if topics is None else list(topics))
         leaders = self.views.pop(0) if self.views else self.leaders
+        epochs = self.epoch_views.pop(0) if self.epoch_views else self.epochs
         if topics is not None:
             leaders = {tp: b for tp, b in leaders.items() if tp[0] in topics}
-        return ClusterView(dict(self.brokers), dict(leaders), self.internal)
+        return ClusterView(dict(self.brokers), dict(leaders), self.internal, dict(epochs))
 
     def describe_producers(self, batches: Mapping[int, Sequence[Sequence[TP]]]) -> list[DescribeBatch]:
         out = []
@@ -105,9 +118,14 @@ class FakeCluster:
             for batch in bs:
                 self.describe_requests[broker] += 1
                 self.batch_sizes.append(len(batch))
-                self.clock += 1
+                sent = self.clock
+                self.clock += 1 + self.answer_delay_ms.get(broker, 0)
                 if broker in self.down:
-                    out.append(DescribeBatch(broker, tuple(batch), self.clock, error="BROKER_UNREACHABLE"))
+                    out.append(
+                        DescribeBatch(
+                            broker, tuple(batch), self.clock, error="BROKER_UNREACHABLE", sent_at_ms=sent
+                        )
+                    )
                     continue
                 results: dict[TP, PartitionProducers] = {}
                 for tp in batch:
@@ -116,40 +134,76 @@ class FakeCluster:
                         results[tp] = PartitionProducers("NOT_LEADER_OR_FOLLOWER")
                     elif tp in self.partition_errors:
                         results[tp] = PartitionProducers(self.partition_errors[tp], (), "denied")
+                    elif (tp, broker) in self.replica_states:
+                        results[tp] = PartitionProducers(None, tuple(self.replica_states[(tp, broker)]))
                     elif self.leaders.get(tp) != broker:
                         results[tp] = PartitionProducers("NOT_LEADER_OR_FOLLOWER")
                     else:
                         results[tp] = PartitionProducers(None, tuple(self.producers.get(tp, ())))
-                out.append(DescribeBatch(broker, tuple(batch), self.clock, results))
+                out.append(DescribeBatch(broker, tuple(batch), self.clock, results, sent_at_ms=sent))
         return out
 
+    def not_the_leader(self, tp: TP, broker: int, epoch: int | None) -> str | None:
+        """What Kafka's `Partition.localLogWithEpochOrThrow` answers a leader-only request (ListOffsets, Fetch)
+        for `tp` sent to `broker` at `epoch` (None: -1, no fencing), by the true leaders and epochs; None when
+        the broker leads the partition at that epoch."""
+        current = self.epochs.get(tp)
+        if epoch is not None and current is not None and epoch != current:
+            return "FENCED_LEADER_EPOCH" if epoch < current else "UNKNOWN_LEADER_EPOCH"
+        return None if self.leaders.get(tp) == broker else "NOT_LEADER_OR_FOLLOWER"
+
     def fetch_start_batches(
-        self, wanted: Mapping[int, Sequence[tuple[TP, int]]]
+        self,
+        wanted: Mapping[int, Sequence[tuple[TP, int]]],
+        leader_epochs: Mapping[TP, int] | None = None,
     ) -> dict[tuple[TP, int], StartBatch | FetchFailure]:
         self.fetch_calls.append({b: list(items) for b, items in wanted.items()})
-        return {
-            key: self.starts.get(key, FetchFailure("NO_BATCH_AT_OFFSET", permanent=True))
-            for items in wanted.values()
-            for key in items
-        }
+        epochs = dict(leader_epochs or {})
+        self.fetch_epochs.append(epochs)
+        out: dict[tuple[TP, int], StartBatch | FetchFailure] = {}
+        for broker, items in wanted.items():
+            for key in items:
+                refused = self.not_the_leader(key[0], broker, epochs.get(key[0])) if epochs else None
+                out[key] = (
+                    FetchFailure(refused, permanent=False)
+                    if refused is not None
+                    else self.starts.get(key, FetchFailure("NO_BATCH_AT_OFFSET", permanent=True))
+                )
+        return out
 
-    def list_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, Offsets]:
+    def list_offsets(
+        self, wanted: Mapping[int, Sequence[TP]], leader_epochs: Mapping[TP, int] | None = None
+    ) -> dict[TP, Offsets]:
         self.offsets_calls.append({b: list(tps) for b, tps in wanted.items()})
-        return {tp: self.offsets.get(tp, Offsets(None, None)) for tps in wanted.values() for tp in tps}
+        epochs = dict(leader_epochs or {})
+        self.offsets_epochs.append(epochs)
+        out: dict[TP, Offsets] = {}
+        for broker, tps in wanted.items():
+            for tp in tps:
+                refused = self.not_the_leader(tp, broker, epochs.get(tp))
+                out[tp] = (
+                    Offsets(None, None, refused) if refused else self.offsets.get(tp, Offsets(None, None))
+                )
+        return out
 
-    def end_offsets(self, wanted: Mapping[int, Sequence[TP]]) -> dict[TP, EndOffset]:
+    def end_offsets(
+        self, wanted: Mapping[int, Sequence[TP]], leader_epochs: Mapping[TP, int] | None = None
+    ) -> dict[TP, EndOffset]:
         # The clock ticks when the request is sent: as_of_ms must have been read before.
         self.clock += 1
         self.end_offsets_calls.append((self.clock, {b: list(tps) for b, tps in wanted.items()}))
+        epochs = dict(leader_epochs or {})
+        self.end_offsets_epochs.append(epochs)
         out: dict[TP, EndOffset] = {}
         for broker, tps in wanted.items():
             for tp in tps:
+                refused = self.not_the_leader(tp, broker, epochs.get(tp))
                 if broker in self.down:
                     out[tp] = EndOffset(None, "BROKER_UNREACHABLE")
                 elif tp in self.offset_errors:
                     out[tp] = EndOffset(None, self.offset_errors[tp])
-                elif self.leaders.get(tp) != broker:
-                    out[tp] = EndOffset(None, "NOT_LEADER_OR_FOLLOWER")
+                elif refused is not None:
+                    out[tp] = EndOffset(None, refused)
                 else:
                     out[tp] = EndOffset(self.high_watermarks.get(tp, 0))
         return out

@@ -114,3 +114,22 @@ def test_fetch_request_fields() -> None:
         "orders": [(0, 100, 1024), (3, 7, 1024)],
         "__consumer_offsets": [(1, 5, 1024)],
     }
+
+
+def test_fetch_request_is_fenced_at_the_leader_epochs_given() -> None:
+    # current_leader_epoch (Fetch v9+, KIP-320): a broker that is not the leader at that epoch refuses
+    # (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH) instead of answering from its own, possibly stale, log.
+    request = fetch_request(
+        [("orders", 0, 100), ("orders", 3, 7)],
+        partition_max_bytes=1024,
+        max_bytes=4096,
+        leader_epochs={("orders", 0): 12},
+    )
+    assert {(p.partition, p.current_leader_epoch) for t in request.topics for p in t.partitions} == {
+        (0, 12),
+        (3, -1),  # unknown: not fenced
+    }
+    assert request._min_version == 9  # never sent in a version that would drop the epoch
+    unfenced = fetch_request([("orders", 0, 100)], partition_max_bytes=1024, max_bytes=4096)
+    assert [p.current_leader_epoch for t in unfenced.topics for p in t.partitions] == [-1]
+    assert unfenced._min_version == 4

@@ -86,14 +86,47 @@ def test_snapshot_carries_leader_start_batch_offsets_and_broker_timeout() -> Non
     assert result.partitions_total == result.partitions_covered == 3
 
 
-def test_observed_at_is_the_response_arrival_of_that_leader() -> None:
+def test_observed_at_is_when_the_request_to_that_leader_was_sent() -> None:
     cluster = one_hanging()
     cluster.producers[("orders", 1)] = [producer(producer_id=9, current_txn_start_offset=5)]
     result = make(cluster)[0].sweep()
-    # The fake's clock ticks once per request: each snapshot has its own response's time.
+    # The fake's clock ticks once per request: each snapshot has its own request's time.
     times = {(s.topic, s.partition): s.observed_at_ms for s in result.snapshots}
     assert times[ORDERS0] != times[("orders", 1)]
-    assert all(T0 + 60_000 < t <= cluster.clock for t in times.values())
+    assert all(T0 + 60_000 <= t < cluster.clock for t in times.values())
+
+
+def test_a_slow_answer_is_stamped_when_its_request_was_sent_and_seen_open_when_it_arrived() -> None:
+    """A leader's answer describes its state at some moment between the request and the response. Stamped at
+    receipt, an answer 7 s late claims the leader still had the transaction open 7 s after it last said so:
+    past the grace (4 s) and skew (2 s), a transaction that committed just after the leader answered became
+    HANGING coordinator-completed. `observed_at` is the send time (the snapshot is no older); the transaction
+    is known open by the receipt time (`seen_open_ms`), and the position is measured after it."""
+    cluster = with_transaction_log()
+    cluster.answer_delay_ms = {1: 7_000}
+    sent = cluster.clock  # broker 1 is asked first
+    result = make(cluster)[0].sweep()
+    s = snap(result, ORDERS0)
+    (t,) = s.open_transactions
+    assert s.observed_at_ms == sent
+    assert t.seen_open_ms == sent + 7_001  # its answer arrived 7 s (and the fake's tick) later
+    (position,) = result.positions
+    assert position.as_of_ms >= t.seen_open_ms
+
+
+def test_a_transaction_first_seen_after_a_slow_answer_opened_after_that_request_was_sent() -> None:
+    # The previous report of the partition without it may be from any moment after its request was sent:
+    # the transaction opened after that moment, not after the (late) receipt.
+    cluster = one_hanging()
+    cluster.producers[ORDERS0] = []
+    cluster.answer_delay_ms = {1: 7_000}
+    collector, _ = make(cluster)
+    sent = cluster.clock
+    collector.sweep()
+    cluster.producers[ORDERS0] = [producer()]
+    cluster.answer_delay_ms = {}
+    (t,) = snap(collector.sweep(), ORDERS0).open_transactions
+    assert t.opened_after_ms == sent
 
 
 def test_sweep_ids_are_unique_per_sweep() -> None:
@@ -158,7 +191,74 @@ def test_not_leader_is_refreshed_and_retried_within_the_sweep() -> None:
     result = collector.sweep()
     assert snap(result, ORDERS0).leader == 1
     assert result.partitions_covered == 3 and all(not s.errors for s in result.summaries)
-    assert cluster.metadata_calls == 2 and clock.slept == [0.2]
+    # Once to route, and once after each round of answers (which also routes the retry).
+    assert cluster.metadata_calls == 3 and clock.slept == [0.2]
+
+
+# ------------------------------------------------------------------- stale leaders (issue 30, item 4)
+
+
+def test_an_answer_from_a_replica_the_metadata_read_after_it_does_not_name_is_asked_again_of_the_leader() -> (
+    None
+):
+    """Any replica answers DescribeProducers from its own log with error NONE (`Partition.activeProducerState`).
+    Stale metadata routes orders-0 to broker 2, a replica that fell behind: its log still has the transaction
+    open after the leader (1) wrote its commit marker. The metadata read after the answers names broker 1: the
+    replica's answer is dropped and broker 1 is asked in the same sweep."""
+    cluster = one_hanging()
+    cluster.producers[ORDERS0] = []  # committed at the leader
+    cluster.replica_states[(ORDERS0, 2)] = [producer()]  # still open in the lagging replica's log
+    cluster.views = [dict(cluster.leaders) | {ORDERS0: 2}]
+    collector, _ = make(cluster, open_partitions={ORDERS0})
+    result = collector.sweep()
+    assert [(s.topic, s.partition) for s in result.snapshots] == []
+    (empty,) = result.empties
+    assert (empty.topic, empty.partition, empty.leader) == ("orders", 0, 1)
+    assert cluster.describe_requests == {1: 1, 2: 1, 3: 1}  # orders-0 asked of 2 (with orders-1), then of 1
+    assert all(not s.errors for s in result.summaries)
+
+
+def test_a_deposed_leader_that_every_metadata_answer_still_names_is_dropped_by_its_own_list_offsets() -> None:
+    """Every metadata answer is stale (the brokers asked had not learnt of the move): orders-0 led by broker 2
+    at epoch 4. Broker 2 knows better: it follows broker 1 at epoch 5. Its DescribeProducers answer (its lagging
+    log: the transaction open) cannot be fenced, but its ListOffsets at epoch 4 answers FENCED_LEADER_EPOCH: the
+    answer is dropped, counted under NOT_LEADER_OF_RECORD, and the partition keeps its last published state."""
+    cluster = one_hanging()
+    cluster.epochs = {ORDERS0: 5}
+    cluster.producers[ORDERS0] = []
+    cluster.replica_states[(ORDERS0, 2)] = [producer()]
+    cluster.views = [dict(cluster.leaders) | {ORDERS0: 2}] * 5
+    cluster.epoch_views = [{ORDERS0: 4}] * 5
+    collector, _ = make(cluster, open_partitions={ORDERS0})
+    result = collector.sweep()
+    assert result.snapshots == [] and result.empties == []
+    assert cluster.offsets_epochs == [{ORDERS0: 4}] and cluster.fetch_epochs == [{ORDERS0: 4}]
+    assert {s.broker: s.errors for s in result.summaries}[2] == {"NOT_LEADER_OF_RECORD": 1}
+    assert result.partitions_covered == 2
+    assert any("broker 2" in p and "FENCED_LEADER_EPOCH" in p for p in result.problems)
+    assert collector.open_partitions == {ORDERS0}  # no claim either way this sweep
+
+
+def test_an_answer_given_at_another_leader_epoch_than_it_was_asked_at_is_asked_again() -> None:
+    # Broker 1 lost orders-0 and got it back between the routing metadata (epoch 4) and the one read after its
+    # answer (epoch 6): in between it was a follower, so its answer may be from then. Asked again at epoch 6.
+    cluster = one_hanging()
+    cluster.epochs = {ORDERS0: 6}
+    cluster.epoch_views = [{ORDERS0: 4}]
+    result = make(cluster)[0].sweep()
+    assert cluster.describe_requests[1] == 2
+    assert snap(result, ORDERS0).leader == 1 and all(not s.errors for s in result.summaries)
+    assert cluster.offsets_epochs == [{ORDERS0: 6}]
+
+
+def test_offsets_start_batches_and_positions_are_asked_at_the_leader_epoch_of_record() -> None:
+    cluster = one_hanging()
+    cluster.epochs = {ORDERS0: 5, ("orders", 1): 2, (TXN_LOG, 0): 9}
+    result = make(cluster)[0].sweep()
+    assert snap(result, ORDERS0).last_stable_offset == 100
+    assert cluster.fetch_epochs == [{ORDERS0: 5, ("orders", 1): 2, (TXN_LOG, 0): 9}]
+    assert cluster.offsets_epochs == [{ORDERS0: 5, ("orders", 1): 2, (TXN_LOG, 0): 9}]
+    assert cluster.end_offsets_epochs == [{(TXN_LOG, 0): 9}]
 
 
 def test_retries_are_bounded_and_the_rest_is_reported_uncovered() -> None:
