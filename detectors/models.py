@@ -131,6 +131,10 @@ class WithheldReason(StrEnum):
     # there was not seen open before that commit: a commit marker lost before it (COMMIT restores it) and a write
     # after it (ABORT) look the same from here, and the two remedies are opposite.
     COMMIT_OR_LATE_WRITE = "commit-or-late-write"
+    # A coordinator record written after a collector position was measured is stamped well before that position's
+    # time: the collector's clock runs ahead of the coordinators', so its reports look later than they are and no
+    # "the report is after the coordinator event" proof holds, until the clocks are seen to agree again.
+    COLLECTOR_CLOCK_AHEAD = "collector-clock-ahead"
 
 
 class CoordinatorRole(StrEnum):
@@ -235,7 +239,7 @@ class OpenTransaction(Model):
     offset_commit_group: str | None = None
     # The collector's own clock around the transaction's opening (None: not known, e.g. the collector's first
     # report of the partition): a report of the partition at `opened_after_ms` did not have it open, and the
-    # first report that had it open was sent at `seen_open_ms`. They bound the records' timestamps, which are
+    # first report that had it open arrived at `seen_open_ms`. They bound the records' timestamps, which are
     # client time (event time under Kafka Streams) and prove nothing about when the transaction opened.
     opened_after_ms: int | None = None
     seen_open_ms: int | None = None

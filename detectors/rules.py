@@ -187,12 +187,22 @@ def settled(t: TxnFacts, limits: DetectionLimits) -> bool:
     so it is reduced by the clock-skew tolerance; `first_seen_ms`, when known, must agree.
     """
     g = limits.grace_ms
+    seen = open_by(t)
     if known(t.open_since_ms):
         if elapsed_beyond_skew_ms(t.observed_at_ms, t.open_since_ms, limits.clock_skew_ms) <= g:
             return False
-    elif t.first_seen_ms is None:
+    elif seen is None:
         return False  # no timestamp and no first sighting: the age is unknown, never "past the grace"
-    return t.first_seen_ms is None or t.observed_at_ms - t.first_seen_ms > g
+    return seen is None or t.observed_at_ms - seen > g
+
+
+def open_by(t: TxnFacts) -> int | None:
+    """The earliest moment T is known to have been open: when the collector received its first report with T
+    open (`seen_open_ms`; a report is stamped when its request was sent, and the leader's state is from some
+    moment before the answer arrived); else the pipeline's first report (`first_seen_ms`: collectors that do not
+    send `seen_open_ms` stamped reports at arrival). A transaction open at two reports with one start offset was
+    open in between."""
+    return t.seen_open_ms if t.seen_open_ms is not None else t.first_seen_ms
 
 
 def snapshot_after(t: TxnFacts, event_ms: int, limits: DetectionLimits) -> bool:
@@ -522,7 +532,7 @@ def decide(
     obs = t.observed_at_ms
     since = t.open_since_ms
     # `settled`: open for longer than the grace period at observation, skew-reduced (and since first seen).
-    first_seen = t.first_seen_ms
+    first_seen = t.seen_open_ms if t.seen_open_ms is not None else t.first_seen_ms  # open_by
     since_known = since > 0
     settled = (obs - since - skew > grace if since_known else first_seen is not None) and (
         first_seen is None or obs - first_seen > grace
@@ -626,7 +636,8 @@ def judge(
     if view_current_ms is not None:
         if view_current_ms >= t.observed_at_ms:
             return decision
-        if t.first_seen_ms is not None and view_current_ms >= t.first_seen_ms:
+        seen = open_by(t)
+        if seen is not None and view_current_ms >= seen:
             earlier = decide(
                 t._replace(observed_at_ms=view_current_ms), c, now_ms, limits, retired_at_ms=retired_at_ms
             )
@@ -1022,6 +1033,12 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
 
 
 def _why_withheld(decision: Decision, e: Evidence) -> str:
+    if decision.withheld is WithheldReason.COLLECTOR_CLOCK_AHEAD:
+        return (
+            "withheld: a coordinator record written after a collector position was measured is stamped well before "
+            "it, so the collector's clock runs ahead of the coordinators' and its reports look later than they are; "
+            "fix the clocks (NTP); judged again once they agree"
+        )
     if decision.withheld is WithheldReason.COMMIT_OR_LATE_WRITE:
         return (
             "withheld: the committed transaction's Prepare record listed this partition, and this transaction was "

@@ -639,6 +639,12 @@ class BucketState:
         # A rewound partition re-judges everything, as a lost record does (a gap only limits later positions).
         self.undecodable_changed |= len(self.currency.rewound) > rewound
 
+    def check_clock(self, transactional_id: str, log_offset: int, stamp_ms: int) -> None:
+        """`ViewCurrency.check_clock` for a view fact just applied; a change re-judges everything."""
+        if self.currency.check_clock(transactional_id, log_offset, stamp_ms):
+            self.currency_changed = True
+            self.undecodable_changed = True
+
     def apply_undecodable(self, topic: str, body_json: str) -> None:
         """An "undecodable" fact (`advance_undecodable`): records of `topic` read whose content is lost, and ids
         a decodable record freed again. A change re-judges every open transaction (it is rare)."""
@@ -760,16 +766,19 @@ class BucketState:
         # its currency says, so it proves nothing until a decodable record supersedes that one.
         undecodable = self.currency.undecodable_about(transactional_id)
         rewound = self.currency.rewound_about(transactional_id)
+        clock_ahead = self.currency.clock_ahead is not None
         decision = judge_view(
             t,
             c,
             t.observed_at_ms,
             self.config.limits,
-            view_current_ms=None if undecodable or rewound else view_current_ms,
+            view_current_ms=None if undecodable or rewound or clock_ahead else view_current_ms,
             retired_at_ms=retired_at_ms,
         )
         if decision.withheld is WithheldReason.COORDINATOR_VIEW_BEHIND:
-            if rewound:
+            if clock_ahead:
+                decision = decision._replace(withheld=WithheldReason.COLLECTOR_CLOCK_AHEAD)
+            elif rewound:
                 decision = decision._replace(withheld=WithheldReason.COORDINATOR_LOG_REWOUND)
             elif undecodable:
                 decision = decision._replace(withheld=WithheldReason.COORDINATOR_RECORD_UNDECODABLE)
@@ -984,6 +993,8 @@ def reconcile_bucket(
             bucket.apply_undecodable(_tid[i], record_json[i])
         else:
             bucket.apply_fact(pid[i], kind, record_json[i], fact_time[i], _position(log_offset[i]), now_ms)
+            if kind == "view" and _tid[i] is not None:
+                bucket.check_clock(_tid[i], _position(log_offset[i]), fact_time[i])
             producer_ids.add(pid[i])
     events.extend(bucket.evaluate(producer_ids, confirmed_now, now_ms))
     if report_view:

@@ -349,18 +349,19 @@ def test_a_transaction_left_open_after_its_commit_opens_one_candidate_then_resol
 def test_a_candidate_whose_proof_is_disproved_is_withdrawn_and_opened_again_when_proven_again() -> None:
     """A HANGING candidate stays OPENED only while its proof holds. Here the view reads a later record of the
     owner that lists the partition (the proof's premise, "the coordinator completed", no longer holds): the
-    candidate is WITHDRAWN with that verdict as its reason, and the VERDICT no longer names it (the abort
+    candidate is WITHDRAWN with that verdict as its reason (facts without log offsets apply in the order they
+    come, as the describe fallback's do), and the VERDICT no longer names it (the abort
     candidates gauge and alert follow). Before, it stayed OPENED until the transaction ended."""
     done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 + SECOND)
     b = new_bucket()
     t1 = T0 + MINUTE
-    batch(b, t1, fact_row(done, log_offset=10), open_row(seen_at(t1)))
+    batch(b, t1, fact_row(done), open_row(seen_at(t1)))
     t2 = t1 + 15 * SECOND
     opened, _ = batch(b, t2, open_row(seen_at(t2)))
     assert opened["event"] == "OPENED"
     live = coord(transaction_timeout_ms=900_000, last_update_timestamp_ms=t2)
     t3 = t2 + 5 * SECOND
-    withdrawn, verdict = batch(b, t3, fact_row(live, log_offset=11), open_row(seen_at(t3)))
+    withdrawn, verdict = batch(b, t3, fact_row(live), open_row(seen_at(t3)))
     assert (withdrawn["event"], withdrawn["candidate_id"]) == ("WITHDRAWN", opened["candidate_id"])
     candidate = AbortCandidate.model_validate_json(withdrawn["payload"])
     assert candidate.status is CandidateStatus.WITHDRAWN and candidate.resolved_at_ms == t3
@@ -369,7 +370,7 @@ def test_a_candidate_whose_proof_is_disproved_is_withdrawn_and_opened_again_when
     # Later the owner completes again without the partition: proven again, OPENED again under the same id.
     again = coord(state=CoordinatorState.COMPLETE_ABORT, partitions=(), last_update_timestamp_ms=t3 + SECOND)
     t4 = t3 + 20 * SECOND
-    events = batch(b, t4, fact_row(again, log_offset=12), open_row(seen_at(t4)))
+    events = batch(b, t4, fact_row(again), open_row(seen_at(t4)))
     assert [(e["event"], e["candidate_id"]) for e in events] == [
         ("OPENED", opened["candidate_id"]),
         ("VERDICT", opened["candidate_id"]),
