@@ -401,26 +401,23 @@ class ViewCurrency:
             return bool(self.undecodable_ids or self.undecodable_partitions)
         if any(tid == transactional_id for _, tid in self.undecodable_ids):
             return True
-        for topic, partition in self.undecodable_partitions:
-            newest = self.newest.get(topic)
-            if topic != self.transaction_log or newest is None:
-                return True
-            if partition == coordinator_partition(transactional_id, newest.partitions):
-                return True
-        return False
+        return any(self._could_hold(where, transactional_id) for where in self.undecodable_partitions)
 
     def rewound_about(self, transactional_id: str | None) -> bool:
         """A partition that could hold the owner's records was truncated and rewritten under the view (`read`):
         with an id, its partition of the log (or any partition of the other topics); without one, any."""
         if transactional_id is None:
             return bool(self.rewound)
-        for topic, partition in self.rewound:
-            newest = self.newest.get(topic)
-            if topic != self.transaction_log or newest is None:
-                return True
-            if partition == coordinator_partition(transactional_id, newest.partitions):
-                return True
-        return False
+        return any(self._could_hold(where, transactional_id) for where in self.rewound)
+
+    def _could_hold(self, where: tuple[str, int], transactional_id: str) -> bool:
+        """Partition `where` may hold the records of `transactional_id`: its partition of the transaction log, or
+        any partition of another coordinator topic (or of the log while its partition count is unknown)."""
+        topic, partition = where
+        newest = self.newest.get(topic)
+        if topic != self.transaction_log or newest is None:
+            return True
+        return partition == coordinator_partition(transactional_id, newest.partitions)
 
     def lag(self) -> ViewLag:
         """How far behind the newest positions the view is."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot, tps
+from test_tracking import row as tracking_row
 
 from detectors.abort import NO_KAFKA_CLI_COMMIT, plan_abort
 from detectors.models import CoordinatorRecord, CoordinatorState, HangingReason, VerdictKind, WithheldReason
@@ -101,16 +102,9 @@ def test_a_completion_that_did_not_list_the_partition_proves_it_hanging_as_befor
 
 
 def row(record: CoordinatorRecord, offset: int) -> CoordinatorRow:
-    return CoordinatorRow(
-        record.transactional_id,
-        record.producer_id,
-        record.previous_producer_id,
-        record.next_producer_id,
-        record.tombstone,
-        record.last_update_timestamp_ms,
-        offset,
-        record.model_dump_json(),
-        record.state.value if record.state else None,
+    """Stage 1's row of `record` at `offset`, with its state (which carries a Prepare over to its Complete)."""
+    return tracking_row(record)._replace(
+        source_offset=offset, state=record.state.value if record.state else None
     )
 
 
