@@ -15,7 +15,14 @@ import kafka.errors as Errors
 from admin.client import AdminError, explain
 from admin.inspect import InspectWire, describe_by_id, duration, format_table, iso
 from admin.seams import TP, GroupOffsets, GroupStanding, StartBatch, TransactionDescription
-from detectors.abort import candidate_age_ms, candidate_is_two_phase_commit, kafka_cli_abort, lso_lag
+from detectors.abort import (
+    ALLOW_LIVE_OWNER_FLAG,
+    LIVE_OWNER_SAME_EPOCH,
+    candidate_age_ms,
+    candidate_is_two_phase_commit,
+    kafka_cli_abort,
+    lso_lag,
+)
 from detectors.groups import CONSUMER_OFFSETS_TOPIC
 from detectors.models import AbortCandidate, LiveEvidence, VerifyOutcome, VerifyResult, is_two_phase_commit
 
@@ -79,11 +86,13 @@ class ActWith:
     topic_prefix: str
     command_config: str | None = None
 
-    def txnwatch(self, c: AbortCandidate) -> str:
+    def txnwatch(self, c: AbortCandidate, *, allow_live_owner: bool = False) -> str:
         config = f" --command-config {shlex.quote(self.command_config)}" if self.command_config else ""
+        waive = f" {ALLOW_LIVE_OWNER_FLAG}" if allow_live_owner else ""
         return (
             f"txnwatch proposals abort {c.candidate_id} --bootstrap-server {shlex.quote(self.bootstrap)}{config} "
             f"--cluster {shlex.quote(self.cluster)} --topic-prefix {shlex.quote(self.topic_prefix)} --execute"
+            f"{waive}"
         )
 
     def kafka_cli(self, c: AbortCandidate) -> str:
@@ -146,6 +155,17 @@ def blocked_group(wire: ShowWire, candidate: AbortCandidate, live: LiveEvidence)
     return GroupStanding("", error=f"the start batch {why}")
 
 
+def refused_only_for_a_live_owner(verify: VerifyResult) -> bool:
+    """Verification refused the abort for `live-owner-same-epoch` and nothing else: the one case where
+    `--allow-live-owner` is what stands between the operator and the abort, so the only one where `show` offers
+    it. A safe abort needs no flag, and another refusal is not lifted by it."""
+    return (
+        verify.outcome is VerifyOutcome.REFUSED
+        and len(verify.changes) == 1
+        and verify.changes[0].startswith(f"{LIVE_OWNER_SAME_EPOCH}:")
+    )
+
+
 def stuck_groups(live: LiveEvidence, groups: GroupOffsets) -> dict[str, int]:
     """The consumer groups whose committed offset on the partition is at or past its LSO: a `read_committed`
     member gets nothing beyond the LSO, so these wait on the hanging transaction (who is stuck)."""
@@ -182,7 +202,14 @@ def show_json(
         },
         "named_error": around.named_error,
         "verify": verify.model_dump(mode="json"),
-        "act": {"txnwatch": act.txnwatch(c), "kafka_cli": act.kafka_cli(c)},
+        "act": {
+            "txnwatch": act.txnwatch(c),
+            # Only when the live owner is the one refusal (`refused_only_for_a_live_owner`); else null.
+            "txnwatch_allow_live_owner": act.txnwatch(c, allow_live_owner=True)
+            if refused_only_for_a_live_owner(verify)
+            else None,
+            "kafka_cli": act.kafka_cli(c),
+        },
     }
 
 
@@ -293,6 +320,16 @@ def render_show(
             f"kafka-transactions.sh --bootstrap-server {shlex.quote(act.bootstrap)} forceTerminateTransaction "
             f"--transactionalId {shlex.quote(tid)}"
         )
+    elif refused_only_for_a_live_owner(verify):
+        # The owner's restart (InitProducerId moves its epoch) makes the abort safe without the flag; the flag is
+        # for an owner known to write here no more. Kafka's tool checks neither.
+        owner = live.coordinator.transactional_id if live.coordinator else "its transactional id"
+        lines.append(f"  act (once {owner}'s producer restarted):  " + act.txnwatch(c))
+        lines.append(
+            f"  act (only if {owner} no longer writes to {c.topic}-{c.partition}):  "
+            + act.txnwatch(c, allow_live_owner=True)
+        )
+        lines.append("  act (Kafka's tool, re-checks nothing):      " + act.kafka_cli(c))
     else:
         lines.append("  act (verified, dry run without --execute):  " + act.txnwatch(c))
         lines.append("  act (Kafka's tool, re-checks nothing):      " + act.kafka_cli(c))

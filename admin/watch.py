@@ -8,6 +8,7 @@ clock, the printer) so its decisions are tested without a cluster; admin/cli.py 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +19,18 @@ from pydantic import ValidationError
 
 from admin.inspect import duration, iso
 from admin.proposals import latest_candidates
-from detectors.abort import candidate_age_ms, lso_lag
-from detectors.models import AbortCandidate, AuditRecord, CandidateStatus
-from detectors.policy import AbortPolicy, decide
+from detectors.abort import (
+    ALLOW_LIVE_OWNER_FLAG,
+    LIVE_OWNER_SAME_EPOCH,
+    candidate_age_ms,
+    lso_lag,
+    resolved_by_audit,
+)
+from detectors.models import AbortCandidate, AuditOutcome, AuditRecord, CandidateStatus
+from detectors.policy import AbortPolicy, decide, wrote_a_marker
+
+# A refusal named by its first word, as verification names its own (`live-owner-same-epoch: ...`).
+_NAMED_REFUSAL = re.compile(r"([a-z0-9]+(?:-[a-z0-9]+)+): ")
 
 
 class PolicyError(ValueError):
@@ -86,6 +96,7 @@ class WatchEvent:
         if self.audit is not None:
             out["outcome"] = self.audit.outcome.value
             out["audit_id"] = self.audit.audit_id
+            out["refusals"] = list(named_refusals(self.audit))
         return out
 
     def as_line(self) -> str:
@@ -160,12 +171,33 @@ class Watch:
                 continue
             self.tried.add(c.candidate_id)
             record = self.attempt(c)
-            if record.outcome.value == "ABORTED":
+            if wrote_a_marker(record):  # a COLLISION wrote one too: max_aborts_per_hour counts it
                 self.aborts_at_ms.append(record.at_ms)
-            if record.outcome.value in ("ABORTED", "ALREADY_RESOLVED"):
+            if c.candidate_id in resolved_by_audit([record]):  # as `done` is read from the audit log at start
                 self.pending.pop(c.candidate_id, None)
                 self.done.add(c.candidate_id)
-            self.emit(WatchEvent("ABORT", c, now_ms, f"{record.outcome.value}: {record.message}", record))
+            self.emit(WatchEvent("ABORT", c, now_ms, attempt_detail(record), record))
+
+
+def named_refusals(record: AuditRecord) -> tuple[str, ...]:
+    """The names of the refusals that ended a REFUSED attempt (`live-owner-same-epoch`, `two-phase-commit`,
+    `coordinator-listing-incomplete`), in verification's order; a refusal without a name (the state changed since
+    the plan) is in the message only."""
+    if record.outcome is not AuditOutcome.REFUSED or record.verify is None:
+        return ()
+    return tuple(m.group(1) for m in map(_NAMED_REFUSAL.match, record.verify.changes) if m is not None)
+
+
+def attempt_detail(record: AuditRecord) -> str:
+    """An ABORT event's detail: the outcome and the audit message; for a live owner's refusal, also that watch
+    never waives it (the message's advice to run again with the flag is for a person, not for auto-abort)."""
+    detail = f"{record.outcome.value}: {record.message}"
+    if LIVE_OWNER_SAME_EPOCH in named_refusals(record):
+        detail += (
+            f". auto-abort never passes {ALLOW_LIVE_OWNER_FLAG} and does not try this candidate again in this run: "
+            "once the owner's producer restarted, `proposals abort ID --execute` (or watch again) aborts it"
+        )
+    return detail
 
 
 def printer(output: str, write: Callable[[str], None]) -> Callable[[WatchEvent], None]:

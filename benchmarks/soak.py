@@ -5,19 +5,20 @@ nothing else named, and does memory stay flat?
     python -m benchmarks.soak [--seconds 300] [--ids 200] [--rate 20] [--orphans 3] [--sample-s 10]
 
 It starts its own one-node test bed (partition verification off, for the orphans), `txnwatch collect` as a
-subprocess, the streaming job in this process (as `txnwatch stream` runs it: local[2], RocksDB, its three
-queries), and the load as a subprocess (`python -m benchmarks.soak load`): `--ids` transactional producers taking
-turns, `--rate` transactions per second in total (so each id runs one transaction every ids/rate seconds), one to
-three records each, 10 % aborted. The orphans are dev/workload.py's `hanging` scenario (a batch the coordinator
-never added, then a commit), spread over the load; each is aborted `--abort-after-s` after it was found with
-`txnwatch proposals abort --execute`, as on-call would. Every `--sample-s` seconds it records the RSS of the collector,
-the driver JVM, the driver's Python process and the Python workers (their PSS summed: forked workers share
-pages), the driver JVM's heap, the stateful operators' rows and memory, the checkpoint's size on disk, the job's
-coordinator view lag, the records of each input its reconcile query has not read yet, the collector's sweep time,
-RocksDB's one cache read from the cache itself (pinned: write buffers; evictable: blocks), where the soak process's
-own memory is (mapped files or anonymous; glibc malloc's heap; Arrow's pool), and the load average; every
-`--gc-every` samples the driver JVM's heap after a full GC (its live set). At the end it stops everything it started, writes the samples and verdicts to JSON and plots them (docs/soak.png). Exit code 0
-when every orphan was found and nothing else was named.
+subprocess, the streaming job in this process (as `txnwatch stream` runs it: local[2], RocksDB, its three queries),
+and the load as a subprocess (`python -m benchmarks.soak load`): `--ids` transactional producers taking turns,
+`--rate` transactions per second in total (so each id runs one transaction every ids/rate seconds), one to three
+records each, 10 % aborted. The orphans are dev/workload.py's `hanging` scenario (a batch the coordinator never
+added, a commit, then its producer restarts), spread over the load; each is aborted `--abort-after-s` after it was
+found with `txnwatch proposals abort --execute`, as on-call would. Every `--sample-s` seconds it records the RSS of
+the collector, the driver JVM, the driver's Python process and the Python workers (their PSS summed: forked workers
+share pages), the driver JVM's heap, the stateful operators' rows and memory, the checkpoint's size on disk, the
+job's coordinator view lag, the records of each input its reconcile query has not read yet, the collector's sweep
+time, RocksDB's one cache read from the cache itself (pinned: write buffers; evictable: blocks), where the soak
+process's own memory is (mapped files or anonymous; glibc malloc's heap; Arrow's pool), and the load average; every
+`--gc-every` samples the driver JVM's heap after a full GC (its live set). At the end it stops everything it
+started, writes the samples and verdicts to JSON and plots them (docs/soak.png). Exit code 0 when every orphan was
+found and nothing else was named.
 
 The job runs in this process, like the e2e tests, so the Spark query progress (state rows) and the JVM (heap) can
 be read directly; its Python side is then this process (`driver_python_rss_mb`), a little more than the job alone.
@@ -691,7 +692,7 @@ def soak(args: argparse.Namespace) -> int:
                     raise RuntimeError(f"the orphan workload failed: {err}")
                 orphan_proc = None
                 (h,) = [t for t in json.loads(out)["transactions"] if t["kind"] == "hanging"]
-                # when the orphan's batch was written (the scenario's last step but its commit)
+                # when the orphan's batch was written (the scenario's last step but its commit and restart)
                 h["made_at_s"] = round(orphan_made_at, 1)
                 orphans.append(h)
                 say(

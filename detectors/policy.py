@@ -60,13 +60,25 @@ def topic_allowed(rules: TopicRules, topic: str) -> str | None:
     return None
 
 
-def aborts_in_last_hour(audits: Iterable[AuditRecord], *, actor: str, now_ms: int) -> int:
-    """Markers this actor wrote in the hour before `now_ms` (ABORTED records on the audit topic)."""
-    return sum(
-        1
-        for a in audits
-        if a.actor == actor and a.outcome is AuditOutcome.ABORTED and now_ms - a.at_ms < HOUR_MS
+def wrote_a_marker(record: AuditRecord) -> bool:
+    """The attempt wrote an ABORT marker, or may have: ABORTED did, and so did a COLLISION (its marker aborted the
+    orphan and what the live owner wrote with it); so did a FAILED attempt whose post-check failed after its
+    marker, and one whose marker was lost in flight may have (`marker_written` None). `max_aborts_per_hour` limits
+    markers, so each of these counts."""
+    return (
+        record.outcome in (AuditOutcome.ABORTED, AuditOutcome.COLLISION) or record.marker_written is not False
     )
+
+
+def abort_times(audits: Iterable[AuditRecord], *, actor: str) -> list[int]:
+    """When this actor's attempts wrote a marker (`wrote_a_marker`), from its audit records: what
+    `max_aborts_per_hour` counts."""
+    return [a.at_ms for a in audits if a.actor == actor and wrote_a_marker(a)]
+
+
+def aborts_in_last_hour(audits: Iterable[AuditRecord], *, actor: str, now_ms: int) -> int:
+    """Markers this actor wrote in the hour before `now_ms` (`abort_times`, from the audit topic)."""
+    return sum(1 for at_ms in abort_times(audits, actor=actor) if now_ms - at_ms < HOUR_MS)
 
 
 def decide(

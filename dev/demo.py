@@ -297,8 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         h = next(t for t in json.loads(out)["transactions"] if t["kind"] == "hanging")
         say(
             f"hanging: producer {h['producer_id']} ({h['transactional_id']}) wrote {h['topic']}-{h['partition']} "
-            f"at offset {h['start_offset']} without adding the partition, then committed: nothing will ever "
-            "close it."
+            f"at offset {h['start_offset']} without adding the partition, then committed, and restarted (its id "
+            f"is at epoch {h['owner_epoch']} now): nothing will ever close it."
         )
 
         # Held back from read_committed readers until the orphan before it ends.

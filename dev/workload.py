@@ -7,6 +7,15 @@ written with Produce v9 to a partition the coordinator never added, then the tra
 writes markers only to the partitions it knows, so the orphan pins the last stable offset until someone aborts it.
 `hanging-after-abort` is the late produce: the write arrives after the transaction aborted. `hanging-multi` leaves
 orphans on `--orphan-partitions` partitions of one producer.
+
+Every hanging scenario then ends as a real application does after a restart: once the orphan is made, a new
+producer with the same transactional id calls `init_transactions()` (InitProducerId: the coordinator moves the id
+to Empty at the next epoch) and closes. The orphan's producer id is then owned at a later epoch than the orphan's,
+so an ABORT marker at the orphan's epoch cannot catch a batch of the owner (a batch of it there would raise the
+leader's epoch and the leader would fence the marker: `ProducerAppendInfo.checkProducerEpoch`), and `txnwatch
+proposals abort` needs no `--allow-live-owner`. The truth reports that epoch (`owner_epoch`). `--owner-stays-live`
+skips the restart: the kafka-python producer exits, but its coordinator record stays at the orphan's epoch (not
+Dead), which `proposals abort` refuses by name (`live-owner-same-epoch`); for tests of that refusal.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaProducer
@@ -45,6 +54,9 @@ class TruthRecord:
     start_offset: int
     transactional_id: str
     start_timestamp_ms: int
+    # The hanging scenarios: the epoch the transactional id's coordinator record holds once the scenario ended (the
+    # restart's, `producer_epoch + 1`; `producer_epoch` with --owner-stays-live). None: not measured.
+    owner_epoch: int | None = None
 
 
 class WorkloadError(RuntimeError):
@@ -106,6 +118,31 @@ def _pid_epoch(producer: KafkaProducer) -> tuple[int, int]:
     # kafka-python keeps the producer id/epoch InitProducerId returned in its transaction manager.
     pe = producer._transaction_manager.producer_id_and_epoch
     return int(pe.producer_id), int(pe.epoch)
+
+
+def restart_owner(bootstrap: str, transactional_id: str, **extra: Any) -> int:
+    """What an application's restart does to its transactional id: a new producer's InitProducerId (the coordinator
+    moves the id to Empty at the next epoch, ending nothing: its last transaction is complete), then close. Returns
+    the id's epoch now."""
+    producer = _producer(bootstrap, transactional_id, **extra)
+    try:
+        return _pid_epoch(producer)[1]
+    finally:
+        producer.close(timeout=10)
+
+
+def owner_ends(
+    bootstrap: str, args: argparse.Namespace, truth: list[TruthRecord], transactional_id: str
+) -> list[TruthRecord]:
+    """The end of a hanging scenario, after its orphan: the owner restarts (`restart_owner`), unless
+    `--owner-stays-live`; the truth's records carry the owner's epoch then."""
+    if args.owner_stays_live:
+        owner = truth[-1].producer_epoch
+        _log(f"{transactional_id} stays live at epoch {owner}, the orphan's (--owner-stays-live)")
+    else:
+        owner = restart_owner(bootstrap, transactional_id)
+        _log(f"{transactional_id} restarted: InitProducerId moved it to epoch {owner}")
+    return [replace(t, owner_epoch=owner) for t in truth]
 
 
 def _verification_enabled(admin: KafkaAdminClient) -> bool:
@@ -301,10 +338,11 @@ def hanging(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -
         f"hanging: {txn_id} (producer id {pid}, epoch {epoch}) committed on {topic}-0; "
         f"orphan open on {orphan_topic}-{orphan_partition} at offset {offset}"
     )
-    return [
+    truth = [
         TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
         TruthRecord("hanging", orphan_topic, orphan_partition, pid, epoch, offset, txn_id, ts),
     ]
+    return owner_ends(bootstrap, args, truth, txn_id)
 
 
 def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
@@ -389,7 +427,7 @@ def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Name
                     f"hanging-offsets: {txn_id} (producer id {pid}) committed on {topic}-0; orphan offset "
                     f"commit open on {tp.topic}-{tp.partition} at offset {prod.current_transaction_start_offset}"
                 )
-                return [
+                truth = [
                     TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
                     TruthRecord(
                         "hanging",
@@ -402,6 +440,7 @@ def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Name
                         prod.last_timestamp,
                     ),
                 ]
+                return owner_ends(bootstrap, args, truth, txn_id)
     raise WorkloadError(
         "the group coordinator accepted the offset commit but no open transaction was found on "
         "__consumer_offsets"
@@ -445,10 +484,11 @@ def hanging_after_abort(
         f"hanging-after-abort: {txn_id} (producer id {pid}, epoch {epoch}) aborted on {topic}-0; late write open "
         f"on {topic}-{orphan_partition} at offset {offset}"
     )
-    return [
+    truth = [
         TruthRecord("aborted", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
         TruthRecord("hanging", topic, orphan_partition, pid, epoch, offset, txn_id, ts),
     ]
+    return owner_ends(bootstrap, args, truth, txn_id)
 
 
 def hanging_multi(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
@@ -489,7 +529,7 @@ def hanging_multi(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namesp
         f"hanging-multi: {txn_id} (producer id {pid}, epoch {epoch}) committed on {topic}-0; orphans open on "
         f"partitions {[t.partition for t in truth[1:]]}"
     )
-    return truth
+    return owner_ends(bootstrap, args, truth, txn_id)
 
 
 def run(args: argparse.Namespace, emit: Callable[[list[TruthRecord]], None]) -> list[TruthRecord]:
@@ -551,6 +591,14 @@ def parser() -> argparse.ArgumentParser:
         "this run's orphan batch (an older open orphan of the producer id still starts the transaction)",
     )
     p.add_argument(
+        "--owner-stays-live",
+        action="store_true",
+        help="hanging scenarios: skip the owner's restart at the end (by default a new producer with the orphan's "
+        "transactional id initialises, moving it to the next epoch, and closes); the id then stays live at the "
+        "orphan's epoch, which `txnwatch proposals abort` refuses (live-owner-same-epoch) without "
+        "--allow-live-owner",
+    )
+    p.add_argument(
         "--orphan-partitions",
         type=int,
         default=3,
@@ -596,9 +644,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(truth_json(args.scenario, truth), flush=True)
     elif not args.json:
         for t in truth:
+            owner = "" if t.owner_epoch is None else f", now at epoch {t.owner_epoch}"
             print(
                 f"{t.kind:9} {t.topic}-{t.partition} producer {t.producer_id}/{t.producer_epoch} "
-                f"start offset {t.start_offset} ({t.transactional_id})"
+                f"start offset {t.start_offset} ({t.transactional_id}{owner})"
             )
     return 0
 

@@ -190,12 +190,12 @@ def test_epoch_moved_is_refused(bootstrap: str, wire: KafkaWire, unique: str) ->
     assert stale == "INVALID_PRODUCER_EPOCH"
     assert state_of(bootstrap, wire, topic, partition, pid) == before
 
-    # A fresh plan at the moved epoch aborts it (and leaves the shared broker clean). The transactional id is
-    # live at that epoch (its second run committed at it), so the abort needs --allow-live-owner; nothing writes.
+    # A fresh plan at the moved epoch aborts it (and leaves the shared broker clean); the second run's producer
+    # restarted too, so its id is past that epoch and the abort needs no --allow-live-owner.
     fresh = plan_by_hand(wire, topic, partition, pid)
-    assert fresh.spec.producer_epoch == moved
+    assert fresh.spec.producer_epoch == moved and again["owner_epoch"] == moved + 1
     proposals.publish(fresh)
-    code, record, stderr = execute(proposals, fresh.candidate_id, "--allow-live-owner")
+    code, record, stderr = execute(proposals, fresh.candidate_id)
     assert code == 0, stderr
     assert (lso(wire, topic, partition) or 0) > start
     # One ABORT marker at the moved epoch closes both orphan batches (the first epoch's and the second's).
@@ -272,7 +272,9 @@ def test_live_owner_at_the_same_epoch_is_refused(bootstrap: str, wire: KafkaWire
     written. Once the id is initialised again (InitProducerId, as a restarted application does: the next epoch),
     the same candidate is aborted without the flag."""
     proposals = Proposals(bootstrap, f"{unique}tw")
-    h = orphan(bootstrap, f"{unique}lo-")
+    # No restart after the orphan (--owner-stays-live): the id stays live at the orphan's epoch.
+    h = orphan(bootstrap, f"{unique}lo-", "--owner-stays-live")
+    assert h["owner_epoch"] == h["producer_epoch"]
     topic, partition, start, pid = h["topic"], h["partition"], h["start_offset"], h["producer_id"]
     txn_id, epoch = h["transactional_id"], h["producer_epoch"]
     assert set(recorded_transaction_versions(bootstrap, txn_id)) == {0}

@@ -110,15 +110,12 @@ def test_txnwatch_and_kafka_cli_abort_end_the_same(bed: tuple[str, int]) -> None
             )
             assert lso(wire, h["topic"], h["partition"]) == h["start_offset"]
 
-        # One way: txnwatch, verified. The workload's producer has exited, but its transactional id is live at
-        # the orphan's epoch (nothing tells the coordinator), so txnwatch asks for --allow-live-owner; Kafka's
-        # tool checks nothing.
+        # One way: txnwatch, verified (the workload's producer restarted after the orphan: its id is at the next
+        # epoch, so no live owner at the marker's).
         proposals = Proposals(bootstrap, f"{unique}tw")
         candidate = plan_by_hand(wire, ours["topic"], ours["partition"], ours["producer_id"])
         proposals.publish(candidate)
-        done = proposals.run(
-            "abort", candidate.candidate_id, "--execute", "--actor", "side-by-side", "--allow-live-owner"
-        )
+        done = proposals.run("abort", candidate.candidate_id, "--execute", "--actor", "side-by-side")
         assert done.returncode == 0, done.stderr
         record = json.loads(done.stdout)
         assert record["outcome"] == "ABORTED" and record["marker_written"] is True

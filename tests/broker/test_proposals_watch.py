@@ -1,6 +1,7 @@
 """`txnwatch proposals watch` against the real broker: it prints the pending candidate and the one proposed while
-it runs; with `--auto-abort --policy`, it aborts (verified, audited) the real orphan the policy allows and holds
-the one whose topic it does not, naming the policy field. Bad policy use is a clear exit 2."""
+it runs; with `--auto-abort --policy`, it aborts (verified, audited) the real orphan the policy allows, holds
+the one whose topic it does not, naming the policy field, and never waives `live-owner-same-epoch` (refused, the
+refusal named). Bad policy use is a clear exit 2."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.broker
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def orphan(bootstrap: str, prefix: str) -> dict[str, Any]:
-    truth = run_workload(bootstrap, "--scenario", "hanging", "--topic-prefix", prefix)
+def orphan(bootstrap: str, prefix: str, *extra: str) -> dict[str, Any]:
+    truth = run_workload(bootstrap, "--scenario", "hanging", "--topic-prefix", prefix, *extra)
     (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
     produce_plain(bootstrap, h["topic"], h["partition"], b"held-back")  # an LSO lag of at least one
     return h  # type: ignore[no-any-return]
@@ -61,9 +62,13 @@ def test_auto_abort_aborts_what_the_policy_allows_and_holds_the_rest(
     bed = Proposals(bootstrap, f"{unique}tw")
     allowed = orphan(bootstrap, f"{unique}orders-")
     other = orphan(bootstrap, f"{unique}ledger-")
+    # Allowed by the policy, but its transactional id stays live at the orphan's epoch (no restart).
+    live = orphan(bootstrap, f"{unique}orders-live-", "--owner-stays-live")
     first = plan_by_hand(wire, allowed["topic"], allowed["partition"], allowed["producer_id"])
     second = plan_by_hand(wire, other["topic"], other["partition"], other["producer_id"])
+    third = plan_by_hand(wire, live["topic"], live["partition"], live["producer_id"])
     bed.publish(first)  # pending before watch starts
+    bed.publish(third)
     policy = tmp_path / "policy.yaml"
     policy.write_text(
         "reasons: [no-coordinator-state]\n"
@@ -85,21 +90,33 @@ def test_auto_abort_aborts_what_the_policy_allows_and_holds_the_rest(
     events = [json.loads(line) for line in out.splitlines()]
     seen = [(e["event"], e["candidate_id"]) for e in events]
     assert ("OPENED", first.candidate_id) in seen and ("OPENED", second.candidate_id) in seen
-    (aborted,) = [e for e in events if e["event"] == "ABORT"]
-    assert aborted["candidate_id"] == first.candidate_id and aborted["outcome"] == "ABORTED", aborted
+    attempts = {e["candidate_id"]: e for e in events if e["event"] == "ABORT"}
+    assert set(attempts) == {first.candidate_id, third.candidate_id}, attempts
+    aborted, refused = attempts[first.candidate_id], attempts[third.candidate_id]
+    assert aborted["outcome"] == "ABORTED" and aborted["refusals"] == [], aborted
+    # auto-abort never passes --allow-live-owner: refused by name, and the line says a person decides.
+    assert refused["outcome"] == "REFUSED" and refused["refusals"] == ["live-owner-same-epoch"], refused
+    assert f"live-owner-same-epoch: transactional id {live['transactional_id']}" in refused["detail"]
+    assert "auto-abort never passes --allow-live-owner" in refused["detail"]
     (held,) = [e for e in events if e["event"] == "HELD"]
     assert held["candidate_id"] == second.candidate_id and "matches no allow pattern" in held["detail"]
 
-    # The allowed orphan is gone; the held one untouched.
+    # The allowed orphan is gone; the held and the refused ones untouched.
     assert (lso(wire, allowed["topic"], allowed["partition"]) or 0) > allowed["start_offset"]
     assert lso(wire, other["topic"], other["partition"]) == other["start_offset"]
-    endings = bed.endings(1)
-    assert [(a.candidate_id, a.outcome.value, a.actor) for a in endings] == [
-        (first.candidate_id, "ABORTED", "auto-abort:ops-bot")
-    ]
+    assert lso(wire, live["topic"], live["partition"]) == live["start_offset"]
+    endings = bed.endings(2)
+    assert sorted((a.candidate_id, a.outcome.value, a.actor) for a in endings) == sorted(
+        [
+            (first.candidate_id, "ABORTED", "auto-abort:ops-bot"),
+            (third.candidate_id, "REFUSED", "auto-abort:ops-bot"),
+        ]
+    )
 
-    # Leave the shared broker clean.
+    # Leave the shared broker clean (the live owner's orphan by a person who knows it no longer writes there).
     done = bed.run("abort", second.candidate_id, "--execute")
+    assert done.returncode == 0, done.stderr
+    done = bed.run("abort", third.candidate_id, "--execute", "--allow-live-owner")
     assert done.returncode == 0, done.stderr
 
 

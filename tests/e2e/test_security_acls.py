@@ -304,7 +304,9 @@ class Orphan:
 
 def make_orphan(secure: Secure, name: str) -> Orphan:
     """dev/workload.py's `hanging` scenario as the SCRAM user `workload`: a committed transaction that also wrote,
-    unverified (Produce v9), to a partition its coordinator never added."""
+    unverified (Produce v9), to a partition its coordinator never added; then its producer restarts
+    (`workload.restart_owner`: InitProducerId moves the id to the next epoch), so the abort needs no
+    --allow-live-owner."""
     kwargs = secure.cluster.client_kwargs("workload")
     security = {k: v for k, v in kwargs.items() if k != "bootstrap_servers"}
     admin = KafkaAdminClient(**kwargs)
@@ -329,6 +331,7 @@ def make_orphan(secure: Secure, name: str) -> Orphan:
         )
         producer.commit_transaction()
         producer.close(timeout=10)
+        assert workload.restart_owner(secure.cluster.bootstrap_servers, txn_id, **security) == epoch + 1
     finally:
         admin.close()
     return Orphan(orphan_topic, 0, pid, epoch, offset, txn_id)
@@ -416,9 +419,11 @@ def test_inspect_works_with_its_documented_acls(secure: Secure, orphan: Orphan) 
     report = json.loads(done.stdout)
     assert report["max_transaction_timeout_ms"] == 60_000
     (txn,) = report["open_transactions"]
-    # The coordinator side was read (Describe on transactional ids): the id that owns the producer, completed.
+    # The coordinator side was read (Describe on transactional ids): the id that owns the producer, restarted
+    # after its completed transaction (Empty at the next epoch).
     assert txn["coordinator"]["transactional_id"] == orphan.transactional_id
-    assert txn["coordinator"]["state"] == "CompleteCommit" and txn["coordinator"]["error"] is None
+    assert txn["coordinator"]["state"] == "Empty" and txn["coordinator"]["error"] is None
+    assert txn["coordinator"]["producer_epoch"] == orphan.producer_epoch + 1
     log = secure.txnwatch(
         "txnwatch-admin",
         "inspect",

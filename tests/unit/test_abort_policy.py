@@ -3,6 +3,7 @@ decisions (`admin.watch.Watch`) on scripted candidates: what is printed, what is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,24 @@ from builders import HOUR, LIMITS, MINUTE, T0, open_txn, snapshot
 
 from admin.watch import PolicyError, Watch, WatchEvent, load_policy
 from detectors.abort import plan_abort
-from detectors.models import AbortCandidate, AuditOutcome, AuditRecord, CandidateStatus, HangingReason
-from detectors.policy import AbortPolicy, TopicRules, aborts_in_last_hour, decide, topic_allowed
+from detectors.models import (
+    AbortCandidate,
+    AuditOutcome,
+    AuditRecord,
+    CandidateStatus,
+    HangingReason,
+    PostCheck,
+    VerifyOutcome,
+    VerifyResult,
+)
+from detectors.policy import (
+    AbortPolicy,
+    TopicRules,
+    aborts_in_last_hour,
+    decide,
+    topic_allowed,
+    wrote_a_marker,
+)
 from detectors.rules import classify
 
 pytestmark = pytest.mark.unit
@@ -99,6 +116,23 @@ def test_aborts_in_last_hour_counts_only_this_actors_markers() -> None:
     assert aborts_in_last_hour(audits, actor="auto-abort:ops", now_ms=NOW) == 1
 
 
+def test_a_collision_and_any_marker_written_or_maybe_written_count_as_aborts() -> None:
+    """max_aborts_per_hour limits markers: a COLLISION wrote one (it aborted the orphan and what the live owner
+    wrote with it), as did a FAILED attempt whose post-check failed after its marker; one lost in flight may have.
+    Each counts; a claim, a dry run or a refusal wrote nothing."""
+    wrote = [
+        record(candidate(), AuditOutcome.COLLISION).model_copy(update={"marker_written": True}),
+        record(candidate(), AuditOutcome.FAILED).model_copy(update={"marker_written": True}),
+        record(candidate(), AuditOutcome.FAILED).model_copy(update={"marker_written": None}),
+    ]
+    nothing = [
+        record(candidate(), outcome)
+        for outcome in (AuditOutcome.CLAIMED, AuditOutcome.DRY_RUN, AuditOutcome.REFUSED, AuditOutcome.FAILED)
+    ]
+    assert [wrote_a_marker(r) for r in wrote + nothing] == [True] * 3 + [False] * 4
+    assert aborts_in_last_hour(wrote + nothing, actor="auto-abort:ops", now_ms=NOW) == 3
+
+
 def test_policy_file_problems_are_one_line_naming_the_field(tmp_path: Path) -> None:
     good = tmp_path / "policy.yaml"
     good.write_text(
@@ -159,14 +193,16 @@ def record(c: AbortCandidate, outcome: AuditOutcome) -> AuditRecord:
 
 
 def loop(
-    p: AbortPolicy | None, outcome: AuditOutcome = AuditOutcome.ABORTED
+    p: AbortPolicy | None,
+    outcome: AuditOutcome = AuditOutcome.ABORTED,
+    ending: Callable[[AbortCandidate], AuditRecord] | None = None,
 ) -> tuple[Watch, list[WatchEvent]]:
     events: list[WatchEvent] = []
     tried: list[str] = []
 
     def attempt(c: AbortCandidate) -> AuditRecord:
         tried.append(c.candidate_id)
-        return record(c, outcome)
+        return ending(c) if ending is not None else record(c, outcome)
 
     w = Watch(candidate().cluster, p, attempt, events.append)
     return w, events
@@ -229,3 +265,58 @@ def test_other_clusters_and_done_candidates_are_not_printed() -> None:
     w.take([kv(c), kv(other)], NOW)
     w.act(NOW)
     assert events == []
+
+
+LIVE_OWNER = (
+    "live-owner-same-epoch: transactional id tx-1 owns producer 1000 at epoch 5, the marker's, and is live "
+    "(CompleteCommit, transaction version 0 or unknown): ... or, if it no longer writes to orders-0, run again with "
+    "--allow-live-owner"
+)
+
+
+def refused_for_a_live_owner(c: AbortCandidate) -> AuditRecord:
+    verify = VerifyResult(outcome=VerifyOutcome.REFUSED, changes=(LIVE_OWNER,))
+    return record(c, AuditOutcome.REFUSED).model_copy(
+        update={"verify": verify, "message": f"refused, no marker written: {LIVE_OWNER}"}
+    )
+
+
+def test_auto_abort_refused_for_a_live_owner_names_the_refusal_and_never_waives_it() -> None:
+    """auto-abort never passes --allow-live-owner: the attempt ends REFUSED, and its event names the refusal (the
+    line and the JSON's `refusals`) and says that a person, or the owner's restart, ends it; it is not retried in
+    this run, and wrote nothing that counts against the hourly limit."""
+    w, events = loop(policy(), ending=refused_for_a_live_owner)
+    c = candidate()
+    w.take([kv(c)], NOW)
+    w.act(NOW)
+    w.act(NOW + MINUTE)
+    assert [e.kind for e in events] == ["OPENED", "ABORT"]
+    event = events[1]
+    assert event.as_json()["outcome"] == "REFUSED"
+    assert event.as_json()["refusals"] == ["live-owner-same-epoch"]
+    assert (
+        "REFUSED: refused, no marker written: live-owner-same-epoch: transactional id tx-1" in event.as_line()
+    )
+    assert "auto-abort never passes --allow-live-owner" in event.detail
+    assert c.candidate_id in w.pending and c.candidate_id in w.tried and w.aborts_at_ms == []
+
+
+def test_a_collision_counts_against_the_hourly_limit_and_leaves_the_pending_list() -> None:
+    """A COLLISION wrote its marker (the orphan is aborted, its post-check passed): it is an abort for
+    max_aborts_per_hour, and the candidate is done, as the audit log reads it at the next start."""
+
+    def collided(c: AbortCandidate) -> AuditRecord:
+        return record(c, AuditOutcome.COLLISION).model_copy(
+            update={"marker_written": True, "post_check": PostCheck(ok=True)}
+        )
+
+    w, events = loop(policy(max_aborts_per_hour=1), ending=collided)
+    first, second = candidate(producer_id=1000), candidate(producer_id=2000)
+    w.take([kv(first), kv(second)], NOW)
+    w.act(NOW)
+    (attempted,) = [e for e in events if e.kind == "ABORT"]
+    assert attempted.as_json()["outcome"] == "COLLISION" and attempted.as_json()["refusals"] == []
+    assert w.aborts_at_ms == [NOW] and attempted.candidate.candidate_id in w.done
+    assert attempted.candidate.candidate_id not in w.pending
+    (held,) = [e for e in events if e.kind == "HELD"]
+    assert "max_aborts_per_hour is 1" in held.detail

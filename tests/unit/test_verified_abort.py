@@ -20,12 +20,14 @@ from admin.proposals import (
     EXIT_ERROR,
     EXIT_REFUSED,
     ActWith,
+    Surroundings,
     abort,
     audit_records,
     latest_candidates,
     look_around,
     observe,
     render_show,
+    show_json,
     stuck_groups,
 )
 from admin.seams import TP, GroupOffsets, ListingResult, Offsets
@@ -688,6 +690,42 @@ def test_allow_live_owner_waives_nothing_else() -> None:
     result = verify_abort(candidate(), listed, allow_live_owner=True)
     assert result.outcome is VerifyOutcome.REFUSED and result.waived == ()
     assert "Ongoing with orders-0" in result.changes[0]
+
+
+@pytest.mark.parametrize(
+    ("evidence", "offered"),
+    [
+        (live(coordinator=owner(state="CompleteCommit", producer_epoch=5)), True),
+        (live(coordinator=owner(state="Empty", producer_epoch=6)), False),
+        (
+            live(
+                producer=leader(producer_epoch=6), coordinator=owner(state="CompleteCommit", producer_epoch=5)
+            ),
+            False,
+        ),
+    ],
+    ids=["live-owner-the-one-refusal", "owner-restarted-safe", "live-owner-and-epoch-moved"],
+)
+def test_show_offers_allow_live_owner_only_when_that_refusal_is_all_that_stops_the_abort(
+    evidence: LiveEvidence, offered: bool
+) -> None:
+    """`show`'s ready-made command: the flag only when verification refuses for `live-owner-same-epoch` alone;
+    then beside the plain command (after the owner's restart it needs no flag). A safe abort needs no flag, and
+    with another refusal the flag would not get it through."""
+    c, act = judged(0), ActWith("b:9092", "prod", "txnwatch")
+    verify = verify_abort(c, evidence)
+    around = Surroundings(GroupOffsets({}))
+    shown = render_show(c, evidence, verify, act, T0, around)
+    flagged = act.txnwatch(c, allow_live_owner=True)
+    assert flagged.endswith("--execute --allow-live-owner") and act.txnwatch(c).endswith("--execute")
+    assert show_json(c, evidence, verify, act, T0, around)["act"]["txnwatch_allow_live_owner"] == (
+        flagged if offered else None
+    )
+    acts = "\n".join(line for line in shown.splitlines() if line.lstrip().startswith("act"))
+    assert ("--allow-live-owner" in acts) is offered
+    if offered:
+        assert f"act (once tx-1's producer restarted):  {act.txnwatch(c)}" in shown
+        assert f"act (only if tx-1 no longer writes to orders-0):  {flagged}" in shown
 
 
 def live_owner_cluster(**overrides: Any) -> FakeProposalWire:
