@@ -1,4 +1,4 @@
-"""`txnwatch collect`, `txnwatch inspect partition|coordinator-log` and `txnwatch proposals list|show|abort`, with
+"""`txnwatch collect`, `txnwatch inspect partition|coordinator-log` and `txnwatch proposals list|show|abort|commit`, with
 Kafka's tool conventions.
 
 Every command takes the flags of `common.cli_options.add_common_flags` (`--bootstrap-server`,
@@ -49,6 +49,8 @@ from admin.proposals import (
     abort,
     audit_json,
     audit_records,
+    commit,
+    first_read_committed_offset,
     follow_topic,
     latest_candidates,
     observe,
@@ -76,7 +78,7 @@ from common.settings import (
     Settings,
 )
 from common.topics import CleanupPolicy, OutputTopicSettings
-from detectors.abort import pending_candidates, resolved_by_audit, verify_abort
+from detectors.abort import MarkerResult, pending_candidates, resolved_by_audit, verify_marker
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import AbortCandidate, AuditRecord, CoordinatorLogPosition
 from detectors.policy import AbortPolicy
@@ -198,6 +200,27 @@ exit codes:
 run (dry or not) publishes an audit record to <prefix>.audit. Details: docs/proposals.md."""
 
 
+COMMIT_EPILOG = f"""\
+exit codes:
+  {EXIT_DONE}  committed and post-checked (the LSO moved past the start offset and a read_committed reader gets the
+     record at the start offset), or a dry run that verified the COMMIT is safe right now
+  {EXIT_ERROR}  error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the cluster),
+     the marker failed, or it was written but the post-check failed
+  {EXIT_REFUSED}  refused, no marker written: abort-candidate (not a lost commit: `proposals abort` is its command),
+     commit-unproven (the evidence does not show the PrepareCommit listed the partition), commit-owner-gone or
+     coordinator-contradicts-commit (the coordinator no longer shows the commit), the transaction changed since
+     the plan, its coordinator owns it (Ongoing with this partition, or any Prepare state), the coordinator side
+     cannot be checked, another execution holds the candidate, or live-owner-same-epoch (see --allow-live-owner)
+  {EXIT_ALREADY_RESOLVED}  nothing to do: an earlier (or concurrent) run of txnwatch committed it; nothing written
+  {EXIT_COLLISION}  COLLISION: committed, but the producer id's live owner moved between verify and marker: records it
+     wrote there may have been committed with the lost transaction. Tell its owners now (runbook)
+
+Only for a lost-commit-marker candidate: its coordinator committed the transaction with this partition in its
+PrepareCommit, and the partition's marker was lost (an unclean leader election). Kafka's tools cannot write a
+COMMIT marker. --execute first claims the candidate on <prefix>.audit; every run publishes an audit record.
+Details: docs/proposals.md."""
+
+
 WATCH_EPILOG = """\
 example policy (every field but topics.deny is required):
   reasons: [coordinator-completed, partition-not-in-transaction]
@@ -211,7 +234,9 @@ exit codes: 0 stopped (Ctrl-C, SIGTERM or --duration-s); 1 error; 2 bad flags or
 
 def _register_proposals(subparsers: Any) -> None:
     proposals = subparsers.add_parser(
-        "proposals", help="abort candidates the job proposed: list them, show one live, abort one (verified)"
+        "proposals",
+        help="abort candidates the job proposed: list them, show one live, abort one (verified), or restore a "
+        "lost commit",
     )
     psub = proposals.add_subparsers(dest="proposals_command", metavar="WHAT", required=True)
     plist = psub.add_parser(
@@ -233,28 +258,30 @@ def _register_proposals(subparsers: Any) -> None:
         "producer id, epoch, coordinator epoch and start offset open; its coordinator does not own it, and no "
         "live transactional id owns it at the marker's epoch) -> "
         "with --execute: write the ABORT marker to the current leader -> post-check (the transaction is gone, "
-        "the LSO moved past it; the owner did not move meanwhile) -> audit record. Dry run by default.",
+        "the LSO moved past it; the owner did not move meanwhile) -> audit record. Dry run by default. A "
+        "lost-commit-marker candidate is refused (its remedy is `proposals commit`).",
         epilog=ABORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_common_flags(ab)
-    ab.add_argument("candidate_id", metavar="ID")
-    ab.add_argument("--execute", action="store_true", help="write the marker (default: dry run)")
-    ab.add_argument(
-        "--actor", help="who runs this, for the audit record (default: TXNWATCH_ACTOR, else the login name)"
-    )
-    ab.add_argument(
-        "--allow-live-owner",
-        action="store_true",
-        help="abort even though the transactional id that owns the producer id is live at the marker's epoch "
-        "(refusal live-owner-same-epoch). The risk: if its producer adds this partition and writes to it between "
-        "the check and the marker, that write joins the orphan's open transaction and the marker aborts it too, "
-        "while its transaction still commits on its other partitions: exactly-once silently broken for it. Only "
-        "when you know that producer no longer writes to this partition (stopped, or it never writes here). The "
-        f"flag is recorded in the audit record; a collision is still reported (COLLISION, exit {EXIT_COLLISION})",
-    )
-    ab.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
+    _marker_flags(ab, "abort")
     ab.set_defaults(func=cmd_proposals_abort)
+    co = psub.add_parser(
+        "commit",
+        help="restore a lost commit marker: verify a lost-commit-marker candidate live and (with --execute) "
+        "write its COMMIT marker",
+        description="For a lost-commit-marker candidate only. Plan (its WriteTxnMarkersSpec, COMMIT) -> verify "
+        "live (the leader still reports the same producer id, epoch, coordinator epoch and start offset open; "
+        "the candidate's evidence shows the coordinator committed the transaction with this partition in its "
+        "PrepareCommit; the transactional id still owns the producer id and its coordinator does not contradict "
+        "that commit; no live transactional id owns it at the marker's epoch) -> with --execute: write the "
+        "COMMIT marker to the current leader -> post-check (the transaction is gone, the LSO moved past it, a "
+        "read_committed reader gets its records; the owner did not move meanwhile) -> audit record. Dry run by "
+        "default.",
+        epilog=COMMIT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _marker_flags(co, "commit")
+    co.set_defaults(func=cmd_proposals_commit)
     watch = psub.add_parser(
         "watch",
         help="follow new candidates and print them; with --auto-abort --policy FILE, abort the ones it allows",
@@ -277,6 +304,32 @@ def _register_proposals(subparsers: Any) -> None:
     watch.add_argument("--duration-s", type=float, help="stop after this long (default: until Ctrl-C)")
     watch.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
     watch.set_defaults(func=cmd_proposals_watch)
+
+
+def _marker_flags(parser: argparse.ArgumentParser, act: str) -> None:
+    """The flags `proposals abort` and `proposals commit` share (`act`: the verb in their help)."""
+    add_common_flags(parser)
+    parser.add_argument("candidate_id", metavar="ID")
+    parser.add_argument("--execute", action="store_true", help="write the marker (default: dry run)")
+    parser.add_argument(
+        "--actor", help="who runs this, for the audit record (default: TXNWATCH_ACTOR, else the login name)"
+    )
+    caught = (
+        "the marker aborts it too, while its transaction still commits on its other partitions"
+        if act == "abort"
+        else "the marker commits it too, whatever its coordinator decides for its other partitions"
+    )
+    parser.add_argument(
+        "--allow-live-owner",
+        action="store_true",
+        help=f"{act} even though the transactional id that owns the producer id is live at the marker's epoch "
+        "(refusal live-owner-same-epoch). The risk: if its producer adds this partition and writes to it between "
+        f"the check and the marker, that write joins the open transaction and {caught}: exactly-once silently "
+        "broken for it. Only when you know that producer no longer writes to this partition (stopped, or it "
+        "never writes here). The flag is recorded in the audit record; a collision is still reported "
+        f"(COLLISION, exit {EXIT_COLLISION})",
+    )
+    parser.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
 
 
 # `txnwatch collect` flags → the fields of Settings.collector they set (the topic flags set both output topics).
@@ -753,7 +806,8 @@ def cmd_proposals_show(args: argparse.Namespace) -> int:
         return _fail("proposals show", str(exc))
     finally:
         admin.close()
-    verify = verify_abort(candidate, live)
+    # The candidate's own marker: a lost commit is verified for `proposals commit`, never as an abort.
+    verify = verify_marker(candidate, live, result=candidate.spec.transaction_result)
     act = ActWith(
         bootstrap=settings.kafka.bootstrap_servers,
         cluster=settings.cluster,
@@ -769,7 +823,16 @@ def cmd_proposals_show(args: argparse.Namespace) -> int:
 
 
 def cmd_proposals_abort(args: argparse.Namespace) -> int:
-    command = "proposals abort"
+    return _write_marker("proposals abort", args, "ABORT")
+
+
+def cmd_proposals_commit(args: argparse.Namespace) -> int:
+    return _write_marker("proposals commit", args, "COMMIT")
+
+
+def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) -> int:
+    """`proposals abort` (`result` ABORT) and `proposals commit` (COMMIT): the verified marker, its audit record
+    published, its exit code."""
     settings = _settings(command, args, log_level="WARNING")
     if isinstance(settings, int):
         return settings
@@ -784,24 +847,41 @@ def cmd_proposals_abort(args: argparse.Namespace) -> int:
     except AdminError as exc:
         return _fail(command, str(exc))
     audit_topic = settings.topics.audit
-    producer: KafkaProducer | None = None
-    consumer: KafkaConsumer | None = None
+    clients: list[KafkaProducer | KafkaConsumer] = []
     try:
         try:
             ensure_topics(admin, {audit_topic: OutputTopicSettings(cleanup_policy="delete", partitions=1)})
             producer = producer_for(settings.kafka, linger_ms=0)
+            clients.append(producer)
             consumer = consumer_for(settings.kafka, client_id=f"{settings.kafka.client_id}-proposals")
+            clients.append(consumer)
         except (AdminError, KafkaError) as exc:
             return _fail(command, f"cannot use the audit topic {audit_topic}: {exc}; nothing was done")
         audit_log = TopicAuditLog(producer, consumer, audit_topic, timeout_s=timeout_s)
-        attempt = abort(
-            KafkaWire(admin),
-            candidate,
-            execute=args.execute,
-            actor=actor,
-            audit_log=audit_log,
-            allow_live_owner=args.allow_live_owner,
-        )
+        options: dict[str, Any] = {
+            "execute": args.execute,
+            "actor": actor,
+            "audit_log": audit_log,
+            "allow_live_owner": args.allow_live_owner,
+        }
+        if result == "COMMIT":
+            try:
+                reader = consumer_for(
+                    settings.kafka,
+                    client_id=f"{settings.kafka.client_id}-proposals-read-committed",
+                    isolation_level="read_committed",
+                )
+            except KafkaError as exc:
+                return _fail(command, f"cannot read {candidate.topic} back: {exc}; nothing was done")
+            clients.append(reader)
+            attempt = commit(
+                KafkaWire(admin),
+                candidate,
+                read_committed=lambda c: first_read_committed_offset(reader, c),
+                **options,
+            )
+        else:
+            attempt = abort(KafkaWire(admin), candidate, **options)
         record = attempt.audit
         try:
             audit_log.append(record)
@@ -810,9 +890,8 @@ def cmd_proposals_abort(args: argparse.Namespace) -> int:
             print(audit_json(record), file=sys.stderr)
             return _fail(command, f"{record.message}; the audit record was NOT published: {exc}", EXIT_ERROR)
     finally:
-        for client in (producer, consumer):
-            if client is not None:
-                client.close()
+        for client in clients:
+            client.close()
         admin.close()
     if output == "json":
         print(audit_json(record))

@@ -1,19 +1,24 @@
-"""`txnwatch proposals`: reading the abort candidates the streaming job proposed, and the verified abort of one.
+"""`txnwatch proposals`: reading the abort candidates the streaming job proposed, and the verified abort of one
+(or the verified commit of a lost commit marker).
 
 The job writes `AbortCandidate`s to the compacted `<prefix>.abort-candidates` (key = candidate id, OPENED then
-RESOLVED). `proposals abort` (`abort`) runs named steps, each a function here:
+RESOLVED). `proposals abort` (`abort`) and `proposals commit` (`commit`, for a `lost-commit-marker` candidate,
+whose spec says COMMIT) run the same named steps (`write_marker_verified`, parameterised by the marker's result),
+each a function here:
 
 - `plan`: the attempt and the candidate's `WriteTxnMarkersSpec` (built purely by `detectors.abort.plan_abort`);
   `audit_history_ending` ends it when the audit log shows the candidate aborted already;
 - `claim` (`--execute` only): a CLAIMED record on the audit log, so concurrent executions write one marker;
 - `verify_live`: `observe` reads the partition's leader (DescribeProducers, ListOffsets) and the coordinator that
-  owns the producer id (ListTransactions by producer id, DescribeTransactions); `detectors.abort.verify_abort`
-  decides (`verified_or_ending`);
-- `send_marker`: one WriteTxnMarkers ABORT to the current leader with the coordinator epoch it reports (0 when
-  negative, never -1); `marker_answer` maps its error: NOT_LEADER_OR_FOLLOWER (and the other leader-moved
-  errors) once means metadata is read again, everything verified again, and the marker goes to the new leader;
+  owns the producer id (ListTransactions by producer id, DescribeTransactions); `detectors.abort.verify_marker`
+  decides for the command's marker (`verified_or_ending`);
+- `send_marker`: one WriteTxnMarkers (ABORT, or COMMIT) to the current leader with the coordinator epoch it
+  reports (0 when negative, never -1); `marker_answer` maps its error: NOT_LEADER_OR_FOLLOWER (and the other
+  leader-moved errors) once means metadata is read again, everything verified again, and the marker goes to the
+  new leader;
 - `post_check_until` / `post_check_ending`: the transaction is gone and the LSO moved past its start offset
-  (`detectors.abort.post_check`), and no live owner of the producer id at the marker's epoch moved meanwhile
+  (`detectors.abort.post_check`; for a COMMIT also a read_committed reader gets the record at the start offset:
+  `first_read_committed_offset`), and no live owner of the producer id at the marker's epoch moved meanwhile
   (`detectors.abort.collision_signs`: the coordinator read again after the marker, and the leader; a COLLISION
   otherwise);
 - audit: every ending is one `AuditRecord` (`Attempt.end`) to `<prefix>.audit`, whatever the outcome.
@@ -60,12 +65,14 @@ from admin.show import show_json as show_json
 from admin.show import stuck_groups as stuck_groups
 from detectors.abort import (
     ALLOW_LIVE_OWNER_FLAG,
+    MarkerResult,
     claim_holder,
     collision_report,
     collision_signs,
+    needs_read_committed,
     post_check,
-    prior_abort,
-    verify_abort,
+    prior_ending,
+    verify_marker,
 )
 from detectors.models import (
     AbortCandidate,
@@ -82,16 +89,19 @@ from detectors.models import (
 
 log = logging.getLogger(__name__)
 
-# Exit codes of `txnwatch proposals abort` (documented in --help and docs/proposals.md).
-EXIT_DONE = 0  # aborted and post-checked, or a dry run that verified the abort is safe
+# Exit codes of `txnwatch proposals abort` and `commit` (documented in --help and docs/proposals.md).
+EXIT_DONE = 0  # aborted (committed) and post-checked, or a dry run that verified the marker is safe
 EXIT_ERROR = 1  # an error: unreachable, denied by an ACL, marker failed or post-check failed
 EXIT_REFUSED = 3  # refused: the state changed since the plan, or the abort is not provably safe
 EXIT_ALREADY_RESOLVED = 4  # the transaction is no longer open: nothing to do
-EXIT_COLLISION = 5  # aborted, but a live owner moved between verify and marker: its records may be lost
+EXIT_COLLISION = (
+    5  # marker written, but a live owner moved between verify and marker: its records were caught
+)
 
 EXIT_CODES = {
     AuditOutcome.DRY_RUN: EXIT_DONE,
     AuditOutcome.ABORTED: EXIT_DONE,
+    AuditOutcome.COMMITTED: EXIT_DONE,
     AuditOutcome.REFUSED: EXIT_REFUSED,
     AuditOutcome.ALREADY_RESOLVED: EXIT_ALREADY_RESOLVED,
     AuditOutcome.DENIED: EXIT_ERROR,
@@ -131,7 +141,13 @@ class ProposalWire(ShowWire, Protocol):
         producer_id: int,
         producer_epoch: int,
         coordinator_epoch: int,
+        transaction_result: MarkerResult = "ABORT",
     ) -> str | None: ...
+
+
+# The post-check of a COMMIT: the offset of the first record a read_committed reader gets from the candidate's
+# start offset on, None when it gets none (`first_read_committed_offset`).
+ReadCommitted = Callable[[AbortCandidate], int | None]
 
 
 # ------------------------------------------------------------------------------------ reading topics
@@ -194,6 +210,33 @@ def follow_topic(
             yield [(r.key, r.value) for records in batch.values() for r in records]
     except Errors.KafkaError as exc:
         raise AdminError(explain("Consume", error_name(exc), topic, str(exc))) from exc
+
+
+def first_read_committed_offset(
+    consumer: KafkaConsumer, candidate: AbortCandidate, *, timeout_s: float = 3.0
+) -> int | None:
+    """The offset of the first record `consumer` (isolation_level read_committed) gets from the candidate's start
+    offset on, None when it gets none within `timeout_s`: a COMMIT's post-check (`ReadCommitted`). A committed
+    transaction's first record is at its start offset; an aborted one is skipped (the leader's aborted index).
+
+    Raises:
+        ValueError: the consumer does not read committed (it would see aborted records too).
+        AdminError: reading failed.
+    """
+    if consumer.config.get("isolation_level") != "read_committed":
+        raise ValueError("a COMMIT is post-checked by a read_committed consumer")
+    tp = KafkaTopicPartition(candidate.topic, candidate.partition)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, candidate.start_offset)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = [int(r.offset) for records in consumer.poll(timeout_ms=200).values() for r in records]
+            if got:
+                return min(got)
+    except Errors.KafkaError as exc:
+        raise AdminError(explain("Fetch", error_name(exc), candidate.topic, str(exc))) from exc
+    return None
 
 
 def latest_candidates(records: Iterable[tuple[Any, Any]]) -> tuple[dict[str, AbortCandidate], int]:
@@ -372,10 +415,26 @@ CLAIM_LEASE_MS = 120_000  # a claim without an ending (its run crashed) holds th
 CLAIM_WAIT_S = 20.0  # how long a second execution waits for the first one's ending
 
 
-def abort(
+def abort(wire: ProposalWire, candidate: AbortCandidate, **options: Any) -> AbortAttempt:
+    """`txnwatch proposals abort`: `write_marker_verified` with an ABORT marker (`options` are its keyword
+    arguments). A candidate whose marker is COMMIT (a lost commit) is refused by name, `lost-commit-marker`."""
+    return write_marker_verified(wire, candidate, result="ABORT", **options)
+
+
+def commit(
+    wire: ProposalWire, candidate: AbortCandidate, *, read_committed: ReadCommitted, **options: Any
+) -> AbortAttempt:
+    """`txnwatch proposals commit`: `write_marker_verified` with a COMMIT marker, for a `lost-commit-marker`
+    candidate (any other is refused by name, `abort-candidate`); its post-check also reads the records back with
+    `read_committed` (`options` are `write_marker_verified`'s other keyword arguments)."""
+    return write_marker_verified(wire, candidate, result="COMMIT", read_committed=read_committed, **options)
+
+
+def write_marker_verified(
     wire: ProposalWire,
     candidate: AbortCandidate,
     *,
+    result: MarkerResult,
     execute: bool,
     actor: str,
     audit_log: AuditLog,
@@ -386,26 +445,34 @@ def abort(
     claim_wait_s: float = CLAIM_WAIT_S,
     claim_lease_ms: int = CLAIM_LEASE_MS,
     allow_live_owner: bool = False,
+    read_committed: ReadCommitted | None = None,
 ) -> AbortAttempt:
-    """Verify the candidate live and, with `execute`, claim it, write its ABORT marker and post-check it.
+    """Verify the candidate live and, with `execute`, claim it, write its marker (`result`: ABORT for `proposals
+    abort`, COMMIT for `proposals commit`) and post-check it.
 
     The steps, each a function of this module: `plan` (the attempt and what its audit records repeat; a
-    candidate the audit log shows aborted ends here: `audit_history_ending`) → `verify_live` (a dry run ends
-    here: `dry_run_ending`) → `claim` (`--execute` only) → `verify_live` again (and again after a leader move)
-    → `send_marker` and `marker_answer` → `post_check_until` and `post_check_ending`; every ending is an audit
-    record (`Attempt.end`).
+    candidate the audit log shows ended by a marker ends here: `audit_history_ending`) → `verify_live` (a dry
+    run ends here: `dry_run_ending`) → `claim` (`--execute` only) → `verify_live` again (and again after a
+    leader move) → `send_marker` and `marker_answer` → `post_check_until` and `post_check_ending`; every ending
+    is an audit record (`Attempt.end`).
 
     The claim (a CLAIMED record on the audit log, `detectors.abort.claim_holder`) makes concurrent executions
     write one marker: the first claim in the audit partition goes on, verifying again; the others wait for its
-    ending and then find the transaction aborted (ALREADY_RESOLVED), or refuse. The caller publishes the
+    ending and then find the transaction ended (ALREADY_RESOLVED), or refuse. The caller publishes the
     returned ending record, which releases the claim. `clock_ms` stamps records and ages claims; `monotonic`
     and `sleep` pace the waits. `allow_live_owner` (`--allow-live-owner`) waives the refusal
     `live-owner-same-epoch`; the post-check then also reports a COLLISION if that owner moved meanwhile.
+    `read_committed` reads the records back for a COMMIT's post-check (without it a COMMIT's post-check fails).
 
     Never raises for cluster trouble: every ending is an `AuditRecord` (outcome and message).
     """
     attempt = plan(
-        candidate, execute=execute, actor=actor, clock_ms=clock_ms, allow_live_owner=allow_live_owner
+        candidate,
+        execute=execute,
+        actor=actor,
+        clock_ms=clock_ms,
+        allow_live_owner=allow_live_owner,
+        result=result,
     )
     ended = audit_history_ending(attempt, audit_log)
     if ended is not None:
@@ -471,6 +538,7 @@ def abort(
         sleep=sleep,
         monotonic=monotonic,
         clock_ms=clock_ms,
+        read_committed=read_committed,
     )
     return post_check_ending(
         attempt, checked_after, leader=verified.before.leader, context=context, before=verified.before
@@ -482,14 +550,16 @@ def abort(
 
 @dataclass(frozen=True)
 class Attempt:
-    """One run of `proposals abort` on one candidate: what every audit record of it repeats (`base`), stamped
-    with `clock_ms` (the audit step: `record`, and `end` for the record the run ends with)."""
+    """One run of `proposals abort` (or `commit`) on one candidate: what every audit record of it repeats
+    (`base`), stamped with `clock_ms` (the audit step: `record`, and `end` for the record the run ends with);
+    `result` is the marker the command writes."""
 
     candidate: AbortCandidate
     execute: bool
     base: dict[str, Any]
     clock_ms: Callable[[], int]
     allow_live_owner: bool = False
+    result: MarkerResult = "ABORT"
 
     def record(self, outcome: AuditOutcome, message: str, **fields: Any) -> AuditRecord:
         return AuditRecord(**self.base, **fields, at_ms=self.clock_ms(), outcome=outcome, message=message)
@@ -506,10 +576,12 @@ def plan(
     clock_ms: Callable[[], int],
     audit_id: str | None = None,
     allow_live_owner: bool = False,
+    result: MarkerResult = "ABORT",
 ) -> Attempt:
     """The attempt: a fresh audit id and the candidate's plan (`detectors.abort.plan_abort` built its
     WriteTxnMarkersSpec), which every audit record of this run carries, with the operator's
-    `--allow-live-owner`."""
+    `--allow-live-owner`; `result` is the marker the command writes (verification refuses a plan of the other
+    kind by name)."""
     base: dict[str, Any] = {
         "audit_id": audit_id if audit_id is not None else uuid.uuid4().hex,
         "candidate_id": candidate.candidate_id,
@@ -523,25 +595,26 @@ def plan(
         "candidate_evidence": candidate.evidence,
         "allow_live_owner": allow_live_owner,
     }
-    return Attempt(candidate, execute, base, clock_ms, allow_live_owner)
+    return Attempt(candidate, execute, base, clock_ms, allow_live_owner, result)
 
 
 def audit_history_ending(attempt: Attempt, audit_log: AuditLog) -> AbortAttempt | None:
-    """How the run ends before it looks at the cluster: the audit log shows the candidate aborted already
-    (ALREADY_RESOLVED), or cannot be read (FAILED); None to go on."""
+    """How the run ends before it looks at the cluster: the audit log shows the candidate aborted (or committed)
+    already (ALREADY_RESOLVED), or cannot be read (FAILED); None to go on."""
     try:
         past = audit_log.history(attempt.candidate.candidate_id)
     except AdminError as exc:
         return attempt.end(AuditOutcome.FAILED, f"cannot read the audit log: {exc}; nothing written")
-    done = prior_abort(past)
+    done = prior_ending(past)
     if done is not None:
-        return attempt.end(AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _aborted_by(done))
+        return attempt.end(AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _ended_by(done))
     return None
 
 
 @dataclass(frozen=True)
 class Verified:
-    """The live state verified safe to abort: what was read (`before`), the verification and its marker."""
+    """The live state verified safe for the marker: what was read (`before`), the verification and its
+    marker."""
 
     before: LiveEvidence
     verify: VerifyResult
@@ -562,9 +635,9 @@ def verify_live(
     previous: Verified | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Verified | AbortAttempt:
-    """Read the partition and coordinator now (`observe`) and verify the abort (`detectors.abort.verify_abort`):
-    the marker to send, or how the run ends (unreadable: FAILED, with the previous verification if any;
-    ended or not provably safe: REFUSED, nothing written)."""
+    """Read the partition and coordinator now (`observe`) and verify the command's marker
+    (`detectors.abort.verify_marker`): the marker to send, or how the run ends (unreadable: FAILED, with the
+    previous verification if any; ended or not provably safe: REFUSED, nothing written)."""
     candidate = attempt.candidate
     try:
         before = observe(wire, candidate, clock_ms=attempt.clock_ms, sleep=sleep)
@@ -576,7 +649,9 @@ def verify_live(
             verify=previous.verify if previous else None,
             leader_moves=moves,
         )
-    verify = verify_abort(candidate, before, allow_live_owner=attempt.allow_live_owner)
+    verify = verify_marker(
+        candidate, before, result=attempt.result, allow_live_owner=attempt.allow_live_owner
+    )
     return verified_or_ending(attempt, before, verify, moves=moves)
 
 
@@ -626,13 +701,13 @@ def ended_by_another(
             past = audit_log.history(attempt.candidate.candidate_id)
         except AdminError:
             return ending  # the refusal stands on what was read live
-        done = prior_abort(past)
+        done = prior_ending(past)
         if done is not None:
             return AbortAttempt(
                 ending.audit.model_copy(
                     update={
                         "outcome": AuditOutcome.ALREADY_RESOLVED,
-                        "message": "nothing to do: " + _aborted_by(done),
+                        "message": "nothing to do: " + _ended_by(done),
                         "at_ms": attempt.clock_ms(),
                     }
                 )
@@ -644,12 +719,17 @@ def ended_by_another(
 
 def dry_run_ending(attempt: Attempt, verified: Verified) -> AbortAttempt:
     """Without --execute the run ends once verified: nothing written."""
+    act = _ACT[attempt.result]
     return attempt.end(
         AuditOutcome.DRY_RUN,
-        f"dry run: safe to abort now (leader {verified.before.leader}, coordinator epoch "
-        f"{verified.marker.coordinator_epoch}){_waived(verified.verify)}; nothing written, add --execute to abort",
+        f"dry run: safe to {act} now (leader {verified.before.leader}, coordinator epoch "
+        f"{verified.marker.coordinator_epoch}){_waived(verified.verify)}; nothing written, add --execute to {act}",
         **verified.context,
     )
+
+
+# What each marker does, for the messages: "safe to abort", "restores the commit".
+_ACT: Final = {"ABORT": "abort", "COMMIT": "commit"}
 
 
 def _waived(verify: VerifyResult | None) -> str:
@@ -659,8 +739,9 @@ def _waived(verify: VerifyResult | None) -> str:
     return f", with {ALLOW_LIVE_OWNER_FLAG} waiving: " + "; ".join(verify.waived)
 
 
-def _aborted_by(r: AuditRecord) -> str:
-    return f"aborted by {r.actor} at {iso(r.at_ms)} (audit {r.audit_id})"
+def _ended_by(r: AuditRecord) -> str:
+    done = "committed" if r.plan.transaction_result == "COMMIT" else "aborted"
+    return f"{done} by {r.actor} at {iso(r.at_ms)} (audit {r.audit_id})"
 
 
 def claim(
@@ -674,7 +755,7 @@ def claim(
     monotonic: Callable[[], float] = time.monotonic,
 ) -> AbortAttempt | None:
     """Claim the candidate on the audit log. None: this run holds it. Else how this run ends: the holder
-    aborted it meanwhile (ALREADY_RESOLVED), or it held on past `wait_s` (REFUSED), or the log failed."""
+    ended it meanwhile (ALREADY_RESOLVED), or it held on past `wait_s` (REFUSED), or the log failed."""
     mine = attempt.record(AuditOutcome.CLAIMED, "claimed for --execute", **context)
     try:
         audit_log.append(mine)
@@ -690,11 +771,9 @@ def claim(
             return attempt.end(
                 AuditOutcome.FAILED, f"cannot read the audit log: {exc}; nothing written", **context
             )
-        done = prior_abort(past)
+        done = prior_ending(past)
         if done is not None:
-            return attempt.end(
-                AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _aborted_by(done), **context
-            )
+            return attempt.end(AuditOutcome.ALREADY_RESOLVED, "nothing to do: " + _ended_by(done), **context)
         holder = claim_holder(past, now_ms=attempt.clock_ms(), lease_ms=lease_ms)
         if holder is not None and holder.audit_id == mine.audit_id:
             return None
@@ -715,7 +794,8 @@ def claim(
 
 
 def send_marker(wire: ProposalWire, leader: int, marker: WriteTxnMarkersSpec) -> str | None:
-    """One WriteTxnMarkers ABORT to `leader`: None when written, else the error's name."""
+    """One WriteTxnMarkers to `leader`, of the verified marker's result (ABORT, or COMMIT): None when written,
+    else the error's name."""
     return wire.write_abort_marker(
         leader,
         topic=marker.topic,
@@ -723,6 +803,7 @@ def send_marker(wire: ProposalWire, leader: int, marker: WriteTxnMarkersSpec) ->
         producer_id=marker.producer_id,
         producer_epoch=marker.producer_epoch,
         coordinator_epoch=marker.coordinator_epoch,
+        transaction_result=marker.transaction_result,
     )
 
 
@@ -774,11 +855,13 @@ def marker_answer(error: str | None, *, leader: int, moves: int) -> MarkerAnswer
 
 
 class AfterMarker(NamedTuple):
-    """The post-check's last look: what the leader showed, the check of it, or why it could not be read."""
+    """The post-check's last look: what the leader showed, the check of it, or why it could not be read; for a
+    COMMIT, the first offset a read_committed reader got from the start offset (None: not read, or nothing)."""
 
     after: LiveEvidence | None
     check: PostCheck | None
     problem: str | None
+    read_committed_offset: int | None = None
 
 
 def post_check_until(
@@ -789,22 +872,27 @@ def post_check_until(
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
     clock_ms: Callable[[], int] = wall_clock_ms,
+    read_committed: ReadCommitted | None = None,
 ) -> AfterMarker:
     """Read the partition again (every 0.2 s, for up to `timeout_s`) until `detectors.abort.post_check` says the
-    marker did its job; the last look either way."""
+    marker did its job; the last look either way. For a COMMIT, once the LSO is past the start offset, the
+    records are read back with `read_committed` too."""
     deadline = monotonic() + timeout_s
     after: LiveEvidence | None = None
     check: PostCheck | None = None
     problem: str | None = None
+    seen: int | None = None
     while True:
         try:
             after = observe(wire, candidate, clock_ms=clock_ms, sleep=sleep)
-            check = post_check(candidate, after)
+            read = read_committed is not None and needs_read_committed(candidate, after)
+            seen = read_committed(candidate) if read_committed is not None and read else None
+            check = post_check(candidate, after, seen)
             problem = None
         except AdminError as exc:
             problem = str(exc)
         if (check is not None and check.ok) or monotonic() > deadline:
-            return AfterMarker(after, check, problem)
+            return AfterMarker(after, check, problem, seen)
         sleep(0.2)
 
 
@@ -813,14 +901,20 @@ def post_check_ending(
 ) -> AbortAttempt:
     """The ending once the marker is written: COLLISION when a live owner at the marker's epoch moved between
     verification (`before`) and the look after the marker (`detectors.abort.collision_signs`), whatever the
-    post-check says; else ABORTED when the post-check holds, FAILED with why when it does not."""
+    post-check says; else ABORTED (COMMITTED for a COMMIT) when the post-check holds, FAILED with why when it
+    does not."""
     after, check = looked.after, looked.check
     fields: dict[str, Any] = {**context, "after": after, "post_check": check, "marker_written": True}
     candidate = attempt.candidate
     where = f"{candidate.topic}-{candidate.partition}"
+    visible = (
+        f"; a read_committed reader gets offset {looked.read_committed_offset}"
+        if looked.read_committed_offset is not None
+        else ""
+    )
     checked = (
         f"post-check passed ({where} LSO {after.last_stable_offset if after else '?'} is past offset "
-        f"{candidate.start_offset})"
+        f"{candidate.start_offset}{visible})"
         if check is not None and check.ok
         else "post-check failed: " + (looked.problem or "; ".join(check.problems if check else ()))
     )
@@ -835,10 +929,15 @@ def post_check_ending(
             collision=signs,
         )
     if check is not None and check.ok:
+        ended, outcome = (
+            ("committed: COMMIT", AuditOutcome.COMMITTED)
+            if attempt.result == "COMMIT"
+            else ("aborted:", AuditOutcome.ABORTED)
+        )
         return attempt.end(
-            AuditOutcome.ABORTED,
-            f"aborted: marker written by broker {leader}; {where} LSO "
-            f"{after.last_stable_offset if after else '?'} is past offset {candidate.start_offset}"
+            outcome,
+            f"{ended} marker written by broker {leader}; {where} LSO "
+            f"{after.last_stable_offset if after else '?'} is past offset {candidate.start_offset}{visible}"
             + _owner_stayed(context.get("verify")),
             **fields,
         )
@@ -846,7 +945,8 @@ def post_check_ending(
 
 
 def _owner_stayed(verify: VerifyResult | None) -> str:
-    """For an ABORTED run whose refusal the operator waived: that the owner was watched and did not move."""
+    """For an ABORTED (COMMITTED) run whose refusal the operator waived: that the owner was watched and did not
+    move."""
     if verify is None or not verify.waived:
         return ""
     names = ", ".join(w.split(":", 1)[0] for w in verify.waived)

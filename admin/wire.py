@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import kafka.errors as Errors
 from kafka import KafkaAdminClient
@@ -628,9 +628,16 @@ class KafkaWire:
         producer_id: int,
         producer_epoch: int,
         coordinator_epoch: int,
+        transaction_result: Literal["ABORT", "COMMIT"] = "ABORT",
     ) -> str | None:
         """Send one WriteTxnMarkers ABORT for one partition to `broker` (its leader), as Kafka's
         `Admin.abortTransaction` does; no retry here (the caller re-verifies after a leader move).
+
+        `transaction_result="COMMIT"` writes a COMMIT marker instead (`proposals commit`: a commit marker that
+        was lost). The broker checks both alike (`KafkaApis.handleWriteTxnMarkersRequest`: Alter, else
+        ClusterAction, on the cluster; `ProducerAppendInfo.appendEndTxnMarker`: epoch and coordinator epoch) and
+        ends the open transaction either way (the LSO moves); only a COMMIT leaves it out of the aborted index,
+        so read_committed readers get its records.
 
         Returns:
             None when the broker wrote the marker, else the error's name (NOT_LEADER_OR_FOLLOWER,
@@ -649,7 +656,7 @@ class KafkaWire:
                 marker(
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
-                    transaction_result=False,  # ABORT
+                    transaction_result=transaction_result == "COMMIT",  # false: ABORT, true: COMMIT
                     topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
                     coordinator_epoch=coordinator_epoch,
                 )

@@ -1,8 +1,9 @@
 """Abort planning and the verified abort's decisions (pure).
 
-`plan_abort` turns a HANGING verdict into an `AbortCandidate` with the WriteTxnMarkers spec. `verify_abort`
-decides, from what the partition leader and the coordinator say *now* (`LiveEvidence`, gathered by
-admin/proposals.py), whether that marker may still be written; `post_check` whether it did its job;
+`plan_abort` turns a HANGING verdict into an `AbortCandidate` with the WriteTxnMarkers spec (ABORT; COMMIT for a
+lost commit marker). `verify_abort` / `verify_commit` (`verify_marker`) decide, from what the partition leader and
+the coordinator say *now* (`LiveEvidence`, gathered by admin/proposals.py), whether that marker may still be
+written by `proposals abort` / `proposals commit`; `post_check` whether it did its job;
 `collision_signs` whether a live owner wrote to the partition between verification and the marker;
 `pending_candidates` which candidates on-call should look at first. Reading the cluster and writing the marker
 live in admin/.
@@ -82,7 +83,10 @@ NO_KAFKA_CLI_COMMIT = (
 )
 
 
-def marker_result(reason: HangingReason | None) -> Literal["ABORT", "COMMIT"]:
+MarkerResult = Literal["ABORT", "COMMIT"]
+
+
+def marker_result(reason: HangingReason | None) -> MarkerResult:
     """The marker that ends a HANGING transaction as its coordinator decided: COMMIT where the coordinator
     committed it and the partition's marker was lost (`lost-commit-marker`), ABORT for every other reason (no
     coordinator will ever decide it, or it decided abort)."""
@@ -176,7 +180,24 @@ def _where(c: AbortCandidate) -> str:
 def verify_abort(
     candidate: AbortCandidate, live: LiveEvidence, *, allow_live_owner: bool = False
 ) -> VerifyResult:
-    """May the candidate's ABORT marker still be written? Decided on what the cluster says now.
+    """May the candidate's ABORT marker still be written? `verify_marker` for `proposals abort`: a candidate
+    whose marker is COMMIT is refused by name (`lost-commit-marker`)."""
+    return verify_marker(candidate, live, result="ABORT", allow_live_owner=allow_live_owner)
+
+
+def verify_commit(
+    candidate: AbortCandidate, live: LiveEvidence, *, allow_live_owner: bool = False
+) -> VerifyResult:
+    """May the candidate's COMMIT marker (a lost commit marker restored) still be written? `verify_marker` for
+    `proposals commit`: any candidate whose marker is not COMMIT is refused by name (`abort-candidate`)."""
+    return verify_marker(candidate, live, result="COMMIT", allow_live_owner=allow_live_owner)
+
+
+def verify_marker(
+    candidate: AbortCandidate, live: LiveEvidence, *, result: MarkerResult, allow_live_owner: bool = False
+) -> VerifyResult:
+    """May the marker `result` (the command's: ABORT for `proposals abort`, COMMIT for `proposals commit`) still
+    be written for the candidate? Decided on what the cluster says now.
 
     SAFE needs all of: the leader still lists the candidate's producer id with a transaction open at the
     candidate's start offset, with the same producer epoch and the same coordinator epoch (as a marker epoch:
@@ -192,9 +213,22 @@ def verify_abort(
     previous execution): nothing to write. REFUSED: anything else that changed, or could not be checked; the
     `changes` say what, one line each.
 
+    The marker must be the candidate's own (`spec.transaction_result`): an ABORT of a lost commit is refused
+    (`lost-commit-marker`), a COMMIT of anything else too (`abort-candidate`). A COMMIT further needs
+    (`commit_objections`): the candidate's evidence shows its coordinator committed the transaction with the
+    partition in its PrepareCommit; the transactional id still owns the producer id, in a state that does not
+    contradict that commit (`coordinator-contradicts-commit`: its record of the same transaction, by its start,
+    is no longer CompleteCommit, or its epoch went back); the Prepare and Ongoing refusals and
+    `live-owner-same-epoch` as for an ABORT (a batch of the owner at the marker's epoch joins the open
+    transaction and the COMMIT would commit it before its coordinator decides). The two-phase-commit refusal is
+    the ABORT's only: a COMMIT restores what the coordinator completed, the outcome the transaction manager
+    had decided.
+
     Args:
-        candidate: the planned abort (its spec carries the epochs seen when it was planned).
+        candidate: the planned marker (its spec carries the epochs seen when it was planned).
         live: the partition and its coordinator as read just now.
+        result: the marker the command writes.
+        allow_live_owner: `--allow-live-owner`: `live-owner-same-epoch` is waived (in `waived`).
     """
     spec, start, where = candidate.spec, candidate.start_offset, _where(candidate)
     pid = spec.producer_id
@@ -231,13 +265,15 @@ def verify_abort(
             f"the leader's coordinator epoch for producer {pid} moved from {spec.coordinator_epoch} to "
             f"{p.coordinator_epoch} (a coordinator wrote a marker on {where} since the plan)"
         )
-    if spec.transaction_result == "COMMIT":
+    if result == "ABORT" and spec.transaction_result == "COMMIT":
         changes.append(lost_commit_refusal(candidate))
-    objections = _coordinator_objections(candidate, live)
+    if result == "COMMIT":
+        changes.extend(commit_objections(candidate))
+    objections = _coordinator_objections(candidate, live, result)
     changes.extend(objections)
     # Only an owner the checks above let through (readable, in a known state, not writing markers, not owning
     # the partition) can be live at the marker's epoch without another refusal saying more.
-    live_owner = None if objections else live_owner_same_epoch(candidate, live.coordinator)
+    live_owner = None if objections else live_owner_same_epoch(candidate, live.coordinator, result)
     waived: tuple[str, ...] = ()
     if live_owner is not None and allow_live_owner:
         waived = (live_owner,)
@@ -253,6 +289,79 @@ def verify_abort(
 
 
 LOST_COMMIT_MARKER = "lost-commit-marker"
+
+
+ABORT_CANDIDATE = "abort-candidate"
+COMMIT_UNPROVEN = "commit-unproven"
+COORDINATOR_CONTRADICTS_COMMIT = "coordinator-contradicts-commit"
+COMMIT_OWNER_GONE = "commit-owner-gone"
+
+
+def commit_objections(candidate: AbortCandidate) -> list[str]:
+    """What the candidate itself says against a COMMIT marker: it is not a lost commit (its marker is ABORT:
+    `abort-candidate`), or its evidence does not show the coordinator committed the transaction with this
+    partition in its PrepareCommit (`commit-unproven`). Only that proof makes a COMMIT the coordinator's own
+    outcome; without it a COMMIT could commit what no coordinator ever committed."""
+    spec, where, cid = candidate.spec, _where(candidate), candidate.candidate_id
+    if spec.transaction_result != "COMMIT":
+        return [
+            f"{ABORT_CANDIDATE}: candidate {cid} ({candidate.reason.value}) is ended with an ABORT marker, never a "
+            f"COMMIT: no coordinator committed this transaction on {where}; `txnwatch proposals abort {cid}` "
+            "is its command"
+        ]
+    e = candidate.evidence.coordinator
+    if (
+        candidate.reason is not HangingReason.LOST_COMMIT_MARKER
+        or e is None
+        or e.state is not CoordinatorState.COMPLETE_COMMIT
+        or e.producer_id != spec.producer_id
+        or e.prepared_partition_listed is not True
+    ):
+        shown = (
+            "no coordinator record"
+            if e is None
+            else f"{e.transactional_id} {e.state.value if e.state else 'tombstone'} of producer {e.producer_id}, "
+            f"its Prepare record {_prepare_listing(e.prepared_partition_listed)} {where}"
+        )
+        return [
+            f"{COMMIT_UNPROVEN}: the candidate's evidence ({shown}) does not show that its coordinator committed "
+            f"this transaction with {where} in its PrepareCommit; only that proof makes a COMMIT the "
+            "coordinator's outcome"
+        ]
+    return []
+
+
+def _prepare_listing(listed: bool | None) -> str:
+    return {True: "listed", False: "did not list", None: "(not read) may or may not have listed"}[listed]
+
+
+def commit_contradicted(candidate: AbortCandidate, owner: LiveCoordinator) -> str | None:
+    """`coordinator-contradicts-commit` when the owner's coordinator, read now, no longer records the commit the
+    candidate was proven on: its record of the same transaction (the same start time) is in another state than
+    CompleteCommit (an unclean election of `__transaction_state` can rewind it: it may abort it yet), or its
+    epoch is below the committed record's (its log went back). A later transaction of the owner (another start)
+    leaves that commit as it was: it is not contradicted. None when nothing contradicts it."""
+    e = candidate.evidence.coordinator
+    if e is None:
+        return None  # `commit_objections` refuses it
+    why = None
+    if owner.producer_epoch < e.producer_epoch:
+        why = f"its epoch is {owner.producer_epoch}, below the committed record's {e.producer_epoch}"
+    elif (
+        owner.transaction_start_ms == e.start_timestamp_ms and owner.state != CoordinatorState.COMPLETE_COMMIT
+    ):
+        why = (
+            f"it records the same transaction (started at {e.start_timestamp_ms} ms) as {owner.state}, not "
+            "CompleteCommit"
+        )
+    if why is None:
+        return None
+    return (
+        f"{COORDINATOR_CONTRADICTS_COMMIT}: transactional id {owner.transactional_id} (producer "
+        f"{owner.producer_id}) was proven CompleteCommit with {_where(candidate)} in its PrepareCommit, but now "
+        f"{why}: its coordinator's log no longer says this transaction committed; write nothing, and read "
+        "`txnwatch inspect coordinator-log` (runbook: lost markers)"
+    )
 
 
 def lost_commit_refusal(candidate: AbortCandidate) -> str:
@@ -319,35 +428,53 @@ def recorded_transaction_version(candidate: AbortCandidate) -> int:
     return c.client_transaction_version
 
 
-def live_owner_same_epoch(candidate: AbortCandidate, owner: LiveCoordinator | None) -> str | None:
+def live_owner_same_epoch(
+    candidate: AbortCandidate, owner: LiveCoordinator | None, result: MarkerResult = "ABORT"
+) -> str | None:
     """The refusal `live-owner-same-epoch` when `owner` is live at the marker's epoch (`owner_at_marker_epoch`),
-    else None. Waived only by the operator (`--allow-live-owner`)."""
+    else None. Waived only by the operator (`--allow-live-owner`). The same for a COMMIT: the owner's batch
+    would be committed with the lost transaction before its own coordinator decides it."""
     if owner is None or not owner_at_marker_epoch(candidate, owner):
         return None
     where, epoch = _where(candidate), candidate.spec.producer_epoch
     version = recorded_transaction_version(candidate)
     known = f"transaction version {version}" if version else "transaction version 0 or unknown"
+    caught = (
+        "abort it too while its coordinator commits the rest"
+        if result == "ABORT"
+        else "commit it too, whatever its coordinator decides for the rest"
+    )
     return (
         f"{LIVE_OWNER_SAME_EPOCH}: transactional id {owner.transactional_id} owns producer {owner.producer_id} "
         f"at epoch {epoch}, the marker's, and is live ({owner.state}, {known}): until its epoch moves, any "
         f"transaction of it that adds {where} writes there at epoch {epoch}, that batch joins this open "
-        "transaction unchecked, and the marker would abort it too while its coordinator commits the rest. Ask "
-        "its owners to stop or restart that producer (InitProducerId moves the epoch; the abort then needs no "
-        f"flag), or, if it no longer writes to {where}, run again with {ALLOW_LIVE_OWNER_FLAG}"
+        f"transaction unchecked, and the marker would {caught}. Ask its owners to stop or restart that producer "
+        f"(InitProducerId moves the epoch; the {result.lower()} then needs no flag), or, if it no longer writes "
+        f"to {where}, run again with {ALLOW_LIVE_OWNER_FLAG}"
     )
 
 
-def _coordinator_objections(candidate: AbortCandidate, live: LiveEvidence) -> list[str]:
+def _coordinator_objections(
+    candidate: AbortCandidate, live: LiveEvidence, result: MarkerResult = "ABORT"
+) -> list[str]:
     where = _where(candidate)
-    if candidate_is_two_phase_commit(candidate):
+    ended = "aborted" if result == "ABORT" else "committed"
+    if result == "ABORT" and candidate_is_two_phase_commit(candidate):
         e = candidate.evidence.coordinator
         return [two_phase_commit_refusal(e.transactional_id if e is not None else "?")]
     if live.coordinator_error is not None:
         return [f"the coordinator side cannot be checked: {live.coordinator_error}"]
     c = live.coordinator
     if c is None:
+        if result == "COMMIT":
+            # The commit is checked against its coordinator's own record, read now: without an owner it cannot be.
+            return [
+                f"{COMMIT_OWNER_GONE}: no transactional id owns producer {candidate.spec.producer_id} "
+                "any more (expired, or it moved to another producer id): the commit cannot be checked against "
+                "its coordinator now; write nothing (runbook: lost markers)"
+            ]
         return []
-    if is_two_phase_commit(c.transaction_timeout_ms):
+    if result == "ABORT" and is_two_phase_commit(c.transaction_timeout_ms):
         return [two_phase_commit_refusal(c.transactional_id)]
     try:
         state: CoordinatorState | None = CoordinatorState(c.state)
@@ -358,22 +485,31 @@ def _coordinator_objections(candidate: AbortCandidate, live: LiveEvidence) -> li
     if state in PREPARING_STATES:
         return [
             f"transactional id {c.transactional_id} (producer {c.producer_id}) is {c.state}: its coordinator "
-            "is writing markers right now; a Prepare state is never aborted by hand"
+            f"is writing markers right now; a Prepare state is never {ended} by hand"
         ]
     if state is CoordinatorState.ONGOING and c.partition_listed:
         return [
             f"transactional id {c.transactional_id} (producer {c.producer_id}, epoch {c.producer_epoch}) is "
-            f"Ongoing with {where} in its partitions: a live transaction its coordinator will finish; an abort "
-            "would break exactly-once"
+            f"Ongoing with {where} in its partitions: a live transaction its coordinator will finish; "
+            f"{'an abort' if result == 'ABORT' else 'a commit'} would break exactly-once"
         ]
+    if result == "COMMIT":
+        contradiction = commit_contradicted(candidate, c)
+        return [] if contradiction is None else [contradiction]
     return []
 
 
-def post_check(candidate: AbortCandidate, after: LiveEvidence) -> PostCheck:
-    """Did the marker do its job? The transaction at the start offset is gone and the LSO moved past it.
+def post_check(
+    candidate: AbortCandidate, after: LiveEvidence, read_committed_offset: int | None = None
+) -> PostCheck:
+    """Did the marker do its job? The transaction at the start offset is gone and the LSO moved past it (a
+    COMMIT moves it as an ABORT does: `ProducerStateManager.completeTxn` either way). For a COMMIT also: the
+    records are visible to a read_committed reader, whose first record from the start offset
+    (`read_committed_offset`, None when it got none) is the one at the start offset (an ABORT marker would
+    have put the transaction in the aborted index: the reader skips it).
 
     An LSO still at or below the start offset is accepted only when another, older open transaction holds it
-    (that one is not this candidate's business).
+    (that one is not this candidate's business; a read_committed reader then gets nothing past it either).
     """
     start, pid = candidate.start_offset, candidate.spec.producer_id
     problems: list[str] = []
@@ -381,13 +517,30 @@ def post_check(candidate: AbortCandidate, after: LiveEvidence) -> PostCheck:
     if p is not None and p.current_txn_start_offset == start:
         problems.append(f"producer {pid} still has a transaction open at offset {start}")
     lso = after.last_stable_offset
+    held_by_older = False
     if lso is None:
         problems.append("the last stable offset could not be read")
     elif lso <= start:
         older = [o for _, o in after.other_open if o < start]
-        if not older or lso != min(older):
+        held_by_older = bool(older) and lso == min(older)
+        if not held_by_older:
             problems.append(f"the last stable offset is {lso}, not past the start offset {start}")
+    if candidate.spec.transaction_result == "COMMIT" and not held_by_older and not problems:
+        if read_committed_offset is None:
+            problems.append(f"a read_committed reader got no record from offset {start}")
+        elif read_committed_offset != start:
+            problems.append(
+                f"a read_committed reader skips offset {start} (its first record from there is at "
+                f"{read_committed_offset}): the transaction is not committed"
+            )
     return PostCheck(ok=not problems, problems=tuple(problems))
+
+
+def needs_read_committed(candidate: AbortCandidate, after: LiveEvidence) -> bool:
+    """The post-check of a COMMIT reads the records back as a read_committed reader once the LSO is past the
+    start offset (before that the reader gets nothing there)."""
+    lso = after.last_stable_offset
+    return candidate.spec.transaction_result == "COMMIT" and lso is not None and lso > candidate.start_offset
 
 
 def collision_signs(
@@ -447,29 +600,41 @@ def _owner_moves(b: LiveCoordinator | None, a: LiveCoordinator | None, *, pid: i
 def collision_report(candidate: AbortCandidate, signs: Sequence[str]) -> str:
     """What a COLLISION means and what on-call does, after the signs."""
     where, pid = _where(candidate), candidate.spec.producer_id
+    if candidate.spec.transaction_result == "COMMIT":
+        fate = (
+            f"were committed with the lost transaction (producer {pid}, offsets after {candidate.start_offset}), "
+            f"and its coordinator does not know: if it aborts that transaction, those records stay committed on "
+            f"{where}"
+        )
+    else:
+        fate = (
+            f"were aborted with the orphan (producer {pid}, offsets after {candidate.start_offset}), and its "
+            f"coordinator does not know: its commit still succeeds on its other partitions, and on {where} only "
+            "what it writes after the marker"
+        )
     return (
         "; ".join(signs)
-        + f". Records the owner wrote to {where} before the marker were aborted with the orphan (producer {pid}, "
-        f"offsets after {candidate.start_offset}), and its coordinator does not know: its commit still "
-        f"succeeds on its other partitions, and on {where} only what it writes after the marker. Exactly-once "
-        "is broken for that transaction: tell its owners now (docs/runbook.md, Collision)"
+        + f". Records the owner wrote to {where} before the marker {fate}. Exactly-once is broken for that "
+        "transaction: tell its owners now (docs/runbook.md, Collision)"
     )
 
 
 # ------------------------------------------------------------------------------ the audit log's answers
 
 
-def aborted_it(record: AuditRecord) -> bool:
-    """The attempt wrote its marker and the post-check saw the transaction gone: ABORTED, or a COLLISION whose
-    post-check passed (the orphan is aborted; what else the marker caught is another matter)."""
+def ended_it(record: AuditRecord) -> bool:
+    """The attempt wrote its marker and the post-check saw the transaction gone: ABORTED or COMMITTED, or a
+    COLLISION whose post-check passed (the transaction is ended; what else the marker caught is another
+    matter)."""
     if record.outcome is AuditOutcome.COLLISION:
         return record.post_check is not None and record.post_check.ok
-    return record.outcome is AuditOutcome.ABORTED
+    return record.outcome in (AuditOutcome.ABORTED, AuditOutcome.COMMITTED)
 
 
-def prior_abort(history: Iterable[AuditRecord]) -> AuditRecord | None:
-    """The attempt that aborted the candidate, if one did (`history`: its audit records, in topic order)."""
-    return next((r for r in history if aborted_it(r)), None)
+def prior_ending(history: Iterable[AuditRecord]) -> AuditRecord | None:
+    """The attempt that ended the candidate's transaction with its marker, if one did (`history`: its audit
+    records, in topic order)."""
+    return next((r for r in history if ended_it(r)), None)
 
 
 def claim_holder(history: Sequence[AuditRecord], *, now_ms: int, lease_ms: int) -> AuditRecord | None:
@@ -494,12 +659,12 @@ def claim_holder(history: Sequence[AuditRecord], *, now_ms: int, lease_ms: int) 
 
 
 def resolved_by_audit(audits: Iterable[AuditRecord]) -> set[str]:
-    """Candidate ids that need nothing more by the audit log: aborted by an attempt, or found no longer open by
-    one (committed or aborted by someone else since the plan)."""
+    """Candidate ids that need nothing more by the audit log: aborted or committed by an attempt, or found no
+    longer open by one (committed or aborted by someone else since the plan)."""
     return {
         a.candidate_id
         for a in audits
-        if aborted_it(a)
+        if ended_it(a)
         or a.outcome is AuditOutcome.ALREADY_RESOLVED
         or (a.verify is not None and a.verify.outcome is VerifyOutcome.ALREADY_RESOLVED)
     }

@@ -819,10 +819,12 @@ class PostCheck(Model):
 
 
 class AuditOutcome(StrEnum):
-    """How one `txnwatch proposals abort` attempt ended (with its exit code in admin/proposals.py)."""
+    """How one `txnwatch proposals abort` (or `commit`) attempt ended (with its exit code in admin/proposals.py)."""
 
     DRY_RUN = "DRY_RUN"  # verified; nothing written (no --execute)
     ABORTED = "ABORTED"  # marker written and post-checked
+    # `proposals commit`: a COMMIT marker restored a lost commit, post-checked (read_committed sees the records)
+    COMMITTED = "COMMITTED"
     REFUSED = "REFUSED"  # state changed or not provably safe (by us, or the broker fenced the marker)
     ALREADY_RESOLVED = "ALREADY_RESOLVED"  # the transaction was no longer open: no-op
     DENIED = "DENIED"  # the broker refused for want of an ACL (Alter/ClusterAction on the cluster)
@@ -840,7 +842,8 @@ class AuditOutcome(StrEnum):
 
 
 class AuditRecord(Model):
-    """One attempt to abort a candidate, published to `<prefix>.audit` (JSON, key = candidate id)."""
+    """One attempt to abort a candidate (or to commit it: a lost commit marker), published to `<prefix>.audit`
+    (JSON, key = candidate id)."""
 
     schema_version: int = SCHEMA_VERSION
     audit_id: str

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from builders import HOUR, T0
-from test_verified_abort import FakeAuditLog, candidate, leader, live, owner, scripted
+from test_lost_markers import lost_commit
+from test_verified_abort import FakeAuditLog, candidate, commit_cluster, leader, live, owner, scripted
 
 from admin.client import AdminError
 from admin.proposals import (
@@ -30,7 +31,7 @@ from admin.proposals import (
     verify_live,
 )
 from detectors.abort import post_check, verify_abort
-from detectors.models import AuditOutcome, AuditRecord, VerifyOutcome
+from detectors.models import AbortCandidate, AuditOutcome, AuditRecord, VerifyOutcome
 
 pytestmark = pytest.mark.unit
 
@@ -257,3 +258,49 @@ def test_found_ended_with_no_claim_held_stays_changed_since_the_plan() -> None:
         FakeAuditLog(records=[stuck]), a, refused, wait_s=2, lease_ms=HOUR, sleep=ticks.sleep, monotonic=ticks
     )
     assert got is refused and ticks.now == 2.5
+
+
+# ------------------------------------------------------------------- the same steps for a COMMIT (proposals commit)
+
+
+def test_a_commit_runs_the_same_steps_with_its_own_marker() -> None:
+    a = plan(lost_commit(), execute=True, actor="alice", clock_ms=lambda: NOW, audit_id="c1", result="COMMIT")
+    # verify_live verifies the command's marker: the same candidate through `proposals abort` is refused.
+    wire = commit_cluster()
+    checked = verify_live(wire, a, moves=0, sleep=lambda _s: None)
+    assert isinstance(checked, Verified) and checked.marker.transaction_result == "COMMIT"
+    as_abort = verify_live(
+        wire, plan(lost_commit(), execute=True, actor="alice", clock_ms=lambda: NOW), moves=0
+    )
+    assert isinstance(as_abort, AbortAttempt) and "lost-commit-marker: " in as_abort.audit.message
+    assert "safe to commit now" in dry_run_ending(a, checked).audit.message
+    # The post-check reads the records back only once the LSO is past the start offset.
+    asked: list[int] = []
+
+    def reader(c: AbortCandidate) -> int | None:
+        asked.append(c.start_offset)
+        return c.start_offset
+
+    ticks = Ticks()
+    still_open = post_check_until(
+        wire, a.candidate, timeout_s=0.3, sleep=ticks.sleep, monotonic=ticks, clock_ms=lambda: NOW,
+        read_committed=reader,
+    )  # fmt: skip
+    assert still_open.check is not None and not still_open.check.ok and asked == []
+    ended = live(
+        producer=leader(current_txn_start_offset=-1, coordinator_epoch=3),
+        last_stable_offset=251,
+        high_watermark=251,
+    )
+    committed = post_check_ending(
+        a,
+        AfterMarker(ended, post_check(a.candidate, ended, 100), None, 100),
+        leader=1,
+        context=checked.context,
+        before=checked.before,
+    )
+    assert committed.audit.outcome is AuditOutcome.COMMITTED and committed.exit_code == 0
+    assert "a read_committed reader gets offset 100" in committed.audit.message
+    # A later run of either command finds it ended by this one.
+    ended_by = audit_history_ending(attempt(), FakeAuditLog(records=[committed.audit]))
+    assert ended_by is not None and "committed by alice" in ended_by.audit.message

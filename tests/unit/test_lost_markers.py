@@ -13,11 +13,30 @@ import json
 from typing import Any
 
 import pytest
-from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot, tps
+from builders import HOUR, LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot, tps
 from test_tracking import row as tracking_row
 
-from detectors.abort import NO_KAFKA_CLI_COMMIT, plan_abort
-from detectors.models import CoordinatorRecord, CoordinatorState, HangingReason, VerdictKind, WithheldReason
+from detectors.abort import (
+    NO_KAFKA_CLI_COMMIT,
+    needs_read_committed,
+    plan_abort,
+    post_check,
+    verify_abort,
+    verify_commit,
+)
+from detectors.models import (
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
+    AbortCandidate,
+    CoordinatorRecord,
+    CoordinatorState,
+    HangingReason,
+    LeaderProducer,
+    LiveCoordinator,
+    LiveEvidence,
+    VerdictKind,
+    VerifyOutcome,
+    WithheldReason,
+)
 from detectors.rules import classify, coord_facts, decide, decide_by_rules, txn_facts
 from detectors.tracking import CoordinatorRow, Owner, advance_owners, run_ends
 
@@ -162,3 +181,170 @@ def test_proposals_abort_refuses_a_lost_commit_by_name() -> None:
     result = verify_abort(c, live)
     assert result.outcome is VerifyOutcome.REFUSED
     assert result.changes[0].startswith("lost-commit-marker:") and "proposals commit" in result.changes[0]
+
+
+# ------------------------------------------------------------------------------ proposals commit: verify_commit
+
+
+def lost_commit(**record: Any) -> AbortCandidate:
+    """A lost-commit-marker candidate: tx-1 CompleteCommit at DONE_AT, its PrepareCommit listed orders-0."""
+    txn = open_txn(seen_open_ms=T0 + SECOND)
+    v = verdict(completed(S.COMPLETE_COMMIT, "orders-0", **record), seen_open_ms=T0 + SECOND)
+    return plan_abort(snapshot(txn), txn, v, first_detected_ms=OBSERVED)
+
+
+def owner_now(**overrides: Any) -> LiveCoordinator:
+    """tx-1 as its coordinator shows it now: still CompleteCommit of the same transaction (its start), producer
+    1000 at epoch 6 (restarted since, or TV2: the Complete record carries the next epoch)."""
+    fields: dict[str, Any] = {
+        "transactional_id": "tx-1",
+        "state": "CompleteCommit",
+        "producer_id": PID,
+        "producer_epoch": 6,
+        "partition_listed": False,
+        "transaction_start_ms": T0 - 100,  # `coord`'s start_timestamp_ms
+    }
+    fields.update(overrides)
+    return LiveCoordinator(**fields)
+
+
+def live_now(**overrides: Any) -> LiveEvidence:
+    fields: dict[str, Any] = {
+        "observed_at_ms": OBSERVED + MINUTE,
+        "leader": 1,
+        "producer": LeaderProducer(
+            producer_id=PID, producer_epoch=5, coordinator_epoch=3, current_txn_start_offset=100
+        ),
+        "last_stable_offset": 100,
+        "high_watermark": 250,
+        "coordinator": owner_now(),
+    }
+    fields.update(overrides)
+    return LiveEvidence(**fields)
+
+
+def test_proposals_commit_verifies_a_lost_commit_and_plans_its_commit_marker() -> None:
+    result = verify_commit(lost_commit(), live_now())
+    assert result.outcome is VerifyOutcome.SAFE and result.changes == ()
+    assert result.marker is not None and result.marker.transaction_result == "COMMIT"
+    assert (result.marker.producer_id, result.marker.producer_epoch, result.marker.coordinator_epoch) == (
+        PID,
+        5,
+        3,
+    )
+
+
+def test_proposals_commit_refuses_an_abort_candidate_by_name() -> None:
+    # An orphan no coordinator committed (no coordinator state): its marker is ABORT, and a COMMIT would commit
+    # what nobody committed.
+    txn = open_txn(seen_open_ms=T0 + SECOND)
+    v = verdict(completed(S.COMPLETE_ABORT, "orders-0"), seen_open_ms=T0 + SECOND)
+    c = plan_abort(snapshot(txn), txn, v, first_detected_ms=OBSERVED)
+    assert c.spec.transaction_result == "ABORT"
+    result = verify_commit(c, live_now())
+    assert result.outcome is VerifyOutcome.REFUSED and result.marker is None
+    assert result.changes[0].startswith("abort-candidate:")
+    assert f"txnwatch proposals abort {c.candidate_id}" in result.changes[0]
+    # ... which `proposals abort` takes (a lost abort marker is restored with an ABORT).
+    assert verify_abort(c, live_now()).outcome is VerifyOutcome.SAFE
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        {"prepared_partition_listed": False},
+        {"prepared_partition_listed": None},
+        {"state": S.COMPLETE_ABORT},
+    ],
+    ids=["prepare-did-not-list", "prepare-not-read", "not-a-commit"],
+)
+def test_proposals_commit_needs_evidence_that_the_prepare_commit_listed_the_partition(
+    evidence: dict[str, Any],
+) -> None:
+    c = lost_commit()
+    assert c.evidence.coordinator is not None
+    forged = c.model_copy(
+        update={
+            "evidence": c.evidence.model_copy(
+                update={"coordinator": c.evidence.coordinator.model_copy(update=evidence)}
+            )
+        }
+    )
+    result = verify_commit(forged, live_now())
+    assert result.outcome is VerifyOutcome.REFUSED
+    assert [line.split(":", 1)[0] for line in result.changes] == ["commit-unproven"]
+
+
+@pytest.mark.parametrize(
+    ("coordinator", "named"),
+    [
+        (None, "commit-owner-gone"),
+        (owner_now(state="CompleteAbort"), "coordinator-contradicts-commit"),
+        (owner_now(state="Ongoing"), "coordinator-contradicts-commit"),
+        (owner_now(producer_epoch=4), "coordinator-contradicts-commit"),
+        (owner_now(state="PrepareCommit"), "transactional id tx-1 (producer 1000) is PrepareCommit"),
+        (
+            owner_now(state="Ongoing", partition_listed=True, transaction_start_ms=T0 + HOUR),
+            "Ongoing with orders-0",
+        ),
+        (owner_now(producer_epoch=5, transaction_start_ms=T0 + HOUR), "live-owner-same-epoch"),
+    ],
+    ids=[
+        "no-owner",
+        "same-transaction-now-aborted",
+        "same-transaction-back-to-ongoing",
+        "epoch-went-back",
+        "writing-markers",
+        "owner-live-with-the-partition",
+        "live-owner-at-the-marker-epoch",
+    ],
+)
+def test_proposals_commit_refuses_a_coordinator_that_no_longer_shows_the_commit_or_owns_the_partition(
+    coordinator: LiveCoordinator | None, named: str
+) -> None:
+    result = verify_commit(lost_commit(), live_now(coordinator=coordinator))
+    assert result.outcome is VerifyOutcome.REFUSED and result.marker is None
+    assert any(named in line for line in result.changes), result.changes
+
+
+def test_a_later_transaction_of_the_owner_leaves_the_commit_as_it_was() -> None:
+    later = owner_now(state="CompleteAbort", producer_epoch=7, transaction_start_ms=T0 + HOUR)
+    assert verify_commit(lost_commit(), live_now(coordinator=later)).outcome is VerifyOutcome.SAFE
+    restarted = owner_now(state="Empty", producer_epoch=6, transaction_start_ms=-1)
+    assert verify_commit(lost_commit(), live_now(coordinator=restarted)).outcome is VerifyOutcome.SAFE
+
+
+def test_a_live_owner_at_the_marker_epoch_is_waived_for_a_commit_as_for_an_abort() -> None:
+    same_epoch = live_now(coordinator=owner_now(producer_epoch=5))
+    refused = verify_commit(lost_commit(), same_epoch)
+    assert "the marker would commit it too" in refused.changes[0]
+    waived = verify_commit(lost_commit(), same_epoch, allow_live_owner=True)
+    assert waived.outcome is VerifyOutcome.SAFE and waived.waived[0].startswith("live-owner-same-epoch:")
+
+
+def test_a_two_phase_commit_transaction_whose_commit_marker_was_lost_is_restored() -> None:
+    # Its transaction manager decided COMMIT and its coordinator completed it: the COMMIT marker is that outcome
+    # (an ABORT is refused for 2PC and for a lost commit alike).
+    c = lost_commit(transaction_timeout_ms=TWO_PHASE_COMMIT_TIMEOUT_MS)
+    assert c.two_phase_commit
+    live = live_now(coordinator=owner_now(transaction_timeout_ms=TWO_PHASE_COMMIT_TIMEOUT_MS))
+    assert verify_commit(c, live).outcome is VerifyOutcome.SAFE
+    assert verify_abort(c, live).outcome is VerifyOutcome.REFUSED
+
+
+def test_a_commit_is_post_checked_by_what_a_read_committed_reader_gets() -> None:
+    c = lost_commit()
+    ended = live_now(
+        producer=LeaderProducer(
+            producer_id=PID, producer_epoch=5, coordinator_epoch=3, current_txn_start_offset=-1
+        ),
+        last_stable_offset=251,
+    )
+    assert needs_read_committed(c, ended) and not needs_read_committed(c, live_now())
+    assert post_check(c, ended, 100).ok
+    skipped = post_check(c, ended, 101)  # the reader skips the transaction: an ABORT marker landed
+    assert not skipped.ok and "skips offset 100" in skipped.problems[0]
+    assert not post_check(c, ended, None).ok
+    # An abort candidate is not read back.
+    orphan = c.model_copy(update={"spec": c.spec.model_copy(update={"transaction_result": "ABORT"})})
+    assert post_check(orphan, ended).ok and not needs_read_committed(orphan, ended)

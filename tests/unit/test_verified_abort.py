@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from builders import HOUR, LIMITS, MINUTE, T0, coord, open_txn, snapshot
 from collector_fakes import FakeCluster, FakeCoordinators, description, producer
+from test_lost_markers import lost_commit
 
 from admin.proposals import (
     CLAIM_LEASE_MS,
@@ -23,6 +24,7 @@ from admin.proposals import (
     Surroundings,
     abort,
     audit_records,
+    commit,
     latest_candidates,
     look_around,
     observe,
@@ -406,6 +408,7 @@ def test_execute_writes_one_marker_to_the_leader_and_post_checks() -> None:
                 "producer_id": 1000,
                 "producer_epoch": 5,
                 "coordinator_epoch": 0,
+                "transaction_result": "ABORT",
             },
         )
     ]
@@ -863,3 +866,144 @@ def test_a_write_the_coordinator_never_listed_shows_at_the_leader() -> None:
     assert collision_signs(c, before, before) == ()
     fenced = live(producer=leader(last_sequence=9), coordinator=owner(state="Ongoing", producer_epoch=6))
     assert collision_signs(c, fenced, after.model_copy(update={"coordinator": fenced.coordinator})) == ()
+
+
+# ------------------------------------------------------- proposals commit: a lost commit marker, on a scripted cluster
+
+
+def commit_cluster(**overrides: Any) -> FakeProposalWire:
+    """orders-0 holds producer 1000's transaction open at 100 (epoch 5, coordinator epoch 3) after tx-1 committed it
+    (CompleteCommit, its PrepareCommit listed orders-0); tx-1 now at epoch 6. The marker ends it."""
+    fields: dict[str, Any] = {
+        "producers": {TPX: [producer()]},
+        "coordinators": FakeCoordinators(
+            {
+                "tx-1": description(
+                    state="CompleteCommit", producer_epoch=6, start_time_ms=T0 - 100, partitions=()
+                )
+            }
+        ),
+        "after_marker": {
+            "producers": [producer(current_txn_start_offset=-1)],
+            "offsets": Offsets(251, 251),
+        },
+    }
+    fields.update(overrides)
+    return scripted(**fields)
+
+
+def run_commit(
+    wire: FakeProposalWire,
+    c: AbortCandidate | None = None,
+    *,
+    first_visible: int | None = 100,
+    execute: bool = True,
+    audit_log: FakeAuditLog | None = None,
+    **kwargs: Any,
+) -> tuple[AuditRecord, int, list[int]]:
+    """`commit` on the scripted cluster; (its audit record, exit code, the offsets the read_committed reader was
+    asked from)."""
+    asked: list[int] = []
+
+    def read_committed(candidate_: AbortCandidate) -> int | None:
+        asked.append(candidate_.start_offset)
+        return first_visible
+
+    attempt = commit(
+        wire,
+        c if c is not None else lost_commit(),
+        read_committed=read_committed,
+        execute=execute,
+        audit_log=audit_log if audit_log is not None else FakeAuditLog(),
+        actor="alice",
+        clock_ms=lambda: T0 + HOUR,
+        sleep=lambda _s: None,
+        **kwargs,
+    )
+    return attempt.audit, attempt.exit_code, asked
+
+
+def test_commit_writes_one_commit_marker_and_reads_the_records_back() -> None:
+    wire = commit_cluster()
+    record, code, asked = run_commit(wire)
+    assert (record.outcome, code) == (AuditOutcome.COMMITTED, EXIT_DONE) and record.marker_written
+    assert wire.markers == [
+        (
+            1,
+            {
+                "topic": "orders",
+                "partition": 0,
+                "producer_id": 1000,
+                "producer_epoch": 5,
+                "coordinator_epoch": 3,
+                "transaction_result": "COMMIT",
+            },
+        )
+    ]
+    assert asked == [100] and "a read_committed reader gets offset 100" in record.message
+    assert record.message.startswith("committed: COMMIT marker written by broker 1")
+    assert record.post_check is not None and record.post_check.ok
+    assert resolved_by_audit([record]) == {record.candidate_id}
+
+
+def test_commit_dry_run_verifies_and_writes_nothing() -> None:
+    wire = commit_cluster()
+    record, code, asked = run_commit(wire, execute=False)
+    assert (record.outcome, code, wire.markers, asked) == (AuditOutcome.DRY_RUN, EXIT_DONE, [], [])
+    assert "safe to commit now" in record.message and "add --execute to commit" in record.message
+
+
+def run_abort_of(wire: FakeProposalWire, c: AbortCandidate) -> AuditRecord:
+    attempt = abort(
+        wire,
+        c,
+        execute=True,
+        audit_log=FakeAuditLog(),
+        actor="alice",
+        clock_ms=lambda: T0 + HOUR,
+        sleep=lambda _s: None,
+    )
+    assert attempt.exit_code == (EXIT_REFUSED if attempt.audit.outcome is AuditOutcome.REFUSED else EXIT_DONE)
+    return attempt.audit
+
+
+def test_abort_refuses_a_lost_commit_by_name_and_writes_nothing() -> None:
+    wire = commit_cluster()
+    record = run_abort_of(wire, lost_commit())
+    assert record.outcome is AuditOutcome.REFUSED and wire.markers == [] and not record.marker_written
+    assert "lost-commit-marker: " in record.message and "txnwatch proposals commit" in record.message
+
+
+def test_commit_refuses_an_abort_candidate_by_name_and_writes_nothing() -> None:
+    wire = scripted()  # an orphan no coordinator owns: its marker is ABORT
+    record, code, _ = run_commit(wire, candidate())
+    assert (record.outcome, code, wire.markers) == (AuditOutcome.REFUSED, EXIT_REFUSED, [])
+    assert "abort-candidate: " in record.message and "txnwatch proposals abort" in record.message
+
+
+def test_commit_whose_records_stay_hidden_from_read_committed_fails_its_post_check() -> None:
+    # The LSO moved and the transaction is gone, but the reader skips it: not the COMMIT that was meant.
+    record, code, asked = run_commit(commit_cluster(), first_visible=101, post_check_timeout_s=0)
+    assert (record.outcome, code) == (AuditOutcome.FAILED, EXIT_ERROR) and record.marker_written
+    assert "skips offset 100" in record.message and asked == [100]
+
+
+def test_commit_refused_while_the_coordinator_contradicts_it() -> None:
+    # tx-1's record of the same transaction (its start) says CompleteAbort now: its log went back and on.
+    aborted_now = FakeCoordinators(
+        {"tx-1": description(state="CompleteAbort", producer_epoch=6, start_time_ms=T0 - 100, partitions=())}
+    )
+    wire = commit_cluster(coordinators=aborted_now)
+    record, code, _ = run_commit(wire)
+    assert (record.outcome, code, wire.markers) == (AuditOutcome.REFUSED, EXIT_REFUSED, [])
+    assert "coordinator-contradicts-commit: " in record.message
+
+
+def test_second_commit_after_ours_is_a_no_op() -> None:
+    log = FakeAuditLog()
+    first, _, _ = run_commit(commit_cluster(), audit_log=log)
+    log.append(first)
+    wire = commit_cluster()
+    second, code, _ = run_commit(wire, audit_log=log)
+    assert (second.outcome, code, wire.markers) == (AuditOutcome.ALREADY_RESOLVED, EXIT_ALREADY_RESOLVED, [])
+    assert "committed by alice" in second.message and first.audit_id in second.message
