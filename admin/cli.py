@@ -81,7 +81,7 @@ from common.topics import CleanupPolicy, OutputTopicSettings
 from detectors.abort import MarkerResult, pending_candidates, resolved_by_audit, verify_marker
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import AbortCandidate, AuditRecord, CoordinatorLogPosition
-from detectors.policy import AbortPolicy
+from detectors.policy import AbortPolicy, abort_times
 
 log = logging.getLogger("txnwatch")
 
@@ -953,7 +953,7 @@ def cmd_proposals_watch(args: argparse.Namespace) -> int:
         except (AdminError, KafkaError) as exc:
             return _fail(command, str(exc))
         done = resolved_by_audit(past)
-        earlier = [a.at_ms for a in past if a.actor == actor and a.outcome.value == "ABORTED"]
+        earlier = abort_times(past, actor=actor)  # every marker it wrote, or may have, counts
         wire = KafkaWire(admin)
 
         def attempt(candidate: AbortCandidate, audit_log: TopicAuditLog) -> AuditRecord:

@@ -44,6 +44,7 @@ def candidate_row(c: AbortCandidate, now_ms: int) -> dict[str, Any]:
         "producer_id": c.spec.producer_id,
         "producer_epoch": c.spec.producer_epoch,
         "reason": c.reason.value,
+        "marker": c.spec.transaction_result,
         "lso_lag": lso_lag(c),
         "age_ms": candidate_age_ms(c, now_ms),
         "first_detected_ms": c.first_detected_ms,
@@ -57,7 +58,18 @@ def render_list(candidates: Sequence[AbortCandidate], now_ms: int) -> str:
     if not candidates:
         return "no pending abort candidates"
     rows = [
-        ["Candidate", "Topic", "Partition", "StartOffset", "ProducerId", "Epoch", "LsoLag", "Age", "Reason"]
+        [
+            "Candidate",
+            "Topic",
+            "Partition",
+            "StartOffset",
+            "ProducerId",
+            "Epoch",
+            "LsoLag",
+            "Age",
+            "Reason",
+            "Marker",
+        ]
     ]
     for c in candidates:
         lag = lso_lag(c)
@@ -72,6 +84,7 @@ def render_list(candidates: Sequence[AbortCandidate], now_ms: int) -> str:
                 "-" if lag is None else str(lag),
                 duration(candidate_age_ms(c, now_ms)),
                 c.reason.value,
+                c.spec.transaction_result,
             ]
         )
     return format_table(rows)
@@ -87,15 +100,20 @@ class ActWith:
     command_config: str | None = None
 
     def txnwatch(self, c: AbortCandidate, *, allow_live_owner: bool = False) -> str:
+        """The verified command for the candidate's own marker: `abort`, or `commit` for a lost commit."""
         config = f" --command-config {shlex.quote(self.command_config)}" if self.command_config else ""
         waive = f" {ALLOW_LIVE_OWNER_FLAG}" if allow_live_owner else ""
+        command = "commit" if c.spec.transaction_result == "COMMIT" else "abort"
         return (
-            f"txnwatch proposals abort {c.candidate_id} --bootstrap-server {shlex.quote(self.bootstrap)}{config} "
-            f"--cluster {shlex.quote(self.cluster)} --topic-prefix {shlex.quote(self.topic_prefix)} --execute"
-            f"{waive}"
+            f"txnwatch proposals {command} {c.candidate_id} --bootstrap-server {shlex.quote(self.bootstrap)}"
+            f"{config} --cluster {shlex.quote(self.cluster)} --topic-prefix {shlex.quote(self.topic_prefix)} "
+            f"--execute{waive}"
         )
 
     def kafka_cli(self, c: AbortCandidate) -> str:
+        """Kafka's own line, which can only abort: for a lost commit, the candidate's note that there is none."""
+        if c.spec.transaction_result == "COMMIT":
+            return c.kafka_cli
         return kafka_cli_abort(
             topic=c.topic,
             partition=c.partition,

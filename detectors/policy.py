@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from detectors.abort import candidate_age_ms, lso_lag
 from detectors.models import AbortCandidate, AuditOutcome, AuditRecord, HangingReason, Model
@@ -41,6 +41,17 @@ class AbortPolicy(Model):
     min_lso_lag: int = Field(ge=0)
     topics: TopicRules
     max_aborts_per_hour: int = Field(ge=1)
+
+    @field_validator("reasons")
+    @classmethod
+    def _never_a_lost_commit(cls, reasons: tuple[HangingReason, ...]) -> tuple[HangingReason, ...]:
+        # Its remedy is a COMMIT, restoring what the coordinator decided, never an abort; and a person writes it.
+        if HangingReason.LOST_COMMIT_MARKER in reasons:
+            raise ValueError(
+                "lost-commit-marker cannot be auto-aborted: its remedy is a COMMIT "
+                "(`txnwatch proposals commit`), written by a person"
+            )
+        return reasons
 
 
 class PolicyDecision(Model):

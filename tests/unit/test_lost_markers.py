@@ -348,3 +348,30 @@ def test_a_commit_is_post_checked_by_what_a_read_committed_reader_gets() -> None
     # An abort candidate is not read back.
     orphan = c.model_copy(update={"spec": c.spec.model_copy(update={"transaction_result": "ABORT"})})
     assert post_check(orphan, ended).ok and not needs_read_committed(orphan, ended)
+
+
+def test_a_policy_cannot_auto_abort_a_lost_commit() -> None:
+    from detectors.policy import AbortPolicy
+
+    with pytest.raises(ValueError, match="lost-commit-marker cannot be auto-aborted"):
+        AbortPolicy.model_validate(
+            {
+                "reasons": ["lost-commit-marker"],
+                "min_age_s": 0,
+                "min_lso_lag": 0,
+                "topics": {"allow": ["*"]},
+                "max_aborts_per_hour": 1,
+            }
+        )
+
+
+def test_show_offers_the_commit_and_no_kafka_abort_line_for_a_lost_commit() -> None:
+    from admin.show import ActWith, candidate_row
+
+    txn = open_txn(seen_open_ms=T0 + SECOND)
+    v = verdict(completed(S.COMPLETE_COMMIT, "orders-0"), seen_open_ms=T0 + SECOND)
+    c = plan_abort(snapshot(txn), txn, v, first_detected_ms=OBSERVED)
+    act = ActWith("b:9092", "prod", "txnwatch")
+    assert act.txnwatch(c).startswith(f"txnwatch proposals commit {c.candidate_id} ")
+    assert act.kafka_cli(c) == NO_KAFKA_CLI_COMMIT
+    assert candidate_row(c, OBSERVED)["marker"] == "COMMIT"
