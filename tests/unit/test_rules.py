@@ -870,6 +870,7 @@ def random_scenario(
         observed_at_ms=instant(),
         max_transaction_timeout_ms=rng.choice((None, 30_000, 60_000)),
         first_seen_ms=maybe(instant()),
+        seen_open_ms=maybe(instant()),
     )
     role = rng.choice(("current", "current", "current", "previous", "next", "none", "stranger"))
     c = None
@@ -894,6 +895,10 @@ def random_scenario(
             ),
             last_update_timestamp_ms=instant(),
             start_timestamp_ms=instant(),
+            # a Complete* record's Prepare partitions (None: not read), which decide the lost-marker rules
+            prepared_partitions=None
+            if rng.random() < 0.3
+            else frozenset(p for p in (("orders", 0), ("orders", 1)) if rng.random() < 0.5),
         )
     lim = DetectionLimits(
         grace_ms=rng.choice((0, 5_000, 10_000)),
@@ -924,7 +929,7 @@ def test_fast_decide_equals_the_rules_applied_in_order() -> None:
         assert got == expected, (t, c, now, lim, retired)
         seen.add(got)
     # Every outcome the rules can produce was reached, so the comparison covered all of them.
-    assert len(seen) == 15, sorted(seen)
+    assert len(seen) == 18, sorted(seen)  # with lost-commit-marker, lost-abort-marker, commit-or-late-write
     # And every coordinator state (None = no record or a tombstone), in every role, listing the partition or
     # not: the fast path's dispatch on state sets cannot hide a state the rules treat otherwise.
     every = {
