@@ -1,7 +1,7 @@
 """Event time is not transaction time: a transaction's age and its "settled" proof are held between what the
 collector saw (`opened_after_ms`, `seen_open_ms`; admin/sighting.py), never taken from the records' CreateTime
 alone. Kafka Streams stamps its output with its input's event time, MirrorMaker 2 and Flink keep the source's,
-and brokers accept any past timestamp by default. The same on a real broker: tests/broker/test_event_time.py."""
+and brokers accept any past timestamp by default. The same on a real broker: tests/broker/test_event_time_broker.py."""
 
 from __future__ import annotations
 
