@@ -69,14 +69,6 @@ GapState = dict[tuple[str, int], tuple[int, int]]
 # rewritten: an unclean leader election): the view holds records the log no longer has, so nothing that depends on
 # the partition is proven until the job reads the log again on a new checkpoint. (topic, partition) -> the offset.
 RewoundState = dict[tuple[str, int], int]
-# The collector's clock seen running ahead of the coordinators': (by how much, the `as_of_ms` of the position that
-# showed it), or None. Absent in checkpoints from before issue 30.
-ClockAheadState = tuple[int, int] | None
-# A record at or above a position's end offset was written after that position was measured, so its coordinator
-# stamp should not be older than the position's `as_of_ms` by more than the skew, plus this slack: the high
-# watermark lags the log end by the records being replicated (milliseconds on a healthy cluster), and such a
-# record, stamped a little before `as_of_ms`, still lies above the end.
-CLOCK_CHECK_SLACK_MS = 5_000
 # Records read but not decoded, not yet superseded: (topic, transactional id) -> read offset of the newest;
 # (topic, partition) -> read offset of the newest whose key did not decode either; how many were read in all.
 UndecodableState = tuple[dict[tuple[str, str], int], dict[tuple[str, int], int], int]
@@ -91,7 +83,6 @@ CurrencyState = tuple[
     UndecodableState,
     GapState,
     RewoundState,
-    ClockAheadState,
 ]
 LegacyCurrencyState = tuple[
     dict[tuple[str, int], int], dict[tuple[str, int], int], list[Position], dict[str, Position], int | None
@@ -144,7 +135,6 @@ class ViewCurrency:
         self.undecodable_records: int = undecodable_records
         self.gaps: GapState = dict(state[6]) if state is not None and len(state) > 6 else {}
         self.rewound: RewoundState = dict(state[7]) if state is not None and len(state) > 7 else {}
-        self.clock_ahead: ClockAheadState = state[8] if state is not None and len(state) > 8 else None
         self.applied_end: dict[tuple[str, int], int] = dict(applied)
         self._current: dict[tuple[str, int], int] = dict(current)
         self._pending: list[Position] = list(pending)
@@ -179,7 +169,6 @@ class ViewCurrency:
             undecodable,
             self.gaps,
             self.rewound,
-            self.clock_ahead,
         )
 
     # -- input
@@ -238,42 +227,6 @@ class ViewCurrency:
         self.gaps[key] = (min(gap_from, old[0]), max(read_at_ms, old[1])) if old else (gap_from, read_at_ms)
         self._dirty = True
         return True
-
-    def check_clock(self, transactional_id: str, offset: int, stamp_ms: int) -> bool:
-        """A record of the transaction log applied to the view: its offset, and its coordinator stamp
-        (`TransactionLastUpdateTimestampMs`). If it lies at or above the end offset of a position the view holds
-        (so it was written after that position was measured) but is stamped well before that position's
-        `as_of_ms`, the collector's clock runs ahead of the coordinator's: its reports look later than they are
-        next to coordinator events, and "the snapshot is after the completion" could hold when it does not.
-        Marked (`clock_ahead`) until a record at or above a later position shows the clocks agree again.
-
-        Returns:
-            Whether the mark changed.
-        """
-        newest = self.newest.get(self.transaction_log) if self.transaction_log else None
-        if newest is None or offset < 0:
-            return False
-        partition = coordinator_partition(transactional_id, newest.partitions)
-        ahead: tuple[int, int] | None = (
-            None  # (by how much, as of) for the latest position the record is above
-        )
-        for p in [*self._pending, newest]:
-            end = dict(p.end_offsets).get(partition)
-            above = p.topic == self.transaction_log and end is not None and offset >= end
-            if above and (ahead is None or p.as_of_ms > ahead[1]):
-                ahead = (p.as_of_ms - stamp_ms, p.as_of_ms)
-        if ahead is None:
-            return False
-        limit = self.clock_skew_ms + CLOCK_CHECK_SLACK_MS
-        if ahead[0] > limit:
-            if self.clock_ahead is None or ahead[0] > self.clock_ahead[0] or ahead[1] > self.clock_ahead[1]:
-                self.clock_ahead = ahead
-                return True
-            return False
-        if self.clock_ahead is not None and ahead[1] > self.clock_ahead[1]:
-            self.clock_ahead = None  # a later position, and the clocks agree again
-            return True
-        return False
 
     def undecodable(
         self,

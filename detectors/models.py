@@ -131,10 +131,6 @@ class WithheldReason(StrEnum):
     # there was not seen open before that commit: a commit marker lost before it (COMMIT restores it) and a write
     # after it (ABORT) look the same from here, and the two remedies are opposite.
     COMMIT_OR_LATE_WRITE = "commit-or-late-write"
-    # A coordinator record written after a collector position was measured is stamped well before that position's
-    # time: the collector's clock runs ahead of the coordinators', so its reports look later than they are and no
-    # "the report is after the coordinator event" proof holds, until the clocks are seen to agree again.
-    COLLECTOR_CLOCK_AHEAD = "collector-clock-ahead"
 
 
 class CoordinatorRole(StrEnum):

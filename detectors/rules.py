@@ -1033,12 +1033,6 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
 
 
 def _why_withheld(decision: Decision, e: Evidence) -> str:
-    if decision.withheld is WithheldReason.COLLECTOR_CLOCK_AHEAD:
-        return (
-            "withheld: a coordinator record written after a collector position was measured is stamped well before "
-            "it, so the collector's clock runs ahead of the coordinators' and its reports look later than they are; "
-            "fix the clocks (NTP); judged again once they agree"
-        )
     if decision.withheld is WithheldReason.COMMIT_OR_LATE_WRITE:
         return (
             "withheld: the committed transaction's Prepare record listed this partition, and this transaction was "

@@ -40,7 +40,7 @@ from detectors.models import (
     first_batch_epoch,
     open_since_ms,
 )
-from detectors.rules import CoordFacts, TxnFacts, build_verdict, judge_view, two_phase_commit
+from detectors.rules import CoordFacts, Decision, TxnFacts, build_verdict, judge_view, two_phase_commit
 
 # ------------------------------------------------------------------------------------------- stage 1
 
@@ -639,12 +639,6 @@ class BucketState:
         # A rewound partition re-judges everything, as a lost record does (a gap only limits later positions).
         self.undecodable_changed |= len(self.currency.rewound) > rewound
 
-    def check_clock(self, transactional_id: str, log_offset: int, stamp_ms: int) -> None:
-        """`ViewCurrency.check_clock` for a view fact just applied; a change re-judges everything."""
-        if self.currency.check_clock(transactional_id, log_offset, stamp_ms):
-            self.currency_changed = True
-            self.undecodable_changed = True
-
     def apply_undecodable(self, topic: str, body_json: str) -> None:
         """An "undecodable" fact (`advance_undecodable`): records of `topic` read whose content is lost, and ids
         a decodable record freed again. A change re-judges every open transaction (it is rare)."""
@@ -766,19 +760,16 @@ class BucketState:
         # its currency says, so it proves nothing until a decodable record supersedes that one.
         undecodable = self.currency.undecodable_about(transactional_id)
         rewound = self.currency.rewound_about(transactional_id)
-        clock_ahead = self.currency.clock_ahead is not None
         decision = judge_view(
             t,
             c,
             t.observed_at_ms,
             self.config.limits,
-            view_current_ms=None if undecodable or rewound or clock_ahead else view_current_ms,
+            view_current_ms=None if undecodable or rewound else view_current_ms,
             retired_at_ms=retired_at_ms,
         )
         if decision.withheld is WithheldReason.COORDINATOR_VIEW_BEHIND:
-            if clock_ahead:
-                decision = decision._replace(withheld=WithheldReason.COLLECTOR_CLOCK_AHEAD)
-            elif rewound:
+            if rewound:
                 decision = decision._replace(withheld=WithheldReason.COORDINATOR_LOG_REWOUND)
             elif undecodable:
                 decision = decision._replace(withheld=WithheldReason.COORDINATOR_RECORD_UNDECODABLE)
@@ -786,9 +777,14 @@ class BucketState:
         explanation = None
         events: list[Event] = []
         opens_candidate = decision.kind is VerdictKind.HANGING and entry.candidate_json is None
-        # A candidate whose proof no longer holds (withheld or disproved) is withdrawn, not left OPENED until the
-        # transaction ends: on-call may act on an OPENED candidate.
-        withdraws = decision.kind is not VerdictKind.HANGING and entry.candidate_json is not None
+        # A candidate whose proof no longer holds is withdrawn, not left OPENED until the transaction ends: on-call
+        # may act on an OPENED candidate. Disproved (a later verdict that is not HANGING), or withheld for a reason
+        # that undermines the evidence the proof rested on (a record of the owner lost, the log rewound, the view
+        # inconsistent, a commit that may be a lost marker). Not withheld for a view merely behind a newer report:
+        # the proof was made on a view current as of a moment the transaction was open, and a transaction no
+        # coordinator would close then is still one now (a Kafka outage would otherwise withdraw and re-open
+        # every candidate).
+        withdraws = entry.candidate_json is not None and withdraws_proof(decision)
         if decided != entry.decided and decision.kind is VerdictKind.OPEN and not withdraws:
             # Most transactions are short and plain OPEN: nobody reads their explanation, and building one
             # (the models, tens of microseconds) was the largest cost of a snapshot row.
@@ -993,13 +989,23 @@ def reconcile_bucket(
             bucket.apply_undecodable(_tid[i], record_json[i])
         else:
             bucket.apply_fact(pid[i], kind, record_json[i], fact_time[i], _position(log_offset[i]), now_ms)
-            if kind == "view" and _tid[i] is not None:
-                bucket.check_clock(_tid[i], _position(log_offset[i]), fact_time[i])
             producer_ids.add(pid[i])
     events.extend(bucket.evaluate(producer_ids, confirmed_now, now_ms))
     if report_view:
         events.append(bucket.view_event(now_ms))
     return events
+
+
+def withdraws_proof(decision: Decision) -> bool:
+    """Whether a new decision takes back an earlier HANGING proof of the same open transaction: any verdict but
+    HANGING, except UNCONFIRMED `coordinator-view-behind` (the view has not caught up with a newer report, which
+    says nothing against the earlier proof)."""
+    if decision.kind is VerdictKind.HANGING:
+        return False
+    return not (
+        decision.kind is VerdictKind.UNCONFIRMED
+        and decision.withheld is WithheldReason.COORDINATOR_VIEW_BEHIND
+    )
 
 
 def _position(log_offset: int | None) -> int:
