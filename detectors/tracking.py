@@ -778,13 +778,8 @@ class BucketState:
         events: list[Event] = []
         opens_candidate = decision.kind is VerdictKind.HANGING and entry.candidate_json is None
         # A candidate whose proof no longer holds is withdrawn, not left OPENED until the transaction ends: on-call
-        # may act on an OPENED candidate. Disproved (a later verdict that is not HANGING), or withheld for a reason
-        # that undermines the evidence the proof rested on (a record of the owner lost, the log rewound, the view
-        # inconsistent, a commit that may be a lost marker). Not withheld for a view merely behind a newer report:
-        # the proof was made on a view current as of a moment the transaction was open, and a transaction no
-        # coordinator would close then is still one now (a Kafka outage would otherwise withdraw and re-open
-        # every candidate).
-        withdraws = entry.candidate_json is not None and withdraws_proof(decision)
+        # may act on an OPENED candidate (`withdraws_proof`).
+        withdraws = entry.candidate_json is not None and withdraws_proof(decision, owned_by_coordinator(t, c))
         if decided != entry.decided and decision.kind is VerdictKind.OPEN and not withdraws:
             # Most transactions are short and plain OPEN: nobody reads their explanation, and building one
             # (the models, tens of microseconds) was the largest cost of a snapshot row.
@@ -996,16 +991,45 @@ def reconcile_bucket(
     return events
 
 
-def withdraws_proof(decision: Decision) -> bool:
-    """Whether a new decision takes back an earlier HANGING proof of the same open transaction: any verdict but
-    HANGING, except UNCONFIRMED `coordinator-view-behind` (the view has not caught up with a newer report, which
-    says nothing against the earlier proof)."""
+def owned_by_coordinator(t: TxnFacts, c: CoordFacts | None) -> bool:
+    """The coordinator's view says it may still close the transaction: the producer id's current record is
+    Ongoing or Prepare* and lists the partition, or the producer id is the next one of a handover in progress."""
+    if c is None or c.state is None:
+        return False
+    if c.next_producer_id == t.producer_id and c.producer_id != t.producer_id:
+        return True
+    return (
+        c.producer_id == t.producer_id and c.state in OWNING_STATES and (t.topic, t.partition) in c.partitions
+    )
+
+
+def withdraws_proof(decision: Decision, owned: bool) -> bool:
+    """Whether a new decision takes back an earlier HANGING proof of the same open transaction.
+
+    - Disproved: the coordinator's view now says it may still close it (`owned`: Ongoing/Prepare* listing the
+      partition, or a handover to this producer id), whatever the verdict (OPEN, LATE, STUCK_PREPARE, ...).
+    - Withheld for a reason that undermines the evidence the proof rested on: a record of the owner lost, the
+      log rewound, the view inconsistent, a commit that may be a lost marker.
+    Not a verdict that is only waiting (a view behind a newer report, a snapshot not yet past a coordinator event
+    by the grace, such as an owner that retired or began another transaction without the partition): the proof
+    was made on a view current while the transaction was open, and a transaction no coordinator would close then
+    is one still; withdrawing would make every Kafka outage or owner restart withdraw and re-open candidates."""
     if decision.kind is VerdictKind.HANGING:
         return False
-    return not (
-        decision.kind is VerdictKind.UNCONFIRMED
-        and decision.withheld is WithheldReason.COORDINATOR_VIEW_BEHIND
-    )
+    if owned:
+        return True
+    return decision.kind is VerdictKind.UNCONFIRMED and decision.withheld in _UNDERMINED
+
+
+# Withheld reasons that say the evidence a proof rested on may have been wrong (not merely behind).
+_UNDERMINED = frozenset(
+    {
+        WithheldReason.COORDINATOR_RECORD_UNDECODABLE,
+        WithheldReason.COORDINATOR_LOG_REWOUND,
+        WithheldReason.COORDINATOR_VIEW_INCONSISTENT,
+        WithheldReason.COMMIT_OR_LATE_WRITE,
+    }
+)
 
 
 def _position(log_offset: int | None) -> int:

@@ -10,9 +10,18 @@ from builders import LIMITS, T0, open_txn, snapshot
 
 from admin.watch import Watch, WatchEvent
 from detectors.abort import plan_abort
-from detectors.models import AbortCandidate, AuditOutcome, AuditRecord, CandidateStatus
-from detectors.rules import classify
-from detectors.tracking import WITHDRAWN_BY, withdrawal_audit
+from detectors.models import (
+    AbortCandidate,
+    AuditOutcome,
+    AuditRecord,
+    CandidateStatus,
+    CoordinatorRole,
+    HangingReason,
+    VerdictKind,
+    WithheldReason,
+)
+from detectors.rules import Decision, classify
+from detectors.tracking import WITHDRAWN_BY, withdrawal_audit, withdraws_proof
 
 pytestmark = pytest.mark.unit
 
@@ -64,3 +73,28 @@ def test_watch_drops_a_withdrawn_candidate_and_says_why() -> None:
     assert w.pending == {}
     w.take(kv, T0 + 10)  # proposed again later: pending again
     assert [e.kind for e in events][-1] == "OPENED" and c.candidate_id in w.pending
+
+
+def test_a_view_behind_a_newer_report_does_not_withdraw_a_proof() -> None:
+    """A Kafka outage: the reports after it are newer than any position the view covers (UNCONFIRMED
+    coordinator-view-behind), but the proof was made on a view current while the transaction was open, and a
+    transaction no coordinator would close then is one still: the candidate stays (else every outage withdrew
+    and re-opened every candidate; tests/e2e/test_faults_e2e.py). A lost record of the owner, or a disproof, does
+    withdraw it."""
+    current = CoordinatorRole.CURRENT
+    behind = Decision(
+        VerdictKind.UNCONFIRMED,
+        HangingReason.COORDINATOR_COMPLETED,
+        current,
+        WithheldReason.COORDINATOR_VIEW_BEHIND,
+    )
+    assert not withdraws_proof(behind, False)
+    assert withdraws_proof(behind._replace(withheld=WithheldReason.COORDINATOR_RECORD_UNDECODABLE), False)
+    assert withdraws_proof(behind._replace(withheld=WithheldReason.COORDINATOR_LOG_REWOUND), False)
+    # Waiting for the grace after the owner retired or began another transaction: not a disproof.
+    assert not withdraws_proof(Decision(VerdictKind.OPEN, None, CoordinatorRole.NONE), False)
+    # The coordinator's transaction lists the partition after all: disproved.
+    assert withdraws_proof(Decision(VerdictKind.OPEN, None, current), True)
+    assert not withdraws_proof(
+        Decision(VerdictKind.HANGING, HangingReason.COORDINATOR_COMPLETED, current), True
+    )
