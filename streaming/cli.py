@@ -327,16 +327,17 @@ def create_problem(exc: BaseException, topics: Sequence[str]) -> str:
     """One line for a failed creation of the job's output topics."""
     from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
 
-    names = ", ".join(topics)
+    # `job.ensure_topics` raises the error with the names of the topics it was about as its message.
+    names = str(exc.args[0]) if exc.args and str(exc.args[0]) else ", ".join(topics)
     if isinstance(exc, TopicAuthorizationFailedError):
         return _denied(
-            f"creating the missing ones of {names}",
+            f"creating {names}",
             "TOPIC_AUTHORIZATION_FAILED",
             "Create on those topics (or create them beforehand)",
         )
     if isinstance(exc, ClusterAuthorizationFailedError):
         return _denied(
-            f"creating the missing ones of {names}",
+            f"creating {names}",
             "CLUSTER_AUTHORIZATION_FAILED",
             "Create on the cluster (or create them beforehand)",
         )

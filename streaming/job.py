@@ -232,7 +232,7 @@ def ensure_topics(opts: StreamOptions, client_kwargs: Mapping[str, Any]) -> None
     (kafka-python here: streaming/ does not import admin/)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from kafka.errors import TopicAlreadyExistsError, for_code
 
     # kafka-python refuses options its admin client does not take (a consumer's default.api.timeout.ms in
     # --command-config is for Spark's consumers), as the pre-flight checks in streaming/cli.py filter them.
@@ -244,10 +244,18 @@ def ensure_topics(opts: StreamOptions, client_kwargs: Mapping[str, Any]) -> None
         missing = [t for t in stream_output_topics(opts.settings.topics) if t.name not in existing]
         if missing:
             rf = replication_factor(len(admin.describe_cluster()["brokers"]))
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(
-                    [NewTopic(t.name, t.partitions, rf, topic_configs=dict(t.configs)) for t in missing]
-                )
+            result = admin.create_topics(
+                [NewTopic(t.name, t.partitions, rf, topic_configs=dict(t.configs)) for t in missing],
+                raise_errors=False,
+            )
+            # Per topic: the error names the topics it was about, not every topic asked for.
+            failed: dict[int, list[str]] = {}
+            for topic in result["topics"]:
+                code = topic["error_code"]
+                if code not in (0, TopicAlreadyExistsError.errno):
+                    failed.setdefault(code, []).append(topic["name"])
+            for code, names in failed.items():
+                raise for_code(code)(", ".join(names))
     finally:
         admin.close()
 
