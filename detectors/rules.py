@@ -375,12 +375,19 @@ def coordinator_overdue(t: TxnFacts, c: CoordFacts | None, now_ms: int, limits: 
     which `TransactionStateManager`'s timeout sweep skips), nor a value Kafka does not write (0, -1)."""
     return (
         c is not None
-        and c.state is CoordinatorState.ONGOING
+        and own_deadline(t, c)
+        and elapsed_beyond_skew_ms(now_ms, c.start_timestamp_ms, limits.clock_skew_ms)
+        > c.transaction_timeout_ms + limits.coordinator_cleanup_interval_ms
+    )
+
+
+def own_deadline(t: TxnFacts, c: CoordFacts) -> bool:
+    """C is T's own transaction (current, Ongoing, listing P) with a timeout its coordinator enforces."""
+    return (
+        c.state is CoordinatorState.ONGOING
         and has_deadline(c.transaction_timeout_ms)
         and coordinator_role(t, c) is CoordinatorRole.CURRENT
         and lists_partition(t, c)
-        and elapsed_beyond_skew_ms(now_ms, c.start_timestamp_ms, limits.clock_skew_ms)
-        > c.transaction_timeout_ms + limits.coordinator_cleanup_interval_ms
     )
 
 
@@ -392,13 +399,7 @@ def late_threshold(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -
     (`TransactionStateManager.validateTransactionTimeoutMs`), not the leader's, and aborts the transaction once
     that timeout passes: past it, the transaction is late whatever the leader's maximum says."""
     threshold = max_timeout_ms(t.max_transaction_timeout_ms, limits.default_max_transaction_timeout_ms)
-    if (
-        c is not None
-        and c.state is CoordinatorState.ONGOING
-        and has_deadline(c.transaction_timeout_ms)
-        and coordinator_role(t, c) is CoordinatorRole.CURRENT
-        and lists_partition(t, c)
-    ):
+    if c is not None and own_deadline(t, c):
         threshold = min(threshold, c.transaction_timeout_ms)
     return late_threshold_ms(threshold, limits.late_buffer_ms)
 
