@@ -583,16 +583,10 @@ def plan(
     `--allow-live-owner`; `result` is the marker the command writes (verification refuses a plan of the other
     kind by name)."""
     base: dict[str, Any] = {
+        **candidate.audit_fields(),
         "audit_id": audit_id if audit_id is not None else uuid.uuid4().hex,
-        "candidate_id": candidate.candidate_id,
-        "cluster": candidate.cluster,
-        "topic": candidate.topic,
-        "partition": candidate.partition,
-        "start_offset": candidate.start_offset,
         "actor": actor,
         "execute": execute,
-        "plan": candidate.spec,
-        "candidate_evidence": candidate.evidence,
         "allow_live_owner": allow_live_owner,
     }
     return Attempt(candidate, execute, base, clock_ms, allow_live_owner, result)

@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Literal, Protocol, Self
+from typing import Any, Literal, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -716,6 +716,18 @@ class AbortCandidate(Model):
                 "withdrawn_reason": None,
             }
         )
+
+    def audit_fields(self) -> dict[str, Any]:
+        """What every `AuditRecord` about this candidate repeats of it: its id, where it is, and its plan."""
+        return {
+            "candidate_id": self.candidate_id,
+            "cluster": self.cluster,
+            "topic": self.topic,
+            "partition": self.partition,
+            "start_offset": self.start_offset,
+            "plan": self.spec,
+            "candidate_evidence": self.evidence,
+        }
 
     def withdrawn(self, *, withdrawn_at_ms: int, reason: str) -> AbortCandidate:
         """The same candidate marked WITHDRAWN: its HANGING proof no longer holds (`reason` says what replaced

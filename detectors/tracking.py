@@ -581,17 +581,11 @@ def withdrawal_audit(candidate: AbortCandidate) -> AuditRecord:
     if candidate.status is not CandidateStatus.WITHDRAWN or candidate.resolved_at_ms is None:
         raise ValueError(f"candidate {candidate.candidate_id} is {candidate.status.value}, not WITHDRAWN")
     return AuditRecord(
+        **candidate.audit_fields(),
         audit_id=f"withdrawn-{candidate.candidate_id}-{candidate.resolved_at_ms}",
-        candidate_id=candidate.candidate_id,
-        cluster=candidate.cluster,
-        topic=candidate.topic,
-        partition=candidate.partition,
-        start_offset=candidate.start_offset,
         actor=WITHDRAWN_BY,
         at_ms=candidate.resolved_at_ms,
         execute=False,
-        plan=candidate.spec,
-        candidate_evidence=candidate.evidence,
         outcome=AuditOutcome.WITHDRAWN,
         message=f"withdrawn by the streaming job: {candidate.withdrawn_reason}",
     )
