@@ -1,8 +1,9 @@
 """The `--command-config client.properties` parser: Java client properties (Kafka's tools) → kafka-python kwargs.
 
 Pure text parsing: it takes the file's text (the apps read the file) and says which keys it could not use. Settings
-that would silently connect differently under kafka-python (JKS stores, OAUTHBEARER, ...) are refused with what to
-use instead.
+that would silently connect differently under kafka-python (JKS stores, inline PEM, an OAUTHBEARER login without
+a token source it can reproduce, ...) are refused with what to use instead. OAUTHBEARER settings become
+`sasl_oauth_*` strings; common/oauth.py turns them into the token provider object kafka-python takes.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ _DIRECT: dict[str, str] = {
     "send.buffer.bytes": "send_buffer_bytes",
     "default.api.timeout.ms": "default_api_timeout_ms",
     "client.dns.lookup": "client_dns_lookup",
+    # OAUTHBEARER with the client-credentials grant (Kafka 4.1+ names; clientId/clientSecret/scope in the JAAS
+    # options of OAuthBearerLoginModule are the older spelling): common/oauth.py.
+    "sasl.oauthbearer.token.endpoint.url": "sasl_oauth_token_endpoint_url",
+    "sasl.oauthbearer.client.credentials.client.id": "sasl_oauth_client_id",
+    "sasl.oauthbearer.client.credentials.client.secret": "sasl_oauth_client_secret",
+    "sasl.oauthbearer.scope": "sasl_oauth_scope",
     # Not Java client properties: PEM files for kafka-python, accepted so one file serves both tools.
     "ssl.cafile": "ssl_cafile",
     "ssl.certfile": "ssl_certfile",
@@ -59,13 +66,34 @@ _HARMLESS = frozenset(
         "ssl.trustmanager.algorithm",
         "ssl.secure.random.implementation",
         "sasl.login.class",
-        "sasl.login.callback.handler.class",
         "sasl.client.callback.handler.class",
+        # Java's token refresh and the broker-side OAUTHBEARER settings: common/oauth.py renews on its own.
+        "sasl.login.refresh.window.factor",
+        "sasl.login.refresh.window.jitter",
+        "sasl.login.refresh.min.period.seconds",
+        "sasl.login.refresh.buffer.seconds",
+        "sasl.login.connect.timeout.ms",
+        "sasl.login.read.timeout.ms",
+        "sasl.login.retry.backoff.ms",
+        "sasl.login.retry.backoff.max.ms",
         "security.providers",
         "ssl.engine.factory.class",
     }
 )
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# sasl.login.callback.handler.class values whose token kafka-python can get the same way (common/oauth.py).
+_KAFKA_OAUTH_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+_MSK_OAUTH_HANDLER = "software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler"
+# The JAAS options of OAuthBearerLoginModule that choose the token: unsecured claims, or client credentials.
+_OAUTH_JAAS_OPTIONS = {
+    "unsecuredLoginStringClaim_sub": "sasl_oauth_unsecured_sub",
+    "unsecuredLoginLifetimeSeconds": "sasl_oauth_unsecured_lifetime_s",
+    "clientId": "sasl_oauth_client_id",
+    "clientSecret": "sasl_oauth_client_secret",
+    "scope": "sasl_oauth_scope",
+}
+# Where a token comes from; an OAUTHBEARER file without one of them would not authenticate under kafka-python.
+_OAUTH_SOURCES = ("sasl_oauth_token_endpoint_url", "sasl_oauth_unsecured_sub", "sasl_oauth_aws_msk_iam")
 # The SASL mechanisms kafka-python 3.0 implements (kafka.net.sasl); any other fails only at the first connection.
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER", "AWS_MSK_IAM")
 _JAAS_ENTRY = re.compile(
@@ -169,7 +197,8 @@ def parse_client_properties(text: str) -> ParsedClientProperties:
     """Translate a Kafka `client.properties` file (`--command-config` of Kafka tools) to kafka-python kwargs.
 
     Handles security.protocol, sasl.mechanism, sasl.jaas.config (PLAIN and SCRAM → sasl_plain_username /
-    sasl_plain_password; Kerberos → service name), PEM trust and key stores,
+    sasl_plain_password; Kerberos → service name; OAuthBearerLoginModule → sasl_oauth_* settings; Amazon MSK's
+    IAMLoginModule), the OAUTHBEARER client-credentials properties, PEM trust and key stores,
     ssl.endpoint.identification.algorithm (→ ssl_check_hostname) and common timeouts; kafka-python's own
     `ssl.cafile` / `ssl.certfile` / `ssl.keyfile` are accepted too. Keys it cannot use are in `ignored`.
 
@@ -182,8 +211,8 @@ def parse_client_properties(text: str) -> ParsedClientProperties:
     Raises:
         ClientPropertiesError: for settings that would silently connect differently under kafka-python, with
             what to use instead: JKS/PKCS12 stores (give PEM files: ssl.truststore.type=PEM or ssl.cafile),
-            inline PEM certificates, OAUTHBEARER, an unknown security.protocol or sasl.mechanism, a
-            malformed `\\uXXXX` escape.
+            inline PEM certificates, OAUTHBEARER without a token source kafka-python can use, an unknown
+            security.protocol or sasl.mechanism, a malformed `\\uXXXX` escape.
     """
     props = parse_properties(text)
     kwargs: dict[str, ClientValue] = {}
@@ -211,6 +240,8 @@ def parse_client_properties(text: str) -> ParsedClientProperties:
                 f"{key}: kafka-python cannot take inline PEM; write it to a file and set "
                 f"ssl.{store}.location with ssl.{store}.type=PEM"
             )
+        elif key == "sasl.login.callback.handler.class":
+            kwargs.update(_login_handler_kwargs(value, ignored))
         elif key in _HARMLESS:
             ignored.append(f"{key}: no kafka-python equivalent (dropped)")
         else:
@@ -221,12 +252,31 @@ def parse_client_properties(text: str) -> ParsedClientProperties:
     mechanism = kwargs.get("sasl_mechanism")
     if mechanism is not None and mechanism not in _MECHANISMS:
         raise ClientPropertiesError(f"sasl.mechanism: {mechanism!r} is not one of {', '.join(_MECHANISMS)}")
-    if mechanism == "OAUTHBEARER":
+    oauth_login = "OAuthBearerLoginModule" in props.get("sasl.jaas.config", "")
+    if (mechanism == "OAUTHBEARER" or oauth_login) and not any(kwargs.get(k) for k in _OAUTH_SOURCES):
         raise ClientPropertiesError(
-            "sasl.mechanism=OAUTHBEARER: kafka-python needs a token provider object, which a properties file "
-            "cannot give; use PLAIN or SCRAM credentials for txnwatch"
+            "sasl.mechanism=OAUTHBEARER: no token source kafka-python can use: give "
+            "sasl.oauthbearer.token.endpoint.url with sasl.oauthbearer.client.credentials.client.id / .client.secret "
+            "(the client-credentials grant), sasl.login.callback.handler.class="
+            f"{_MSK_OAUTH_HANDLER} (Amazon MSK IAM), or, for a broker on Kafka's unsecured validator, "
+            'sasl.jaas.config=...OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="<principal>";'
         )
     return ParsedClientProperties(kwargs=kwargs, ignored=tuple(ignored))
+
+
+def _login_handler_kwargs(value: str, ignored: list[str]) -> dict[str, ClientValue]:
+    handler = value.strip()
+    if handler == _MSK_OAUTH_HANDLER:
+        # The region comes from the settings or AWS_REGION (common/oauth.py), the credentials from boto's chain.
+        return {"sasl_oauth_aws_msk_iam": True}
+    if (
+        handler != _KAFKA_OAUTH_HANDLER
+    ):  # Kafka's own needs sasl.oauthbearer.token.endpoint.url, checked above
+        ignored.append(
+            f"sasl.login.callback.handler.class: {handler} has no kafka-python equivalent (dropped; txnwatch "
+            "reproduces Kafka's client-credentials login and Amazon MSK's IAM login only)"
+        )
+    return {}
 
 
 def _jaas_kwargs(value: str, ignored: list[str]) -> dict[str, ClientValue]:
@@ -245,10 +295,19 @@ def _jaas_kwargs(value: str, ignored: list[str]) -> dict[str, ClientValue]:
             ignored.append(f"sasl.jaas.config {opt}: kafka-python uses the Kerberos ticket cache (run kinit)")
         return out
     if short == "OAuthBearerLoginModule":
-        raise ClientPropertiesError(
-            "sasl.jaas.config: OAuthBearerLoginModule needs a kafka-python token provider object, which a "
-            "properties file cannot give; use PLAIN or SCRAM credentials for txnwatch"
-        )
+        oauth: dict[str, ClientValue] = {}
+        for opt, raw in options.items():
+            if opt in _OAUTH_JAAS_OPTIONS:
+                oauth[_OAUTH_JAAS_OPTIONS[opt]] = coerce_value(raw) if opt.endswith("Seconds") else raw
+            else:
+                ignored.append(f"sasl.jaas.config {opt}: not used by txnwatch's OAUTHBEARER login (dropped)")
+        return oauth
+    if short == "IAMLoginModule":
+        # Amazon MSK IAM (sasl.mechanism=AWS_MSK_IAM): kafka-python signs with botocore's default credentials.
+        for opt in sorted(options):
+            hint = "set AWS_PROFILE instead" if opt == "awsProfileName" else "dropped"
+            ignored.append(f"sasl.jaas.config {opt}: kafka-python uses botocore's credential chain ({hint})")
+        return {}
     raise ClientPropertiesError(f"sasl.jaas.config: unsupported login module {module}")
 
 

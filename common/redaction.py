@@ -11,7 +11,7 @@ from common.settings import KafkaSettings
 
 def kafka_secrets(kafka: KafkaSettings) -> list[str]:
     """The passwords in the settings that must never be shown."""
-    values = (kafka.sasl_plain_password, kafka.ssl_password)
+    values = (kafka.sasl_plain_password, kafka.ssl_password, kafka.sasl_oauth_client_secret)
     return [secret for v in values if v is not None and (secret := v.get_secret_value())]
 
 

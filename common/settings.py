@@ -53,11 +53,24 @@ class KafkaSettings(Model):
     ssl_crlfile: str | None = None
     ssl_ciphers: str | None = None
     ssl_check_hostname: bool = True
+    # SASL/OAUTHBEARER token sources (common/oauth.py makes kafka-python's token provider from them): the
+    # client-credentials grant, Amazon MSK IAM, or Kafka's unsecured JWS (test beds).
+    sasl_oauth_token_endpoint_url: str | None = None
+    sasl_oauth_client_id: str | None = None
+    sasl_oauth_client_secret: SecretStr | None = None
+    sasl_oauth_scope: str | None = None
+    sasl_oauth_aws_msk_iam: bool = False
+    sasl_oauth_aws_region: str | None = None
+    sasl_oauth_unsecured_sub: str | None = None
+    sasl_oauth_unsecured_lifetime_s: int | None = None
     # Any other kafka-python client setting, passed through (values "123" → int, "true"/"false" → bool).
     extra: dict[str, str] = Field(default_factory=dict)
 
-    def client_kwargs(self) -> dict[str, ClientValue]:
-        """kafka-python kwargs: unset options left out, secrets revealed, `extra` merged last."""
+    def client_kwargs(self) -> dict[str, Any]:
+        """kafka-python kwargs: unset options left out, secrets revealed, `extra` merged last, the OAUTHBEARER
+        settings made into a `sasl_oauth_token_provider` (common/oauth.py)."""
+        from common.oauth import with_token_provider  # imports kafka-python: only where clients are made
+
         out: dict[str, ClientValue] = {}
         for name in type(self).model_fields:
             if name == "extra":
@@ -68,7 +81,7 @@ class KafkaSettings(Model):
             out[name] = value.get_secret_value() if isinstance(value, SecretStr) else value
         for key, raw in self.extra.items():
             out[key.replace(".", "_")] = coerce_value(raw)
-        return out
+        return with_token_provider(out)
 
 
 class CollectorSettings(Model):
@@ -257,7 +270,7 @@ def kafka_settings_from_properties(
             extra[key] = str(value).lower() if isinstance(value, bool) else str(value)
     if bootstrap_servers is not None:
         current["bootstrap_servers"] = bootstrap_servers
-    for secret in ("sasl_plain_password", "ssl_password"):
+    for secret in ("sasl_plain_password", "ssl_password", "sasl_oauth_client_secret"):
         if isinstance(current.get(secret), SecretStr):
             current[secret] = current[secret].get_secret_value()
     return KafkaSettings.model_validate({**current, "extra": extra}), parsed.ignored

@@ -154,6 +154,68 @@ CASES: list[Any] = [
         },
         id="kerberos-service-name",
     ),
+    pytest.param(
+        "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        'unsecuredLoginStringClaim_sub="txnwatch-collector" unsecuredLoginLifetimeSeconds="600";\n'
+        "ssl.truststore.type=PEM\nssl.truststore.location=/bed/tls/ca.pem",
+        {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "OAUTHBEARER",
+            "sasl_oauth_unsecured_sub": "txnwatch-collector",
+            "sasl_oauth_unsecured_lifetime_s": 600,
+            "ssl_cafile": "/bed/tls/ca.pem",
+        },
+        id="oauthbearer-unsecured-jws-claims",
+    ),
+    pytest.param(
+        "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n"
+        "sasl.login.callback.handler.class="
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler\n"
+        "sasl.oauthbearer.token.endpoint.url=https://idp.example/oauth2/token\n"
+        "sasl.oauthbearer.client.credentials.client.id=txnwatch\n"
+        "sasl.oauthbearer.client.credentials.client.secret=s3cret\n"
+        "sasl.oauthbearer.scope=kafka\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "OAUTHBEARER",
+            "sasl_oauth_token_endpoint_url": "https://idp.example/oauth2/token",
+            "sasl_oauth_client_id": "txnwatch",
+            "sasl_oauth_client_secret": "s3cret",
+            "sasl_oauth_scope": "kafka",
+        },
+        id="oauthbearer-client-credentials-kafka-4-1-names",
+    ),
+    pytest.param(
+        "sasl.mechanism=OAUTHBEARER\n"
+        "sasl.oauthbearer.token.endpoint.url=https://idp.example/token\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        'clientId="txnwatch" clientSecret="s3cret" scope="kafka";',
+        {
+            "sasl_mechanism": "OAUTHBEARER",
+            "sasl_oauth_token_endpoint_url": "https://idp.example/token",
+            "sasl_oauth_client_id": "txnwatch",
+            "sasl_oauth_client_secret": "s3cret",
+            "sasl_oauth_scope": "kafka",
+        },
+        id="oauthbearer-client-credentials-in-jaas-options",
+    ),
+    pytest.param(
+        "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;\n"
+        "sasl.login.callback.handler.class=software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler\n"
+        "sasl.client.callback.handler.class=software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler",
+        {"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_aws_msk_iam": True},
+        id="msk-iam-over-oauthbearer",
+    ),
+    pytest.param(
+        "security.protocol=SASL_SSL\nsasl.mechanism=AWS_MSK_IAM\n"
+        "sasl.jaas.config=software.amazon.msk.auth.iam.IAMLoginModule required;\n"
+        "sasl.client.callback.handler.class=software.amazon.msk.auth.iam.IAMClientCallbackHandler",
+        {"security_protocol": "SASL_SSL", "sasl_mechanism": "AWS_MSK_IAM"},
+        id="msk-iam-java-client-file",
+    ),
 ]
 
 
@@ -204,11 +266,20 @@ def test_kerberos_keytab_options_are_reported() -> None:
             "cannot take inline PEM",
             id="inline-pem",
         ),
-        pytest.param("sasl.mechanism=OAUTHBEARER", "token provider", id="oauthbearer"),
+        pytest.param(
+            "sasl.mechanism=OAUTHBEARER", "no token source", id="oauthbearer-without-a-token-source"
+        ),
         pytest.param(
             "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
-            "token provider",
-            id="oauthbearer-login-module",
+            "no token source",
+            id="oauthbearer-login-module-without-a-token-source",
+        ),
+        pytest.param(
+            "sasl.mechanism=OAUTHBEARER\n"
+            "sasl.login.callback.handler.class=com.example.CustomLoginCallbackHandler\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+            "no token source",
+            id="oauthbearer-custom-login-handler",
         ),
         pytest.param(
             "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=u;",
