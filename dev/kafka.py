@@ -28,11 +28,13 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from common.jars import jars_dir
+from dev import kafka_versions, tls
+from dev.kafka_versions import DEFAULT_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 JARS_DIR = jars_dir()  # TXNWATCH_JARS_DIR, else the checkout's .cache/jars (common/jars.py)
@@ -60,6 +62,21 @@ logger.request.name = kafka.request.logger
 logger.request.level = WARN
 """
 
+# Kafka 3.x logs through log4j 1 (reload4j): the same levels in its format.
+LOG4J1_PROPERTIES = """\
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log_file}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka=INFO
+log4j.logger.org.apache.kafka=INFO
+log4j.logger.org.apache.kafka.raft=WARN
+log4j.logger.kafka.controller=WARN
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.org.apache.zookeeper=WARN
+"""
+
 
 @dataclass(frozen=True)
 class TestBedConfig:
@@ -76,9 +93,17 @@ class TestBedConfig:
     heap: str = "512m"
     extra: dict[str, str] = field(default_factory=dict)
     # "sasl-scram": SASL_PLAINTEXT SCRAM-SHA-256 on the client listener, the StandardAuthorizer, no ACL = denied.
-    security: Literal["plaintext", "sasl-scram"] = "plaintext"
+    # "ssl", "mtls", "sasl-ssl-scram", "sasl-oauthbearer": TLS on the client listener (dev/tls.py: certificates
+    # made at `up`, what each mode authenticates and authorizes).
+    security: Literal["plaintext", "sasl-scram", "ssl", "mtls", "sasl-ssl-scram", "sasl-oauthbearer"] = (
+        "plaintext"
+    )
     # SCRAM users made at format time (besides `admin`, the super user the brokers use among themselves).
     scram_users: tuple[str, ...] = field(default_factory=lambda: SCRAM_USERS)
+    # Any Apache Kafka release from Maven Central (dev/kafka_versions.py); 3.5+ for KRaft.
+    kafka_version: str = DEFAULT_VERSION
+    # "zookeeper" (Kafka 3.x only): one ZooKeeper server and brokers with zookeeper.connect, PLAINTEXT only.
+    metadata: Literal["kraft", "zookeeper"] = "kraft"
 
 
 # One principal per txnwatch component (docs/security.md), and one for the test workloads.
@@ -108,6 +133,9 @@ class Cluster:
     started_in_s: float = 0.0
     # SASL test beds: user → path of its client.properties (the passwords are in those files only).
     client_configs: dict[str, str] = field(default_factory=dict)
+    # ZooKeeper test beds: the ZooKeeper server `up` started (0: none, a KRaft bed).
+    zookeeper_pid: int = 0
+    zookeeper_port: int = 0
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -118,6 +146,8 @@ class Cluster:
             "state_dir": self.state_dir,
             "started_in_s": round(self.started_in_s, 2),
             "client_configs": self.client_configs,
+            "zookeeper_pid": self.zookeeper_pid,
+            "zookeeper_port": self.zookeeper_port,
         }
 
     def client_properties(self, user: str) -> Path:
@@ -144,8 +174,10 @@ class Cluster:
         stop_cluster(Path(self.state_dir))
 
 
-def kafka_classpath() -> str:
-    directory = JARS_DIR / "kafka"
+def kafka_classpath(version: str = DEFAULT_VERSION) -> str:
+    """The class path of one Apache Kafka release: `make jars`' .cache/jars/kafka for the default, a per-version
+    folder resolved from Maven Central on first use for any other (dev/kafka_versions.py)."""
+    directory = JARS_DIR / "kafka" if version == DEFAULT_VERSION else kafka_versions.ensure_jars(version)
     jars = sorted(directory.glob("*.jar"))
     if not jars:
         raise SystemExit(
@@ -193,9 +225,12 @@ def _client_properties_text(bootstrap: str, user: str, password: str) -> str:
 
 
 def _scram_kwargs(path: Path) -> dict[str, object]:
+    """kafka-python kwargs of a client.properties file (any security mode: an OAUTHBEARER file gets its token
+    provider)."""
     from common.client_properties import parse_client_properties
+    from common.oauth import with_token_provider
 
-    return dict(parse_client_properties(path.read_text()).kwargs)
+    return with_token_provider(parse_client_properties(path.read_text()).kwargs)
 
 
 def _write_secret(path: Path, text: str) -> None:
@@ -206,8 +241,22 @@ def _write_secret(path: Path, text: str) -> None:
 
 
 def _security_properties(
-    cfg: TestBedConfig, broker_port: int, controller_port: int, admin_password: str
+    cfg: TestBedConfig,
+    broker_port: int,
+    controller_port: int,
+    admin_password: str,
+    tls_files: tls.TlsFiles | None = None,
 ) -> dict[str, str]:
+    if cfg.security in tls.TLS_MODES and tls_files is not None:
+        return tls.broker_properties(
+            cfg.security,
+            tls_files,
+            broker_port,
+            controller_port,
+            super_user=SUPER_USER,
+            scram_jaas=_jaas(SUPER_USER, admin_password),
+            scram_mechanism=SCRAM_MECHANISM,
+        )
     if cfg.security == "plaintext":
         return {
             "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
@@ -241,6 +290,8 @@ def _server_properties(
     ports: dict[int, tuple[int, int]],
     log_dir: Path,
     admin_password: str = "",
+    zookeeper_port: int = 0,
+    tls_files: tls.TlsFiles | None = None,
 ) -> str:
     voters = ",".join(f"{n}@127.0.0.1:{ports[n][1]}" for n in sorted(ports))
     rf = min(cfg.nodes, 3)
@@ -250,7 +301,7 @@ def _server_properties(
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         "controller.quorum.voters": voters,
-        **_security_properties(cfg, broker_port, controller_port, admin_password),
+        **_security_properties(cfg, broker_port, controller_port, admin_password, tls_files),
         "controller.listener.names": "CONTROLLER",
         "log.dirs": str(log_dir),
         "num.partitions": "1",
@@ -272,8 +323,117 @@ def _server_properties(
         "auto.create.topics.enable": "false",
         "log.flush.interval.messages": "9223372036854775807",
     }
+    if cfg.metadata == "zookeeper":
+        props = _zookeeper_broker_properties(props, node_id, broker_port, zookeeper_port)
+    if not kafka_versions.has_partition_verification(cfg.kafka_version):
+        # 3.5 has no verification (KIP-890 part 1 came in 3.6): the setting would only be logged as unknown.
+        del props["transaction.partition.verification.enable"]
     props.update(cfg.extra)
     return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+# What only a KRaft node has; a ZooKeeper-mode broker is told where ZooKeeper is instead.
+KRAFT_ONLY_PROPERTIES = ("process.roles", "node.id", "controller.quorum.voters", "controller.listener.names")
+
+
+def _zookeeper_broker_properties(
+    kraft: dict[str, str], node_id: int, broker_port: int, zookeeper_port: int
+) -> dict[str, str]:
+    """A KRaft node's properties turned into a ZooKeeper-mode broker's (Kafka 3.x): no controller listener, no
+    quorum, `broker.id` and `zookeeper.connect`. PLAINTEXT only (start_cluster refuses other security there)."""
+    props = {k: v for k, v in kraft.items() if k not in KRAFT_ONLY_PROPERTIES}
+    props.update(
+        {
+            "broker.id": str(node_id),
+            "zookeeper.connect": f"127.0.0.1:{zookeeper_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
+        }
+    )
+    return props
+
+
+def _logging_config(node_dir: Path, log_file: Path, version: str) -> str:
+    """Write the node's logging config in its release's format; returns the JVM flag that points at it."""
+    if kafka_versions.logs_through_log4j1(version):
+        path = node_dir / "log4j.properties"
+        path.write_text(LOG4J1_PROPERTIES.format(log_file=log_file))
+        return f"-Dlog4j.configuration=file:{path}"
+    path = node_dir / "log4j2.properties"
+    path.write_text(LOG4J2_PROPERTIES.format(log_file=log_file))
+    return f"-Dlog4j2.configurationFile=file:{path}"
+
+
+def _logging_flag(node_dir: Path, version: str) -> str:
+    """The JVM flag of a node's existing logging config (start_node)."""
+    if kafka_versions.logs_through_log4j1(version):
+        return f"-Dlog4j.configuration=file:{node_dir / 'log4j.properties'}"
+    return f"-Dlog4j2.configurationFile=file:{node_dir / 'log4j2.properties'}"
+
+
+def effective_config(cfg: TestBedConfig) -> TestBedConfig:
+    """`cfg` as its release can run it: before 4.0 there is no transaction.version feature (every transaction is
+    what 4.x calls version 0), before 3.6 no partition verification; ZooKeeper mode only before 4.0, PLAINTEXT."""
+    version = cfg.kafka_version
+    if cfg.metadata == "zookeeper" and not kafka_versions.has_zookeeper_mode(version):
+        raise ValueError(f"Kafka {version} has no ZooKeeper mode (removed in 4.0, KIP-833)")
+    if cfg.metadata == "zookeeper" and cfg.security != "plaintext":
+        raise ValueError("the ZooKeeper test bed is PLAINTEXT only (its SCRAM users would live in ZooKeeper)")
+    if cfg.metadata == "kraft" and not kafka_versions.at_least(version, "3.5.0"):
+        raise ValueError(f"the KRaft test bed starts Kafka 3.5 and later, not {version}")
+    changes: dict[str, object] = {}
+    if not kafka_versions.has_transaction_version_feature(version):
+        changes["transaction_version"] = 0
+    if not kafka_versions.has_partition_verification(version):
+        changes["partition_verification"] = False
+    return replace(cfg, **changes)  # type: ignore[arg-type]
+
+
+def _start_zookeeper(state_dir: Path, port: int, java_opts: Sequence[str], classpath: str) -> int:
+    """One ZooKeeper server (kafka_2.13 3.x's own zookeeper jar, as bin/zookeeper-server-start.sh runs it) on
+    127.0.0.1:`port`; returns its pid once it accepts connections."""
+    zk_dir = state_dir / "zookeeper"
+    shutil.rmtree(zk_dir, ignore_errors=True)
+    (zk_dir / "data").mkdir(parents=True)
+    cfg_file = zk_dir / "zoo.cfg"
+    cfg_file.write_text(
+        f"dataDir={zk_dir / 'data'}\nclientPort={port}\nclientPortAddress=127.0.0.1\n"
+        "tickTime=2000\nmaxClientCnxns=0\n"
+        # The AdminServer would take port 8080, which other test beds on this machine may hold.
+        "admin.enableServer=false\n"
+    )
+    flag = _logging_config(zk_dir, zk_dir / "zookeeper.log", "3.0.0")
+    with open(zk_dir / "stdout.log", "ab") as out:
+        proc = subprocess.Popen(
+            [
+                java_binary(),
+                flag,
+                "-Xms64m",
+                "-Xmx128m",
+                *java_opts,
+                "-cp",
+                classpath,
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(cfg_file),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"ZooKeeper exited during start-up with code {proc.returncode}: {zk_dir}/stdout.log"
+            )
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return proc.pid
+        time.sleep(0.2)
+    proc.kill()
+    raise TimeoutError(f"ZooKeeper on 127.0.0.1:{port} not accepting connections after 60s")
 
 
 def _pid_alive(pid: int, state_dir: Path) -> bool:
@@ -306,7 +466,7 @@ def _wait_ready(
                 client_id="testbed",
             )
             try:
-                brokers = admin.describe_cluster()["brokers"]
+                brokers = kafka_versions.describe_brokers(admin)
                 # DescribeCluster lists fenced brokers too; a registered but still fenced broker gets no new
                 # partitions, so wait until every broker is unfenced.
                 if sum(1 for b in brokers if not b.get("is_fenced")) >= nodes:
@@ -320,8 +480,11 @@ def _wait_ready(
 
 
 def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cluster:
-    """Format and start `cfg.nodes` combined KRaft nodes; returns once every broker is registered."""
+    """Format and start `cfg.nodes` combined KRaft nodes (or, with `metadata="zookeeper"`, one ZooKeeper server and
+    `cfg.nodes` brokers) of release `cfg.kafka_version`; returns once every broker is registered."""
     started = time.monotonic()
+    cfg = effective_config(cfg)
+    zookeeper = cfg.metadata == "zookeeper"
     state_dir = state_dir.resolve()
     if (state_dir / "state.json").exists():
         existing = status(state_dir)
@@ -332,25 +495,46 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
             )
         stop_cluster(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
-    classpath = kafka_classpath()
+    classpath = kafka_classpath(cfg.kafka_version)
     cluster_id = _random_cluster_id()
-    free = _free_ports(3 * cfg.nodes)
+    free = _free_ports(3 * cfg.nodes + 1)
+    zookeeper_port = free[-1] if zookeeper else 0
     ports = {n: (free[3 * (n - 1)], free[3 * (n - 1) + 1]) for n in range(1, cfg.nodes + 1)}
     jmx = {n: free[3 * (n - 1) + 2] for n in ports}
     bootstrap = ",".join(f"127.0.0.1:{ports[n][0]}" for n in ports)
-    sasl = cfg.security == "sasl-scram"
+    sasl = cfg.security in ("sasl-scram", "sasl-ssl-scram")
     # Random per `up`: a test can look for them in everything txnwatch prints (they must never appear).
     passwords = {u: secrets.token_urlsafe(18) for u in (SUPER_USER, *cfg.scram_users)} if sasl else {}
+    tls_files = (
+        tls.make_tls_files(state_dir / "tls", SUPER_USER, (SUPER_USER, *cfg.scram_users))
+        if cfg.security in tls.TLS_MODES
+        else None
+    )
     client_configs: dict[str, str] = {}
-    if sasl:
-        for user, password in passwords.items():
-            path = state_dir / "clients" / f"{user}.properties"
-            _write_secret(path, _client_properties_text(bootstrap, user, password))
-            client_configs[user] = str(path)
+    for user in (SUPER_USER, *cfg.scram_users) if sasl or tls_files else ():
+        path = state_dir / "clients" / f"{user}.properties"
+        if tls_files is None:
+            text = _client_properties_text(bootstrap, user, passwords[user])
+        else:
+            text = tls.client_properties_text(
+                cfg.security,  # type: ignore[arg-type]  # a TLS mode: tls_files exist
+                bootstrap,
+                tls_files,
+                user,
+                scram_jaas=_jaas(user, passwords.get(user, "")),
+                scram_mechanism=SCRAM_MECHANISM,
+            )
+        _write_secret(path, text)
+        client_configs[user] = str(path)
 
     procs: list[subprocess.Popen[bytes]] = []
     nodes: list[Node] = []
+    zookeeper_pid = 0
     try:
+        if zookeeper:
+            zookeeper_pid = _start_zookeeper(
+                state_dir, zookeeper_port, [f"-Dtxnwatch.testbed={state_dir}"], classpath
+            )
         for node_id in ports:
             node_dir = state_dir / f"node-{node_id}"
             data_dir = node_dir / "data"
@@ -358,33 +542,40 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
             node_dir.mkdir(parents=True, exist_ok=True)
             props = node_dir / "server.properties"
             _write_secret(
-                props, _server_properties(cfg, node_id, ports, data_dir, passwords.get(SUPER_USER, ""))
+                props,
+                _server_properties(
+                    cfg, node_id, ports, data_dir, passwords.get(SUPER_USER, ""), zookeeper_port, tls_files
+                ),
             )
             log_file = node_dir / "server.log"
-            log4j = node_dir / "log4j2.properties"
-            log4j.write_text(LOG4J2_PROPERTIES.format(log_file=log_file))
-            common = [java_binary(), f"-Dlog4j2.configurationFile=file:{log4j}", "-cp", classpath]
-            subprocess.run(
-                [
-                    *common,
-                    "kafka.tools.StorageTool",
-                    "format",
-                    # One argument: a random id may start with "-", which the option parser would take for a flag.
-                    f"--cluster-id={cluster_id}",
-                    "--config",
-                    str(props),
-                    "--feature",
-                    f"transaction.version={cfg.transaction_version}",
-                    *(
-                        arg
-                        for user, password in passwords.items()
-                        for arg in ("--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]")
-                    ),
-                ],
-                check=True,
-                capture_output=True,
-                timeout=120,
-            )
+            common = [java_binary(), _logging_config(node_dir, log_file, cfg.kafka_version), "-cp", classpath]
+            # A ZooKeeper-mode broker has no storage to format: it registers in ZooKeeper.
+            if not zookeeper:
+                subprocess.run(
+                    [
+                        *common,
+                        "kafka.tools.StorageTool",
+                        "format",
+                        # One argument: a random id may start with "-", which the option parser would take for a flag.
+                        f"--cluster-id={cluster_id}",
+                        "--config",
+                        str(props),
+                        # The transaction.version feature exists from 4.0 on (effective_config: version 0 before).
+                        *(
+                            ("--feature", f"transaction.version={cfg.transaction_version}")
+                            if kafka_versions.has_transaction_version_feature(cfg.kafka_version)
+                            else ()
+                        ),
+                        *(
+                            arg
+                            for user, password in passwords.items()
+                            for arg in ("--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]")
+                        ),
+                    ],
+                    check=True,
+                    capture_output=True,
+                    timeout=120,
+                )
             jmx_opts = [
                 "-Dcom.sun.management.jmxremote",
                 "-Dcom.sun.management.jmxremote.authenticate=false",
@@ -425,7 +616,14 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
                 )
             )
         cluster = Cluster(
-            bootstrap, cluster_id, nodes, asdict(cfg), str(state_dir), client_configs=client_configs
+            bootstrap,
+            cluster_id,
+            nodes,
+            asdict(cfg),
+            str(state_dir),
+            client_configs=client_configs,
+            zookeeper_pid=zookeeper_pid,
+            zookeeper_port=zookeeper_port,
         )
         (state_dir / "state.json").write_text(json.dumps(cluster.as_json(), indent=2))
         _wait_ready(
@@ -433,11 +631,14 @@ def start_cluster(cfg: TestBedConfig, state_dir: Path = DEFAULT_STATE_DIR) -> Cl
             cfg.nodes,
             time.monotonic() + READY_TIMEOUT_S,
             procs,
-            _scram_kwargs(Path(client_configs[SUPER_USER])) if sasl else None,
+            _scram_kwargs(Path(client_configs[SUPER_USER])) if client_configs else None,
         )
     except BaseException as exc:
         for p in procs:
             p.kill()
+        if zookeeper_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(zookeeper_pid, signal.SIGKILL)
         if isinstance(exc, subprocess.CalledProcessError):
             raise RuntimeError(
                 f"formatting storage failed: {exc.stderr.decode(errors='replace')[-2000:]}"
@@ -461,6 +662,8 @@ def _load(state_dir: Path) -> Cluster | None:
         raw["state_dir"],
         raw.get("started_in_s", 0.0),
         raw.get("client_configs", {}),
+        raw.get("zookeeper_pid", 0),
+        raw.get("zookeeper_port", 0),
     )
 
 
@@ -489,6 +692,11 @@ def stop_cluster(state_dir: Path = DEFAULT_STATE_DIR, timeout_s: float = 30.0) -
         if _pid_alive(pid, state_dir):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    # ZooKeeper last: a ZooKeeper-mode broker's controlled shutdown goes through it.
+    if cluster.zookeeper_pid and _pid_alive(cluster.zookeeper_pid, state_dir):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(cluster.zookeeper_pid, signal.SIGKILL)
+        alive.append(cluster.zookeeper_pid)
     (state_dir / "state.json").unlink(missing_ok=True)
     return alive
 
@@ -529,11 +737,12 @@ def start_node(cluster: Cluster, node_id: int, *, wait: bool = True) -> Node:
     node_dir = Path(node.directory)
     state_dir = Path(cluster.state_dir)
     heap = str(cluster.config.get("heap", "512m"))
+    version = str(cluster.config.get("kafka_version", DEFAULT_VERSION))
     with open(node_dir / "stdout.log", "ab") as out:
         proc = subprocess.Popen(
             [
                 java_binary(),
-                f"-Dlog4j2.configurationFile=file:{node_dir / 'log4j2.properties'}",
+                _logging_flag(node_dir, version),
                 f"-Xms{heap}",
                 f"-Xmx{heap}",
                 "-Dcom.sun.management.jmxremote",
@@ -545,7 +754,7 @@ def start_node(cluster: Cluster, node_id: int, *, wait: bool = True) -> Node:
                 "-Djava.rmi.server.hostname=127.0.0.1",
                 f"-Dtxnwatch.testbed={state_dir}",
                 "-cp",
-                kafka_classpath(),
+                kafka_classpath(version),
                 "kafka.Kafka",
                 str(node_dir / "server.properties"),
             ],
@@ -621,6 +830,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="SASL_PLAINTEXT SCRAM-SHA-256 clients, the StandardAuthorizer, no ACL = denied; one user per txnwatch "
         "component, client.properties for each in <dir>/clients/ (grant their ACLs: docs/security.md)",
     )
+    up.add_argument(
+        "--security",
+        choices=("plaintext", "sasl-scram", *tls.TLS_MODES),
+        help="the client listener's security (--sasl is sasl-scram); the TLS modes make a CA and certificates "
+        "in <dir>/tls/ and a client.properties per principal in <dir>/clients/ (dev/tls.py)",
+    )
+    up.add_argument(
+        "--version",
+        default=DEFAULT_VERSION,
+        metavar="X.Y.Z",
+        help="Apache Kafka release (3.5.0 and later; jars resolved from Maven Central into "
+        ".cache/jars/kafka-X.Y.Z on first use; default %(default)s)",
+    )
+    up.add_argument(
+        "--zookeeper",
+        action="store_true",
+        help="ZooKeeper mode (Kafka 3.x only): one ZooKeeper server and brokers with zookeeper.connect, PLAINTEXT",
+    )
     up.add_argument("--json", action="store_true", help="print the cluster as one JSON object")
     sub.add_parser("down", help="stop the brokers `up` started (only those pids)")
     st = sub.add_parser("status", help="print the running test bed, exit 1 if none")
@@ -635,11 +862,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             partition_verification=not args.no_verification,
             transaction_max_timeout_ms=args.max_timeout_ms,
             extra=extra,
-            security="sasl-scram" if args.sasl else "plaintext",
+            security=args.security or ("sasl-scram" if args.sasl else "plaintext"),
+            kafka_version=args.version,
+            metadata="zookeeper" if args.zookeeper else "kraft",
         )
         try:
             cluster = start_cluster(cfg, args.dir)
-        except (RuntimeError, TimeoutError) as exc:
+        except (RuntimeError, TimeoutError, ValueError) as exc:
             print(f"dev.kafka: {exc}", file=sys.stderr)
             return 1
         if args.json:
@@ -647,10 +876,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(
                 f"Kafka test bed up in {cluster.started_in_s:.1f}s: bootstrap {cluster.bootstrap_servers}, "
-                f"{len(cluster.nodes)} node(s), logs in {cluster.state_dir}"
+                f"{len(cluster.nodes)} node(s), Kafka {cfg.kafka_version} ({cfg.metadata}), "
+                f"logs in {cluster.state_dir}"
             )
             if cluster.client_configs:
-                print(f"SASL/SCRAM: client.properties per user in {Path(cluster.state_dir) / 'clients'}")
+                print(f"{cfg.security}: client.properties per user in {Path(cluster.state_dir) / 'clients'}")
         return 0
     if args.command == "down":
         stopped = stop_cluster(args.dir)

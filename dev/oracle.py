@@ -1,6 +1,7 @@
 """Kafka's own tools as the tests' oracle: `kafka-transactions.sh` (TransactionsCommand) and JmxTool.
 
-Both run from the jars in .cache/jars/kafka, exactly as `bin/kafka-transactions.sh` would run them.
+Both run from the jars in .cache/jars/kafka, exactly as `bin/kafka-transactions.sh` would run them; with
+`kafka_version`, from that release's own kafka-tools (the compatibility matrix: each release's find-hanging).
 """
 
 from __future__ import annotations
@@ -10,22 +11,27 @@ import subprocess
 from collections.abc import Sequence
 
 from dev.kafka import java_binary, kafka_classpath
+from dev.kafka_versions import DEFAULT_VERSION
 
 TOOLS_TIMEOUT_S = 120
 
 
-def run_tool(main_class: str, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+def run_tool(
+    main_class: str, args: Sequence[str], kafka_version: str = DEFAULT_VERSION
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [java_binary(), "-cp", kafka_classpath(), main_class, *args],
+        [java_binary(), "-cp", kafka_classpath(kafka_version), main_class, *args],
         capture_output=True,
         text=True,
         timeout=TOOLS_TIMEOUT_S,
     )
 
 
-def transactions_command(bootstrap: str, *args: str) -> str:
+def transactions_command(bootstrap: str, *args: str, kafka_version: str = DEFAULT_VERSION) -> str:
     """Run `kafka-transactions.sh --bootstrap-server B ARGS...`; returns stdout, raises with stderr on failure."""
-    done = run_tool("org.apache.kafka.tools.TransactionsCommand", ["--bootstrap-server", bootstrap, *args])
+    done = run_tool(
+        "org.apache.kafka.tools.TransactionsCommand", ["--bootstrap-server", bootstrap, *args], kafka_version
+    )
     if done.returncode != 0:
         raise RuntimeError(
             f"TransactionsCommand {' '.join(args)} exited {done.returncode}: "
@@ -53,13 +59,14 @@ def find_hanging(
     topic: str | None = None,
     broker_id: int | None = None,
     max_transaction_timeout_min: int = 15,
+    kafka_version: str = DEFAULT_VERSION,
 ) -> list[dict[str, str]]:
     args = ["find-hanging", "--max-transaction-timeout", str(max_transaction_timeout_min)]
     if topic is not None:
         args += ["--topic", topic]
     if broker_id is not None:
         args += ["--broker-id", str(broker_id)]
-    return parse_table(transactions_command(bootstrap, *args))
+    return parse_table(transactions_command(bootstrap, *args, kafka_version=kafka_version))
 
 
 def describe_producers(bootstrap: str, topic: str, partition: int) -> list[dict[str, str]]:

@@ -39,6 +39,8 @@ from kafka.protocol.producer.transaction import TxnOffsetCommitRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 from kafka.structs import TopicPartition
 
+from dev.kafka_versions import describe_brokers
+
 SCENARIOS = ("steady", "late", "hanging", "hanging-offsets", "hanging-after-abort", "hanging-multi")
 
 
@@ -68,7 +70,7 @@ def _log(msg: str) -> None:
 
 
 def ensure_topics(admin: KafkaAdminClient, topics: Sequence[str], partitions: int) -> None:
-    brokers = len(admin.describe_cluster()["brokers"])
+    brokers = len(describe_brokers(admin))
     new = [NewTopic(t, partitions, min(3, brokers)) for t in topics]
     with contextlib.suppress(TopicAlreadyExistsError):
         admin.create_topics(new)
@@ -146,11 +148,12 @@ def owner_ends(
 
 
 def _verification_enabled(admin: KafkaAdminClient) -> bool:
-    broker_id = str(admin.describe_cluster()["brokers"][0]["broker_id"])
+    broker_id = str(describe_brokers(admin)[0]["broker_id"])
     configs = admin.describe_configs(
         [ConfigResource(ConfigResourceType.BROKER, broker_id)], config_filter="all"
     )
-    entry = configs["broker"][broker_id].get("transaction.partition.verification.enable", {"value": "true"})
+    # A broker without the setting predates it (3.5 and older: KIP-890 part 1 came in 3.6) and verifies nothing.
+    entry = configs["broker"][broker_id].get("transaction.partition.verification.enable", {"value": "false"})
     return str(entry["value"]).lower() != "false"
 
 
