@@ -399,6 +399,7 @@ class Collector:
             sweep_id=sweep_id,
             as_of_ms=as_of_ms,
             skip_brokers=self._backed_off(self._monotonic()),
+            log_end_offsets=True,
         )
         for message in trouble:
             self._note(message, problems)

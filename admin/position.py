@@ -23,6 +23,7 @@ def measure_log_position(
     sweep_id: str,
     as_of_ms: int,
     skip_brokers: Collection[int] = frozenset(),
+    log_end_offsets: bool = False,
 ) -> tuple[CoordinatorLogPosition | None, list[str]]:
     """How far `topic` has reached: the high watermark of each of its partitions in `view`, asked of its leader
     now, as a position as of `as_of_ms`.
@@ -33,6 +34,11 @@ def measure_log_position(
     (`Partition.localLogWithEpochOrThrow`). Partitions without a leader, led by a broker in
     `skip_brokers` (it failed this sweep; asking again would only wait for its timeout), or answering with an
     error are left out: the job keeps them as current as an earlier position made them.
+
+    With `log_end_offsets`, the same leaders are then asked for their log end offsets (after the high watermarks,
+    so both after `as_of_ms`): a record at or above one was appended after `as_of_ms`, which is what shows the
+    job a collector clock running ahead of the coordinators' (`__transaction_state` only; a partition whose
+    leader fails this second question just goes without).
 
     Returns:
         The position (None if `topic` is not in `view`, e.g. no transaction ever ran, or no partition
@@ -72,6 +78,10 @@ def measure_log_position(
     if not end_offsets:
         # An empty position would vouch for nothing, yet tell the job its view is measured.
         return None, problems
+    log_ends: dict[int, int] = {}
+    if log_end_offsets:
+        measured = {b: [tp for tp in tps if tp[1] in end_offsets] for b, tps in wanted.items()}
+        log_ends = _log_end_offsets(wire, {b: tps for b, tps in measured.items() if tps}, epochs)
     position = CoordinatorLogPosition(
         cluster=cluster,
         sweep_id=sweep_id,
@@ -79,8 +89,20 @@ def measure_log_position(
         partitions=partitions[-1] + 1,
         as_of_ms=as_of_ms,
         end_offsets=end_offsets,
+        log_end_offsets=log_ends,
     )
     return position, problems
+
+
+def _log_end_offsets(wire: ClusterWire, wanted: dict[int, list[TP]], epochs: dict[TP, int]) -> dict[int, int]:
+    """Each partition's log end offset, from the leader asked for its high watermark; failures are left out (the
+    job then cannot check the clocks against that partition this sweep, nothing more)."""
+    answers = wire.end_offsets(wanted, epochs or None, log_end=True)
+    return {
+        tp[1]: answer.offset
+        for tp, answer in answers.items()
+        if answer.error is None and answer.offset is not None and answer.offset >= 0
+    }
 
 
 def _position_problem(topic: str, error: str, partitions: Sequence[int]) -> str:

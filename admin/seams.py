@@ -182,11 +182,15 @@ class ClusterWire(Protocol):
         ...
 
     def end_offsets(
-        self, wanted: Mapping[int, Sequence[TP]], leader_epochs: Mapping[TP, int] | None = None
+        self,
+        wanted: Mapping[int, Sequence[TP]],
+        leader_epochs: Mapping[TP, int] | None = None,
+        *,
+        log_end: bool = False,
     ) -> dict[TP, EndOffset]:
         """The high watermark of each partition, asked of the given leader (one read_uncommitted ListOffsets
         per broker, brokers concurrently; fenced at `leader_epochs` where given), or its error name; never
-        raises for a broker's failure."""
+        raises for a broker's failure. `log_end`: the leader's log end offset instead (replica id -2)."""
         ...
 
     def max_transaction_timeouts(self, brokers: Sequence[int]) -> dict[int, BrokerTimeout]:

@@ -374,21 +374,26 @@ class KafkaWire:
         return {tp: Offsets(lso.get(tp), hw.get(tp), errors.get(tp)) for tp in tps}
 
     def end_offsets(
-        self, wanted: Mapping[int, Sequence[TP]], leader_epochs: Mapping[TP, int] | None = None
+        self,
+        wanted: Mapping[int, Sequence[TP]],
+        leader_epochs: Mapping[TP, int] | None = None,
+        *,
+        log_end: bool = False,
     ) -> dict[TP, EndOffset]:
         epochs = dict(leader_epochs or {})
-        calls = [(self._end_offsets_broker, (b, list(tps), epochs)) for b, tps in wanted.items()]
+        calls = [(self._end_offsets_broker, (b, list(tps), epochs, log_end)) for b, tps in wanted.items()]
         out: dict[TP, EndOffset] = {}
         for part in self._run(self._gather, calls):
             out.update(part)
         return out
 
     async def _end_offsets_broker(
-        self, broker: int, tps: list[TP], leader_epochs: Mapping[TP, int]
+        self, broker: int, tps: list[TP], leader_epochs: Mapping[TP, int], log_end: bool
     ) -> dict[TP, EndOffset]:
         # One read_uncommitted ListOffsets (latest = the high watermark); unlike `list_offsets` it keeps each
         # partition's error, since the coordinator log position must say why a partition is missing.
-        request = _list_offsets_request(tps, READ_UNCOMMITTED, leader_epochs)
+        replica_id = DEBUGGING_REPLICA_ID if log_end else CONSUMER_REPLICA_ID
+        request = _list_offsets_request(tps, READ_UNCOMMITTED, leader_epochs, replica_id)
         try:
             response = await self._send("ListOffsets", broker, request)
         except Exception as exc:
@@ -688,12 +693,26 @@ def _describe_producers_request(batch: Sequence[TP]) -> Any:
     )
 
 
-def _list_offsets_request(tps: Sequence[TP], isolation: int, leader_epochs: Mapping[TP, int]) -> Any:
+# ListOffsets' replica ids: a client (the leader's high watermark or LSO), or a debugging tool (its log end offset).
+CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
+
+
+def _list_offsets_request(
+    tps: Sequence[TP],
+    isolation: int,
+    leader_epochs: Mapping[TP, int],
+    replica_id: int = CONSUMER_REPLICA_ID,
+) -> Any:
     """ListOffsets (latest) for `tps`, each with the leader epoch of record where known (-1 otherwise).
 
     With an epoch, a broker that is not the leader at exactly that epoch answers FENCED_LEADER_EPOCH (it knows a
     newer one), UNKNOWN_LEADER_EPOCH (an older one) or NOT_LEADER_OR_FOLLOWER (`Partition.localLogWithEpochOrThrow`;
     replica id -1 asks the leader only): a deposed leader's high watermark or LSO is refused, not returned.
+
+    `replica_id` -2 (`ListOffsetsRequest.DEBUGGING_REPLICA_ID`) asks for the log end offset: the broker then applies
+    no isolation level (`ReplicaManager.fetchOffset`: only replica id -1 is a client request) and answers its local
+    log's end (`Partition.fetchOffsetForTimestamp`), under the same Describe-on-topic check and epoch fencing.
     """
     topic = ListOffsetsRequest.ListOffsetsTopic
     by_topic: dict[str, list[Any]] = {}
@@ -708,7 +727,7 @@ def _list_offsets_request(tps: Sequence[TP], isolation: int, leader_epochs: Mapp
     # v2 is the first with an isolation level (Kafka 4.0 removed v0), v4 the first with a current leader epoch:
     # never let an epoch be dropped by an older version.
     return ListOffsetsRequest(
-        replica_id=-1,
+        replica_id=replica_id,
         isolation_level=isolation,
         topics=[topic(name=name, partitions=parts) for name, parts in by_topic.items()],
         min_version=4 if any(leader_epochs.get(tp, -1) >= 0 for tp in tps) else 2,

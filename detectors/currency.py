@@ -69,11 +69,17 @@ GapState = dict[tuple[str, int], tuple[int, int]]
 # rewritten: an unclean leader election): the view holds records the log no longer has, so nothing that depends on
 # the partition is proven until the job reads the log again on a new checkpoint. (topic, partition) -> the offset.
 RewoundState = dict[tuple[str, int], int]
+# The log end offsets of the transaction log's newest positions: (as_of_ms, ((partition, log end offset), ...)),
+# oldest first, at most MAX_LOG_END_POSITIONS. Absent in checkpoints from before issue 30's clock check.
+LogEndState = list[tuple[int, tuple[tuple[int, int], ...]]]
+# Enough to find the position measured right after any report the view is judged on (a sweep's snapshots and its
+# position arrive together, on one topic); beyond it, a later position answers, which only checks less tightly.
+MAX_LOG_END_POSITIONS = 16
 # Records read but not decoded, not yet superseded: (topic, transactional id) -> read offset of the newest;
 # (topic, partition) -> read offset of the newest whose key did not decode either; how many were read in all.
 UndecodableState = tuple[dict[tuple[str, str], int], dict[tuple[str, int], int], int]
 # applied ends, currency per partition, pending positions, newest position per topic, first position's time,
-# undecodable records (absent in checkpoints of v0.1.0: the first five only), gaps and rewound partitions
+# undecodable records (absent in checkpoints of v0.1.0: the first five only), gaps and rewound partitions, log ends
 CurrencyState = tuple[
     dict[tuple[str, int], int],
     dict[tuple[str, int], int],
@@ -83,6 +89,7 @@ CurrencyState = tuple[
     UndecodableState,
     GapState,
     RewoundState,
+    LogEndState,
 ]
 LegacyCurrencyState = tuple[
     dict[tuple[str, int], int], dict[tuple[str, int], int], list[Position], dict[str, Position], int | None
@@ -135,6 +142,7 @@ class ViewCurrency:
         self.undecodable_records: int = undecodable_records
         self.gaps: GapState = dict(state[6]) if state is not None and len(state) > 6 else {}
         self.rewound: RewoundState = dict(state[7]) if state is not None and len(state) > 7 else {}
+        self.log_ends: LogEndState = list(state[8]) if state is not None and len(state) > 8 else []
         self.applied_end: dict[tuple[str, int], int] = dict(applied)
         self._current: dict[tuple[str, int], int] = dict(current)
         self._pending: list[Position] = list(pending)
@@ -169,6 +177,7 @@ class ViewCurrency:
             undecodable,
             self.gaps,
             self.rewound,
+            self.log_ends,
         )
 
     # -- input
@@ -269,7 +278,12 @@ class ViewCurrency:
         return changed
 
     def add_position(
-        self, topic: str, partitions: int, as_of_ms: int, end_offsets: Mapping[int, int]
+        self,
+        topic: str,
+        partitions: int,
+        as_of_ms: int,
+        end_offsets: Mapping[int, int],
+        log_end_offsets: Mapping[int, int] | None = None,
     ) -> bool:
         """A position the collector published. Positions of topics the view is not built from are ignored.
 
@@ -278,6 +292,9 @@ class ViewCurrency:
         """
         if topic not in self.topics:
             return False
+        if topic == self.transaction_log and log_end_offsets:
+            bisect.insort(self.log_ends, (as_of_ms, tuple(sorted(log_end_offsets.items()))))
+            del self.log_ends[:-MAX_LOG_END_POSITIONS]
         position = Position(as_of_ms, topic, partitions, tuple(sorted(end_offsets.items())))
         newest = self.newest.get(topic)
         if newest is None or as_of_ms >= newest.as_of_ms:
@@ -318,6 +335,24 @@ class ViewCurrency:
         return gap is None or end <= gap[0] or p.as_of_ms > gap[1] + self.clock_skew_ms
 
     # -- questions
+
+    def appended_after(self, partition: int, offset: int, moment_ms: int) -> bool:
+        """Whether the transaction log's record at `offset` of `partition` was appended after `moment_ms` (the
+        collector's clock): it lies at or above the log end offset of a position measured at or after that
+        moment (the first one known that has the partition; the log end is asked for after `as_of_ms` is read).
+        False when no such position is known: not shown, which is not the same as shown before.
+
+        A proof that says "the leader reported the transaction open after this coordinator record" compares the
+        record's stamp (the coordinator's clock) with the report's (the collector's). The offsets order the two
+        without either clock: a record appended after the report that the stamps put well before it shows the
+        collector's clock running ahead of the coordinator's (docs/detection.md, "Clocks").
+        """
+        start = bisect.bisect_left(self.log_ends, (moment_ms,))
+        for _, ends in self.log_ends[start:]:
+            end = dict(ends).get(partition)
+            if end is not None:
+                return offset >= end
+        return False
 
     def current_as_of(self, transactional_id: str | None) -> int | None:
         """The time the view of everything that could own a transaction is current as of, or None if unknown.

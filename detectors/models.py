@@ -131,6 +131,11 @@ class WithheldReason(StrEnum):
     # there was not seen open before that commit: a commit marker lost before it (COMMIT restores it) and a write
     # after it (ABORT) look the same from here, and the two remedies are opposite.
     COMMIT_OR_LATE_WRITE = "commit-or-late-write"
+    # The coordinator record the proof says came before the leader's report lies at or above the log end offset
+    # measured after that report: it was appended after the leader answered, although its stamp says it came well
+    # before. The collector's clock runs ahead of the coordinator's (or the coordinator's behind), by more than
+    # the skew and grace allow, so no "the report is after the coordinator event" proof from these clocks holds.
+    COLLECTOR_CLOCK_AHEAD = "collector-clock-ahead"
 
 
 class CoordinatorRole(StrEnum):
@@ -336,14 +341,20 @@ class CoordinatorLogPosition(Model):
     # partition -> high watermark (the next offset to be written); partitions whose leader did not answer are
     # missing, and stay as current as an earlier position made them.
     end_offsets: dict[int, int] = Field(default_factory=dict)
+    # partition -> log end offset, asked of the same leaders after `end_offsets` (ListOffsets with replica id -2:
+    # the leader's local log end, not the high watermark). Every record at or above it was appended after
+    # `as_of_ms`, whatever its stamp says: what shows a collector clock running ahead of the coordinators'
+    # (docs/detection.md, "Clocks"). Only on `__transaction_state` positions; earlier collectors left it out.
+    log_end_offsets: dict[int, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _partitions_in_range(self) -> Self:
-        for partition, offset in self.end_offsets.items():
-            if not 0 <= partition < self.partitions:
-                raise ValueError(f"{self.topic}: partition {partition} outside 0..{self.partitions - 1}")
-            if offset < 0:
-                raise ValueError(f"{self.topic}-{partition}: negative end offset {offset}")
+        for name, offsets in (("end", self.end_offsets), ("log end", self.log_end_offsets)):
+            for partition, offset in offsets.items():
+                if not 0 <= partition < self.partitions:
+                    raise ValueError(f"{self.topic}: partition {partition} outside 0..{self.partitions - 1}")
+                if offset < 0:
+                    raise ValueError(f"{self.topic}-{partition}: negative {name} offset {offset}")
         return self
 
 

@@ -1034,6 +1034,13 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
 
 
 def _why_withheld(decision: Decision, e: Evidence) -> str:
+    if decision.withheld is WithheldReason.COLLECTOR_CLOCK_AHEAD:
+        return (
+            "withheld: the coordinator record this proof weighed lies at or above the transaction log's end "
+            "measured after the leader's report, so it was written after the report although its stamp puts it "
+            "well before: the collector's clock runs ahead of the coordinator's (fix the clocks: NTP); judged again "
+            "on the next reports"
+        )
     if decision.withheld is WithheldReason.COMMIT_OR_LATE_WRITE:
         return (
             "withheld: the committed transaction's Prepare record listed this partition, and this transaction was "

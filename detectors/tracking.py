@@ -24,7 +24,7 @@ from typing import Any, Literal, NamedTuple
 
 from detectors.abort import plan_abort
 from detectors.contract import OWNING_STATES, TRANSACTION_LOG_TOPIC
-from detectors.currency import CurrencyState, ViewCurrency
+from detectors.currency import CurrencyState, ViewCurrency, coordinator_partition
 from detectors.lateness import age_ms
 from detectors.models import (
     AbortCandidate,
@@ -633,6 +633,29 @@ class BucketState:
         # A rewound partition re-judges everything, as a lost record does (a gap only limits later positions).
         self.undecodable_changed |= len(self.currency.rewound) > rewound
 
+    def _record_after_report(self, producer_id: int, transactional_id: str | None, moment_ms: int) -> bool:
+        """The coordinator record a HANGING proof weighed against the report at `moment_ms` was appended after
+        that moment, by the transaction log's offsets (`ViewCurrency.appended_after`), although the stamps put it
+        before: the collector's clock runs ahead. Only for records of the transaction log (the describe
+        fallback's records carry no log offset)."""
+        view = self.views.get(producer_id)
+        if view is None or self.currency.transaction_log is None:
+            return False
+        if view.record_json is not None:
+            record = json.loads(view.record_json)
+            if record.get("origin", "transaction-log") != "transaction-log":
+                return False
+            partition, offset = record.get("source_partition", -1), record.get("source_offset", -1)
+        else:  # retired: by a record of the transaction log unless the fallback's topic is read too
+            newest = self.currency.newest.get(self.currency.transaction_log)
+            if transactional_id is None or newest is None or self.config.coordinator_state_topic:
+                return False
+            partition = coordinator_partition(transactional_id, newest.partitions)
+            offset = view.log_offset
+        if partition < 0 or offset < 0:
+            return False
+        return self.currency.appended_after(partition, offset, moment_ms)
+
     def apply_undecodable(self, topic: str, body_json: str) -> None:
         """An "undecodable" fact (`advance_undecodable`): records of `topic` read whose content is lost, and ids
         a decodable record freed again. A change re-judges every open transaction (it is rare)."""
@@ -651,7 +674,10 @@ class BucketState:
         """A CoordinatorLogPosition the collector published (validated by Spark; see streaming/sources.py)."""
         p = json.loads(position_json)
         ends = {int(k): v for k, v in (p.get("end_offsets") or {}).items()}
-        self.currency_changed |= self.currency.add_position(p["topic"], p["partitions"], p["as_of_ms"], ends)
+        log_ends = {int(k): v for k, v in (p.get("log_end_offsets") or {}).items()}
+        self.currency_changed |= self.currency.add_position(
+            p["topic"], p["partitions"], p["as_of_ms"], ends, log_ends
+        )
 
     def view_event(self, now_ms: int) -> Event:
         """The view's lag, for the driver's metrics and console (one stage-2 bucket emits it)."""
@@ -767,6 +793,12 @@ class BucketState:
                 decision = decision._replace(withheld=WithheldReason.COORDINATOR_LOG_REWOUND)
             elif undecodable:
                 decision = decision._replace(withheld=WithheldReason.COORDINATOR_RECORD_UNDECODABLE)
+        if decision.kind is VerdictKind.HANGING and self._record_after_report(
+            key[0], transactional_id, decision.judged_as_of_ms or t.observed_at_ms
+        ):
+            decision = Decision(
+                VerdictKind.UNCONFIRMED, decision.reason, decision.role, WithheldReason.COLLECTOR_CLOCK_AHEAD
+            )
         decided = (decision.kind.value, decision.reason.value if decision.reason else None)
         explanation = None
         events: list[Event] = []
@@ -1022,6 +1054,7 @@ _UNDERMINED = frozenset(
         WithheldReason.COORDINATOR_LOG_REWOUND,
         WithheldReason.COORDINATOR_VIEW_INCONSISTENT,
         WithheldReason.COMMIT_OR_LATE_WRITE,
+        WithheldReason.COLLECTOR_CLOCK_AHEAD,
     }
 )
 

@@ -40,6 +40,7 @@ POSITION_SCHEMA = T.StructType(
         T.StructField("partitions", T.LongType()),
         T.StructField("as_of_ms", T.LongType()),
         T.StructField("end_offsets", T.MapType(T.StringType(), T.LongType())),
+        T.StructField("log_end_offsets", T.MapType(T.StringType(), T.LongType())),  # optional
     ]
 )
 
@@ -128,18 +129,28 @@ def _position_problem(p: Column) -> Column:
         )
         .when(p["partitions"] < 1, F.lit("partitions must be at least 1"))
         .when(
-            F.exists(
-                F.map_entries(p["end_offsets"]),
-                lambda e: (
-                    e["value"].isNull()
-                    | (e["value"] < 0)
-                    | e["key"].cast("long").isNull()
-                    | (e["key"].cast("long") < 0)
-                    | (e["key"].cast("long") >= p["partitions"])
-                ),
-            ),
+            _bad_offsets(p["end_offsets"], p["partitions"]),
             F.lit("end_offsets must map partitions 0..partitions-1 to offsets >= 0"),
         )
+        .when(
+            # Optional (earlier collectors leave it out): a null map makes `exists` null, which passes.
+            _bad_offsets(p["log_end_offsets"], p["partitions"]),
+            F.lit("log_end_offsets must map partitions 0..partitions-1 to offsets >= 0"),
+        )
+    )
+
+
+def _bad_offsets(offsets: Column, partitions: Column) -> Column:
+    """Some entry of a partition -> offset map is not a partition of the topic or not an offset."""
+    return F.exists(
+        F.map_entries(offsets),
+        lambda e: (
+            e["value"].isNull()
+            | (e["value"] < 0)
+            | e["key"].cast("long").isNull()
+            | (e["key"].cast("long") < 0)
+            | (e["key"].cast("long") >= partitions)
+        ),
     )
 
 

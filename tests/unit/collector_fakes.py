@@ -76,6 +76,9 @@ class FakeCluster:
     partition_errors: dict[TP, str] = field(default_factory=dict)  # answered with this error, every time
     not_leader_once: set[TP] = field(default_factory=set)  # NOT_LEADER_OR_FOLLOWER on the first describe
     offset_errors: dict[TP, str] = field(default_factory=dict)  # end_offsets answers this error
+    log_ends: dict[TP, int] = field(
+        default_factory=dict
+    )  # end_offsets(log_end=True); the high watermark if absent
     views: list[dict[TP, int]] = field(default_factory=list)  # scripted metadata answers, then `leaders`
     # The leaders' epochs (none: Metadata without epochs); `epoch_views` are scripted answers, then `epochs`.
     epochs: dict[TP, int] = field(default_factory=dict)
@@ -92,10 +95,12 @@ class FakeCluster:
     fetch_calls: list[dict[int, list[tuple[TP, int]]]] = field(default_factory=list)
     offsets_calls: list[dict[int, list[TP]]] = field(default_factory=list)
     end_offsets_calls: list[tuple[int, dict[int, list[TP]]]] = field(default_factory=list)  # (clock, asked)
+    log_end_calls: list[tuple[int, dict[int, list[TP]]]] = field(default_factory=list)  # (clock, asked)
     # the leader epochs each call sent, in call order
     fetch_epochs: list[dict[TP, int]] = field(default_factory=list)
     offsets_epochs: list[dict[TP, int]] = field(default_factory=list)
     end_offsets_epochs: list[dict[TP, int]] = field(default_factory=list)
+    log_end_epochs: list[dict[TP, int]] = field(default_factory=list)
     metadata_topics: list[list[str] | None] = field(default_factory=list)
     denied_topics: set[str] = field(default_factory=set)  # Metadata by name: TOPIC_AUTHORIZATION_FAILED
     timeout_calls: list[list[int]] = field(default_factory=list)
@@ -187,13 +192,20 @@ class FakeCluster:
         return out
 
     def end_offsets(
-        self, wanted: Mapping[int, Sequence[TP]], leader_epochs: Mapping[TP, int] | None = None
+        self,
+        wanted: Mapping[int, Sequence[TP]],
+        leader_epochs: Mapping[TP, int] | None = None,
+        *,
+        log_end: bool = False,
     ) -> dict[TP, EndOffset]:
         # The clock ticks when the request is sent: as_of_ms must have been read before.
         self.clock += 1
-        self.end_offsets_calls.append((self.clock, {b: list(tps) for b, tps in wanted.items()}))
+        if log_end:
+            self.log_end_calls.append((self.clock, {b: list(tps) for b, tps in wanted.items()}))
+        else:
+            self.end_offsets_calls.append((self.clock, {b: list(tps) for b, tps in wanted.items()}))
         epochs = dict(leader_epochs or {})
-        self.end_offsets_epochs.append(epochs)
+        (self.log_end_epochs if log_end else self.end_offsets_epochs).append(epochs)
         out: dict[TP, EndOffset] = {}
         for broker, tps in wanted.items():
             for tp in tps:
@@ -204,6 +216,8 @@ class FakeCluster:
                     out[tp] = EndOffset(None, self.offset_errors[tp])
                 elif refused is not None:
                     out[tp] = EndOffset(None, refused)
+                elif log_end:
+                    out[tp] = EndOffset(self.log_ends.get(tp, self.high_watermarks.get(tp, 0)))
                 else:
                     out[tp] = EndOffset(self.high_watermarks.get(tp, 0))
         return out

@@ -259,6 +259,7 @@ def test_offsets_start_batches_and_positions_are_asked_at_the_leader_epoch_of_re
     assert cluster.fetch_epochs == [{ORDERS0: 5, ("orders", 1): 2, (TXN_LOG, 0): 9}]
     assert cluster.offsets_epochs == [{ORDERS0: 5, ("orders", 1): 2, (TXN_LOG, 0): 9}]
     assert cluster.end_offsets_epochs == [{(TXN_LOG, 0): 9}]
+    assert cluster.log_end_epochs == [{(TXN_LOG, 0): 9}]
 
 
 def test_retries_are_bounded_and_the_rest_is_reported_uncovered() -> None:
@@ -542,6 +543,22 @@ def test_as_of_never_precedes_an_answer_even_if_the_clock_steps_back() -> None:
     result = collector.sweep()
     (position,) = result.positions
     assert position.as_of_ms >= max(s.observed_at_ms for s in result.snapshots)
+
+
+def test_position_has_the_log_end_of_each_partition_asked_after_its_high_watermark() -> None:
+    # The log end offsets show the job a collector clock running ahead (a record at or above one was appended
+    # after as_of_ms): asked of the same leaders, after the high watermarks, so both after as_of_ms was read.
+    cluster = with_transaction_log(3)
+    cluster.log_ends = {(TXN_LOG, 0): 12, (TXN_LOG, 2): 35}  # 1: at its high watermark
+    cluster.offset_errors[(TXN_LOG, 1)] = "NOT_LEADER_OR_FOLLOWER"
+    result = make(cluster)[0].sweep()
+    (position,) = result.positions
+    assert position.end_offsets == {0: 10, 2: 30}
+    assert position.log_end_offsets == {0: 12, 2: 35}  # only where the high watermark was measured
+    ((hw_at, _),) = cluster.end_offsets_calls
+    ((leo_at, asked),) = cluster.log_end_calls
+    assert position.as_of_ms < hw_at < leo_at
+    assert sorted(tp for tps in asked.values() for tp in tps) == [(TXN_LOG, 0), (TXN_LOG, 2)]
 
 
 def test_partial_answers_leave_partitions_out_and_are_noted_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -236,7 +236,13 @@ def fact_row(
     return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
 
 
-def position_row(as_of_ms: int, ends: dict[int, int] | None = None, *, partitions: int = 3) -> list[Any]:
+def position_row(
+    as_of_ms: int,
+    ends: dict[int, int] | None = None,
+    *,
+    partitions: int = 3,
+    log_ends: dict[int, int] | None = None,
+) -> list[Any]:
     """A CoordinatorLogPosition row, as streaming.rows.open_transaction_rows passes it (the raw JSON)."""
     position = CoordinatorLogPosition(
         cluster="c",
@@ -245,6 +251,7 @@ def position_row(as_of_ms: int, ends: dict[int, int] | None = None, *, partition
         partitions=partitions,
         as_of_ms=as_of_ms,
         end_offsets=ends if ends is not None else dict.fromkeys(range(partitions), 0),
+        log_end_offsets=log_ends or {},
     )
     values = {"producer_id": -1, "fact": "position", "record_json": position.model_dump_json()}
     values["fact_time_ms"] = as_of_ms

@@ -1,0 +1,211 @@
+"""A collector whose clock runs a minute ahead of the broker's, on a real broker (issue 30, item 3).
+
+A real transaction is open; the collector sweeps twice (its clock, hence every stamp it writes, 60 s ahead), and
+the transaction commits right after the second sweep. Its CompleteCommit is stamped by the coordinator's honest
+clock, so by the stamps the second report came a minute after the commit, and stage 2 proves the committed
+transaction HANGING `coordinator-completed`: an abort candidate for a transaction the coordinator committed.
+
+The positions the collector publishes carry the log end offsets of `__transaction_state` (ListOffsets with
+replica id -2, asked after the high watermarks), and the CompleteCommit lies at or above the second one: it was
+appended after the report, whatever its stamp says. Stage 2 (`detectors.tracking.BucketState`, fed the
+collector's real snapshots and positions and the coordinator's real records) then withholds the proof:
+UNCONFIRMED `collector-clock-ahead`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.structs import TopicPartition
+
+from admin.collector import Collector
+from admin.seams import wall_clock_ms
+from admin.wire import KafkaWire
+from common.settings import CollectorSettings
+from detectors.codec import DecodeError, decode_key, decode_value
+from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.currency import coordinator_partition
+from detectors.models import (
+    CoordinatorLogPosition,
+    CoordinatorRecord,
+    CoordinatorState,
+    DetectionLimits,
+    PartitionSnapshot,
+)
+from detectors.tracking import (
+    EVENT_COLUMNS,
+    STAGE2_INPUT_COLUMNS,
+    BucketState,
+    ReconcileConfig,
+    reconcile_bucket,
+)
+
+pytestmark = pytest.mark.broker
+
+AHEAD_MS = 60_000
+LIMITS = DetectionLimits()
+SETTINGS = CollectorSettings(retry_backoff_ms=100, request_timeout_ms=10_000)
+
+
+def ahead_ms() -> int:
+    return wall_clock_ms() + AHEAD_MS
+
+
+def records_of(bootstrap: str, transactional_id: str) -> list[CoordinatorRecord]:
+    """Every record of the id in `__transaction_state`, read to the end offsets asked now, oldest first."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        parts = [
+            TopicPartition(TRANSACTION_LOG_TOPIC, p)
+            for p in consumer.partitions_for_topic(TRANSACTION_LOG_TOPIC)
+        ]
+        ends = consumer.end_offsets(parts)
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        found: list[CoordinatorRecord] = []
+        deadline = time.monotonic() + 30
+        while any(consumer.position(p) < ends[p] for p in parts):
+            assert time.monotonic() < deadline, "could not read __transaction_state to its end"
+            for records in consumer.poll(timeout_ms=500).values():
+                for r in records:
+                    with contextlib.suppress(DecodeError):
+                        if decode_key(r.key).transactional_id == transactional_id:
+                            found.append(
+                                CoordinatorRecord.from_log_value(
+                                    transactional_id,
+                                    decode_value(r.value),
+                                    source_partition=r.partition,
+                                    source_offset=r.offset,
+                                    source_timestamp_ms=r.timestamp,
+                                )
+                            )
+        return sorted(found, key=lambda r: r.source_offset)
+    finally:
+        consumer.close()
+
+
+def row(**values: Any) -> list[Any]:
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def open_row(snap: PartitionSnapshot) -> list[Any]:
+    (t,) = snap.open_transactions
+    return row(
+        producer_id=t.producer_id,
+        fact="open",
+        topic=snap.topic,
+        partition=snap.partition,
+        snapshot_json=snap.model_dump_json(),
+        observed_at_ms=snap.observed_at_ms,
+        leader=snap.leader,
+        start_offset=t.start_offset,
+        producer_epoch=t.producer_epoch,
+        start_batch_producer_epoch=t.start_batch_producer_epoch,
+        start_timestamp_ms=t.start_timestamp_ms,
+        last_timestamp_ms=t.last_timestamp_ms,
+        opened_after_ms=t.opened_after_ms,
+        seen_open_ms=t.seen_open_ms,
+    )
+
+
+def position_row(p: CoordinatorLogPosition) -> list[Any]:
+    return row(producer_id=-1, fact="position", record_json=p.model_dump_json(), fact_time_ms=p.as_of_ms)
+
+
+def view_row(r: CoordinatorRecord) -> list[Any]:
+    return row(
+        producer_id=r.producer_id,
+        fact="view",
+        transactional_id=r.transactional_id,
+        record_json=r.model_dump_json(),
+        fact_time_ms=r.last_update_timestamp_ms,
+        log_offset=r.source_offset,
+    )
+
+
+def applied_row(ends: dict[int, int]) -> list[Any]:
+    return row(
+        producer_id=-1,
+        fact="applied",
+        transactional_id=TRANSACTION_LOG_TOPIC,
+        record_json=json.dumps(ends),
+        fact_time_ms=0,
+    )
+
+
+def batch(bucket: BucketState, now_ms: int, *rows: list[Any]) -> list[dict[str, Any]]:
+    columns = [list(c) for c in zip(*rows, strict=True)]
+    return [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in reconcile_bucket(bucket, columns, now_ms)]
+
+
+def test_a_commit_after_the_report_of_a_collector_whose_clock_runs_ahead_is_not_hanging(
+    bootstrap: str, unique: str
+) -> None:
+    topic, tid = f"{unique}orders", f"{unique}tx"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid, acks="all")
+    wire = KafkaWire(admin, request_timeout_ms=SETTINGS.request_timeout_ms, clock_ms=ahead_ms)
+    collector = Collector(wire, cluster="test", settings=SETTINGS, open_partitions=set(), clock_ms=ahead_ms)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"x").get(timeout=30)
+        first = collector.sweep()
+        time.sleep((LIMITS.grace_ms + LIMITS.clock_skew_ms) / 1000 + 1)
+        second = collector.sweep()
+        producer.commit_transaction()  # after the second sweep measured the log
+        deadline = time.monotonic() + 30
+        while (records := records_of(bootstrap, tid))[-1].state is not CoordinatorState.COMPLETE_COMMIT:
+            assert time.monotonic() < deadline, records
+            time.sleep(0.2)
+        third = collector.sweep()  # the leader no longer reports it; the log measured after the commit
+    finally:
+        with contextlib.suppress(Exception):
+            producer.close(timeout=5)
+        admin.close()
+
+    partition = coordinator_partition(tid, first.positions[0].partitions)
+    (position_1,), (position_2,), (position_3,) = first.positions, second.positions, third.positions
+    # The log end offset, asked of a real broker with replica id -2: at least the high watermark.
+    assert position_2.log_end_offsets[partition] >= position_2.end_offsets[partition]
+    snaps = [[s for s in sweep.snapshots if s.topic == topic] for sweep in (first, second)]
+    assert all(len(s) == 1 and len(s[0].open_transactions) == 1 for s in snaps), snaps
+    done = records[-1]
+    assert done.source_offset >= position_2.log_end_offsets[partition], (
+        "the commit was appended after the report"
+    )
+    # By the stamps, the report followed the commit by far more than the grace and skew.
+    assert snaps[1][0].observed_at_ms - done.last_update_timestamp_ms > AHEAD_MS - 10_000
+
+    # Stage 2, on the collector's clock, fed what the job would read: the Ongoing record, both reports and their
+    # positions, then the CompleteCommit and the position measured after it (the view current as of then).
+    config = ReconcileConfig(
+        limits=LIMITS, expire_after_ms=600_000, view_ttl_ms=3_600_000, bootstrap=bootstrap
+    )
+    bucket = BucketState(config, {}, {})
+    ongoing = [r for r in records if r.state is CoordinatorState.ONGOING][-1]
+    before = dict.fromkeys(range(position_1.partitions), 0) | {partition: ongoing.source_offset + 1}
+    batch(
+        bucket,
+        ahead_ms(),
+        view_row(ongoing),
+        applied_row(before),
+        open_row(snaps[0][0]),
+        position_row(position_1),
+    )
+    batch(bucket, ahead_ms(), open_row(snaps[1][0]), position_row(position_2))
+    ends = {p: position_3.end_offsets.get(p, 0) for p in range(position_3.partitions)}
+    events = batch(bucket, ahead_ms(), view_row(done), applied_row(ends), position_row(position_3))
+
+    verdicts = [e for e in events if e["event"] == "VERDICT"]
+    assert verdicts, events
+    (verdict,) = verdicts
+    assert verdict["kind"] != "HANGING", verdict["explanation"]
+    assert (verdict["kind"], verdict["withheld"]) == ("UNCONFIRMED", "collector-clock-ahead"), verdict
+    assert not [e for e in events if e["event"] == "OPENED"]
