@@ -185,8 +185,8 @@ ABORT_EPILOG = f"""\
 exit codes:
   {EXIT_DONE}  aborted and post-checked (the LSO moved past the start offset), or a dry run that verified the abort
      is safe right now
-  {EXIT_ERROR}  error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the cluster),
-     the marker failed, or it was written but the post-check failed
+  {EXIT_ERROR}  error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the cluster,
+     ClusterAction before Kafka 3.8), the marker failed, or it was written but the post-check failed
   {EXIT_REFUSED}  refused, no marker written: the transaction changed since the plan (committed or aborted by someone
      else, epoch, coordinator epoch or start offset moved), or its coordinator owns it (Ongoing with this
      partition, or any Prepare state), or the coordinator side cannot be checked, or another execution holds
@@ -204,8 +204,8 @@ COMMIT_EPILOG = f"""\
 exit codes:
   {EXIT_DONE}  committed and post-checked (the LSO moved past the start offset and a read_committed reader gets the
      record at the start offset), or a dry run that verified the COMMIT is safe right now
-  {EXIT_ERROR}  error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the cluster),
-     the marker failed, or it was written but the post-check failed
+  {EXIT_ERROR}  error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the cluster,
+     ClusterAction before Kafka 3.8), the marker failed, or it was written but the post-check failed
   {EXIT_REFUSED}  refused, no marker written: abort-candidate (not a lost commit: `proposals abort` is its command),
      commit-unproven (the evidence does not show the PrepareCommit listed the partition), commit-owner-gone or
      coordinator-contradicts-commit (the coordinator no longer shows the commit), the transaction changed since

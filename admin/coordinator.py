@@ -3,7 +3,7 @@
 
 Each poll lists every transactional id on every broker (the broker that lists an id coordinates it), describes
 the ids that are new or changed state, plus every active transaction (only those running longer than the
-DurationFilter, where ListTransactions v1 exists), plus every id whose producer id the sweeps since the last poll
+DurationFilter, asked per broker: `_long_running`), plus every id whose producer id the sweeps since the last poll
 saw with an open transaction (`saw_open`), and returns the records whose content changed. An id that
 disappears from the listing gets a tombstone record only once its current coordinator shows it expired (the
 leader of its `__transaction_state` partition listed, and answers TRANSACTIONAL_ID_NOT_FOUND for it): a
@@ -40,6 +40,7 @@ from admin.seams import (
     TransactionDescription,
     TransactionListing,
 )
+from admin.versions import takes_duration_filter
 from detectors.contract import OWNING_STATES, TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
 from detectors.models import CoordinatorLogPosition, CoordinatorRecord, CoordinatorState, TopicPartition
@@ -118,6 +119,11 @@ def tombstone(transactional_id: str, *, seen_at_ms: int) -> CoordinatorRecord:
 def open_producer_ids(sweep: SweepResult) -> set[int]:
     """The producer ids the sweep saw with an open transaction, on any partition."""
     return {t.producer_id for s in sweep.snapshots for t in s.open_transactions}
+
+
+def active_on(current: Mapping[str, TransactionListing], brokers: set[int]) -> set[str]:
+    """The transactional ids listed active (Ongoing, Prepare*) by one of `brokers`, their coordinators."""
+    return {tid for tid, t in current.items() if t.state in ACTIVE_STATES and t.coordinator in brokers}
 
 
 def _content(record: CoordinatorRecord) -> CoordinatorRecord:
@@ -245,7 +251,6 @@ class CoordinatorPoller:
         self._noted: set[str] = set()
         # Ids gone from the listing whose expiry could not be shown (`_expired`), counted per poll that met them.
         self.withheld_expiries = 0
-        self._warned_filter = False
         self._run_id = uuid.uuid4().hex[:8]
         self._seq = 0
         self._probes: dict[int, str] = {}
@@ -444,18 +449,14 @@ class CoordinatorPoller:
             or t.producer_id in self._seen_open
         }
         long_running: ListingResult | None = None
-        if self._duration_filter_ms > 0 and self._wire.supports_duration_filter():
-            long_running = self._wire.list_transactions(
-                states=ACTIVE_STATES, duration_filter_ms=self._duration_filter_ms
-            )
+        if self._duration_filter_ms > 0:
+            long_running = self._long_running(listing)
             wanted |= {t.transactional_id for t in long_running.listings if t.transactional_id in current}
+            # A broker that listed its long-running transactions neither with the filter nor without it: every
+            # active transaction it listed a moment ago is described instead (the position stays withheld:
+            # `_incomplete`, duration-listing-failed).
+            wanted |= active_on(current, set(long_running.failed))
         else:
-            if self._duration_filter_ms > 0 and not self._warned_filter:
-                self._warned_filter = True
-                log.warning(
-                    "ListTransactions' DurationFilter needs Kafka 3.8+ (KIP-994); describing every active "
-                    "transaction each poll instead"
-                )
             wanted |= {tid for tid, t in current.items() if t.state in ACTIVE_STATES}
 
         changed, failed = self._describe(wanted, current, now)
@@ -468,6 +469,41 @@ class CoordinatorPoller:
                 changed.append(tombstone(tid, seen_at_ms=now))
         self._listed.update(current)
         return changed, self._incomplete(before, after, unserved, listing, long_running, failed)
+
+    def _long_running(self, listing: ListingResult) -> ListingResult:
+        """The active transactions running longer than the DurationFilter, asked per broker (every broker the
+        poll's listing asked): a broker whose ApiVersions offer ListTransactions v1 (Kafka 3.8+, KIP-994) with the
+        filter; any other broker, and one whose filtered listing failed (UNSUPPORTED_VERSION, or any error), again
+        without it, so it lists every active transaction it coordinates. A cluster mid-upgrade mixes both.
+        `failed`: the brokers that answered neither."""
+        asked = sorted(listing.answered | set(listing.failed))
+        apis = self._wire.broker_apis(asked)
+        filtering = [b for b in asked if takes_duration_filter(apis.get(b, {}))]
+        filtered = ListingResult([], {}, frozenset())
+        if filtering:
+            filtered = self._wire.list_transactions(
+                states=ACTIVE_STATES, duration_filter_ms=self._duration_filter_ms, brokers=filtering
+            )
+        for broker, error in sorted(filtered.failed.items()):
+            self._note(
+                f"ListTransactions with a DurationFilter failed on broker {broker} ({error}); asked again "
+                "without the filter"
+            )
+        without = sorted((set(asked) - set(filtering)) | set(filtered.failed))
+        if not without:
+            return filtered
+        self._note(
+            f"{'brokers' if len(without) > 1 else 'broker'} {', '.join(map(str, without))} listed without ListTransactions' DurationFilter (it needs Kafka "
+            "3.8+, KIP-994): every active transaction they coordinate is described each poll"
+        )
+        unfiltered = self._wire.list_transactions(states=ACTIVE_STATES, brokers=without)
+        for broker, error in sorted(unfiltered.failed.items()):
+            self._note(explain("ListTransactions", error, f"broker {broker}"))
+        return ListingResult(
+            filtered.listings + unfiltered.listings,
+            dict(unfiltered.failed),
+            filtered.answered | unfiltered.answered,
+        )
 
     def _describe(
         self, wanted: set[str], current: dict[str, TransactionListing], now: int

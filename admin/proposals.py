@@ -63,6 +63,7 @@ from admin.show import render_list as render_list
 from admin.show import render_show as render_show
 from admin.show import show_json as show_json
 from admin.show import stuck_groups as stuck_groups
+from admin.versions import BrokerApis, marker_acl
 from detectors.abort import (
     ALLOW_LIVE_OWNER_FLAG,
     MarkerResult,
@@ -123,10 +124,15 @@ LEADER_MOVED = frozenset(
 )
 # The broker refused the marker because the partition's producer state moved on: the plan is stale.
 FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "TRANSACTION_COORDINATOR_FENCED", "PRODUCER_FENCED"})
-DENIED_MESSAGE = (
-    "WriteTxnMarkers was denied (CLUSTER_AUTHORIZATION_FAILED): grant the ACL Alter on the cluster (or "
-    "ClusterAction on the cluster) to txnwatch's principal"
-)
+
+
+def denied_message(leader: int, leader_apis: BrokerApis) -> str:
+    """The ACL the leader that denied the marker asks for: Alter on the cluster from Kafka 3.8, ClusterAction
+    before (`admin.versions.marker_acl`, read from that broker's ApiVersions)."""
+    return (
+        f"WriteTxnMarkers was denied (CLUSTER_AUTHORIZATION_FAILED): grant the ACL {marker_acl(leader_apis)} "
+        f"to txnwatch's principal (broker {leader} denied it)"
+    )
 
 
 class ProposalWire(ShowWire, Protocol):
@@ -518,9 +524,12 @@ def write_marker_verified(
                 "expire and another execution take over; run it again",
                 **verified.context,
             )
-        error = send_marker(wire, verified.before.leader, verified.marker)
+        leader = verified.before.leader
+        error = send_marker(wire, leader, verified.marker)
         context = {**verified.context, "marker": verified.marker}
-        answer = marker_answer(error, leader=verified.before.leader, moves=moves)
+        answer = marker_answer(
+            error, leader=leader, moves=moves, leader_apis=wire.broker_apis([leader]).get(leader, {})
+        )
         if answer == MARKER_WRITTEN:
             break
         if answer == LOOK_UP_LEADER_AGAIN:
@@ -816,16 +825,16 @@ LOOK_UP_LEADER_AGAIN: Final = "look-up-leader-again"
 MarkerAnswer = Literal["written", "look-up-leader-again"] | MarkerEnding
 
 
-def marker_answer(error: str | None, *, leader: int, moves: int) -> MarkerAnswer:
+def marker_answer(error: str | None, *, leader: int, moves: int, leader_apis: BrokerApis) -> MarkerAnswer:
     """What a WriteTxnMarkers answer means: `MARKER_WRITTEN`, `LOOK_UP_LEADER_AGAIN` (the first leader move),
-    or the ending (the ACL missing, the marker fenced, a second move, or an error after which the marker may
-    or may not have been written)."""
+    or the ending (the ACL missing, named for the leader's release by its ApiVersions `leader_apis`; the marker
+    fenced; a second move; or an error after which the marker may or may not have been written)."""
     if error is None:
         return MARKER_WRITTEN
     if error in LEADER_MOVED and moves == 0:
         return LOOK_UP_LEADER_AGAIN
     if error == "CLUSTER_AUTHORIZATION_FAILED":
-        return MarkerEnding(AuditOutcome.DENIED, DENIED_MESSAGE, {})
+        return MarkerEnding(AuditOutcome.DENIED, denied_message(leader, leader_apis), {})
     if error in FENCED:
         return MarkerEnding(
             AuditOutcome.REFUSED,

@@ -263,7 +263,10 @@ class TransactionDescription(NamedTuple):
 class CoordinatorWire(Protocol):
     """The coordinator APIs the fallback and inspection need; `admin.wire.KafkaWire` implements them."""
 
-    def supports_duration_filter(self) -> bool: ...
+    def broker_apis(self, brokers: Sequence[int]) -> dict[int, Mapping[int, tuple[int, int]]]:
+        """Each broker's ApiVersions (API key -> (min, max)); empty for a broker whose versions are unknown
+        (`admin.versions` reads them)."""
+        ...
 
     def list_transactions(
         self,
@@ -271,7 +274,11 @@ class CoordinatorWire(Protocol):
         producer_ids: Sequence[int] = (),
         states: Sequence[str] = (),
         duration_filter_ms: int | None = None,
-    ) -> ListingResult: ...
+        brokers: Sequence[int] | None = None,
+    ) -> ListingResult:
+        """ListTransactions on `brokers` (None: every broker), concurrently; a broker whose request fails (a
+        DurationFilter to a broker without ListTransactions v1 fails UNSUPPORTED_VERSION) is in `failed`."""
+        ...
 
     def describe_transactions(
         self, by_coordinator: Mapping[int, Sequence[str]]

@@ -47,6 +47,7 @@ from admin.seams import (
     TransactionListing,
     wall_clock_ms,
 )
+from admin.versions import ADMIN_MARKER_TRANSACTION_VERSION, BrokerApis
 from detectors.groups import CONSUMER_OFFSETS_TOPIC, offsets_partition_for
 
 log = logging.getLogger(__name__)
@@ -446,12 +447,22 @@ class KafkaWire:
 
     # ------------------------------------------------------------------------ coordinator fallback
 
-    def supports_duration_filter(self) -> bool:
-        data = self._manager.broker_version_data
+    def broker_apis(self, brokers: Sequence[int]) -> dict[int, BrokerApis]:
+        """Each broker's ApiVersions as its connection negotiated them (connecting if needed); empty for a broker
+        that could not be reached. See `admin.versions` for what they tell."""
+        results = self._run(self._gather, [(self._broker_apis, (b,)) for b in brokers])
+        return dict(zip(brokers, results, strict=True))
+
+    async def _broker_apis(self, broker: int) -> BrokerApis:
         try:
-            return data is not None and data.api_version(ListTransactionsRequest) >= 1
-        except Errors.IncompatibleBrokerVersion:
-            return False
+            await self._ensure_brokers_known([broker])
+            connection = self._manager.get_connection(broker)
+            await connection
+        except Exception as exc:
+            log.debug("ApiVersions of broker %d unknown: %s", broker, error_name(exc))
+            return {}
+        data = connection.broker_version_data
+        return {} if data is None or data.api_versions is None else dict(data.api_versions)
 
     def list_transactions(
         self,
@@ -459,8 +470,10 @@ class KafkaWire:
         producer_ids: Sequence[int] = (),
         states: Sequence[str] = (),
         duration_filter_ms: int | None = None,
+        brokers: Sequence[int] | None = None,
     ) -> ListingResult:
-        brokers = [b.node_id for b in self._manager.cluster.brokers()]
+        if brokers is None:
+            brokers = [b.node_id for b in self._manager.cluster.brokers()]
         calls = [
             (self._list_broker, (b, list(producer_ids), list(states), duration_filter_ms)) for b in brokers
         ]
@@ -664,6 +677,9 @@ class KafkaWire:
                     transaction_result=transaction_result == "COMMIT",  # false: ABORT, true: COMMIT
                     topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
                     coordinator_epoch=coordinator_epoch,
+                    # Sent (v2, Kafka 4.2+) as Kafka's `Admin.abortTransaction` sends it: see
+                    # `admin.versions.ADMIN_MARKER_TRANSACTION_VERSION`. Left out of v1 (older brokers).
+                    transaction_version=ADMIN_MARKER_TRANSACTION_VERSION,
                 )
             ]
         )

@@ -238,6 +238,11 @@ class FakeCoordinators:
     # A principal without Describe on ids it was not granted: unknown ids are denied, not "not found".
     deny_unknown: bool = False
     long_running: set[str] = field(default_factory=set)
+    # Brokers older than Kafka 3.8 (no ListTransactions v1), brokers whose ApiVersions are unknown, and errors a
+    # broker answers to a DurationFilter listing only.
+    before_3_8: frozenset[int] = frozenset()
+    apis_unknown: frozenset[int] = frozenset()
+    filter_errors: dict[int, str] = field(default_factory=dict)
     described: list[list[str]] = field(default_factory=list)
     list_calls: list[dict[str, Any]] = field(default_factory=list)
     # The brokers whose ListTransactions answers (unless failed), and the leader of each __transaction_state
@@ -245,8 +250,13 @@ class FakeCoordinators:
     coordinator_brokers: frozenset[int] = frozenset({1, 2, 3})
     log_leaders: dict[int, int] = field(default_factory=lambda: {0: 1})
 
-    def supports_duration_filter(self) -> bool:
-        return self.duration_filter
+    def broker_apis(self, brokers: Sequence[int]) -> dict[int, Mapping[int, tuple[int, int]]]:
+        # ListTransactions (key 66): v1 (DurationFilter) from Kafka 3.8; `before_3_8` brokers offer v0 only.
+        return {
+            b: {66: (0, 1 if self.duration_filter and b not in self.before_3_8 else 0)}
+            for b in brokers
+            if b not in self.apis_unknown
+        }
 
     def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
         leaders = {("__transaction_state", p): b for p, b in self.log_leaders.items()}
@@ -258,23 +268,35 @@ class FakeCoordinators:
         producer_ids: Sequence[int] = (),
         states: Sequence[str] = (),
         duration_filter_ms: int | None = None,
+        brokers: Sequence[int] | None = None,
     ) -> ListingResult:
-        self.list_calls.append(
-            {
-                "producer_ids": list(producer_ids),
-                "states": list(states),
-                "duration_filter_ms": duration_filter_ms,
-            }
+        call: dict[str, Any] = {
+            "producer_ids": list(producer_ids),
+            "states": list(states),
+            "duration_filter_ms": duration_filter_ms,
+        }
+        if brokers is not None:
+            call["brokers"] = sorted(brokers)
+        self.list_calls.append(call)
+        asked = self.coordinator_brokers if brokers is None else frozenset(brokers)
+        failed = (
+            dict(self.failed) if brokers is None else {b: e for b, e in self.failed.items() if b in asked}
         )
+        if duration_filter_ms is not None:
+            # A filtered request to a broker without ListTransactions v1 fails in kafka-python (no common
+            # version); `filter_errors` are a broker's own answers to the filter.
+            failed.update({b: "UNSUPPORTED_VERSION" for b in asked & self.before_3_8})
+            failed.update({b: e for b, e in self.filter_errors.items() if b in asked})
         listings = [
             TransactionListing(d.transactional_id, d.producer_id, d.state, d.coordinator)
             for d in self.descriptions.values()
-            if d.coordinator not in self.failed
+            if d.coordinator in asked
+            and d.coordinator not in failed
             and (not producer_ids or d.producer_id in producer_ids)
             and (not states or d.state in states)
             and (duration_filter_ms is None or d.transactional_id in self.long_running)
         ]
-        return ListingResult(listings, dict(self.failed), self.coordinator_brokers - set(self.failed))
+        return ListingResult(listings, failed, frozenset(asked) - set(failed))
 
     def describe_transactions(
         self, by_coordinator: Mapping[int, Sequence[str]]

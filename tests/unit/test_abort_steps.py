@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 from builders import HOUR, T0
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from test_lost_markers import lost_commit
 from test_verified_abort import FakeAuditLog, candidate, commit_cluster, leader, live, owner, scripted
 
 from admin.client import AdminError
 from admin.proposals import (
-    DENIED_MESSAGE,
     LOOK_UP_LEADER_AGAIN,
     MARKER_WRITTEN,
     AbortAttempt,
@@ -30,12 +30,15 @@ from admin.proposals import (
     verified_or_ending,
     verify_live,
 )
+from admin.versions import BrokerApis
 from detectors.abort import post_check, verify_abort
 from detectors.models import AbortCandidate, AuditOutcome, AuditRecord, VerifyOutcome
 
 pytestmark = pytest.mark.unit
 
 NOW = T0 + HOUR
+# What brokers of these releases answer to ApiVersions (kafka-python's table, recorded from real brokers).
+KAFKA_3_7, KAFKA_3_8, KAFKA_4_3 = (BROKER_API_VERSIONS[v] for v in ((3, 7), (3, 8), (4, 3)))
 
 
 def attempt(*, execute: bool = True) -> Attempt:
@@ -121,17 +124,43 @@ def test_unreadable_leader_keeps_the_previous_verification() -> None:
 def test_marker_errors_end_the_run(
     error: str, moves: int, outcome: AuditOutcome, written: bool | None
 ) -> None:
-    answer = marker_answer(error, leader=3, moves=moves)
+    answer = marker_answer(error, leader=3, moves=moves, leader_apis=KAFKA_4_3)
     assert isinstance(answer, MarkerEnding)
     ended = attempt().end(answer.outcome, answer.message, **answer.fields)
     assert ended.audit.outcome is outcome and ended.audit.marker_written is written
-    assert error in ended.audit.message or ended.audit.message == DENIED_MESSAGE
+    assert error in ended.audit.message
 
 
 def test_marker_written_and_first_leader_move() -> None:
-    assert marker_answer(None, leader=1, moves=0) == MARKER_WRITTEN
-    assert marker_answer("NOT_LEADER_OR_FOLLOWER", leader=1, moves=0) == LOOK_UP_LEADER_AGAIN
-    assert marker_answer("UNKNOWN_BROKER", leader=1, moves=0) == LOOK_UP_LEADER_AGAIN
+    assert marker_answer(None, leader=1, moves=0, leader_apis=KAFKA_4_3) == MARKER_WRITTEN
+    assert (
+        marker_answer("NOT_LEADER_OR_FOLLOWER", leader=1, moves=0, leader_apis=KAFKA_4_3)
+        == LOOK_UP_LEADER_AGAIN
+    )
+    assert marker_answer("UNKNOWN_BROKER", leader=1, moves=0, leader_apis=KAFKA_4_3) == LOOK_UP_LEADER_AGAIN
+
+
+@pytest.mark.parametrize(
+    ("leader_apis", "acl"),
+    [
+        pytest.param(KAFKA_4_3, "Alter on the cluster (Kafka 3.8+, KIP-1037; or ClusterAction", id="4.3"),
+        pytest.param(KAFKA_3_8, "Alter on the cluster (Kafka 3.8+, KIP-1037; or ClusterAction", id="3.8"),
+        pytest.param(
+            KAFKA_3_7, "ClusterAction on the cluster (this broker is older than Kafka 3.8", id="3.7"
+        ),
+        pytest.param({}, "ClusterAction on the cluster (this broker is older than Kafka 3.8", id="unknown"),
+    ],
+)
+def test_a_denied_marker_names_the_acl_of_the_leaders_release(leader_apis: BrokerApis, acl: str) -> None:
+    """Before 3.8 `KafkaApis.handleWriteTxnMarkersRequest` authorizes ClusterAction on the cluster only; 3.8+
+    (KIP-1037) Alter first. The leader's ApiVersions tell which (ListTransactions v1 came with 3.8); unknown
+    ones get ClusterAction, which every release accepts."""
+    answer = marker_answer("CLUSTER_AUTHORIZATION_FAILED", leader=3, moves=0, leader_apis=leader_apis)
+    assert isinstance(answer, MarkerEnding) and answer.outcome is AuditOutcome.DENIED
+    assert answer.message.startswith(
+        f"WriteTxnMarkers was denied (CLUSTER_AUTHORIZATION_FAILED): grant the ACL {acl}"
+    )
+    assert "broker 3 denied it" in answer.message
 
 
 class Ticks:

@@ -190,6 +190,7 @@ def test_duration_filter_limits_redescribing_active_transactions() -> None:
         "producer_ids": [],
         "states": list(ACTIVE_STATES),
         "duration_filter_ms": 5_000,
+        "brokers": [1, 2, 3],
     }
 
 
@@ -209,6 +210,61 @@ def test_without_duration_filter_support_every_active_one_is_described(
     assert fake.described[-1] == ["old", "young"]
     assert "Kafka 3.8" in caplog.text
     assert all(c["duration_filter_ms"] is None for c in fake.list_calls)
+
+
+def mixed_cluster(**knobs: Any) -> FakeCoordinators:
+    """Brokers 1-3, each coordinating one young and one long-running Ongoing transaction."""
+    descriptions = {
+        f"{age}-{b}": description(transactional_id=f"{age}-{b}", producer_id=10 * b + i, coordinator=b)
+        for b in (1, 2, 3)
+        for i, age in enumerate(("young", "old"))
+    }
+    return FakeCoordinators(descriptions=descriptions, long_running={"old-1", "old-2", "old-3"}, **knobs)
+
+
+def test_the_duration_filter_is_chosen_per_broker(caplog: pytest.LogCaptureFixture) -> None:
+    """A cluster mid-upgrade: brokers 1 and 2 run 3.8+, broker 3 an older release (no ListTransactions v1).
+    Broker 3 is listed without the filter, so its young transaction is described too; the others with it. No
+    broker fails, nothing is skipped, and the poll is complete."""
+    fake = mixed_cluster(before_3_8=frozenset({3}))
+    p, _ = poller(fake, duration_filter_ms=5_000)
+    p.poll()
+    poll = p.poll_as_of()
+    assert fake.described[-1] == ["old-1", "old-2", "old-3", "young-3"]
+    assert [(c.get("brokers"), c["duration_filter_ms"]) for c in fake.list_calls[-3:]] == [
+        (None, None),
+        ([1, 2], 5_000),
+        ([3], None),
+    ]
+    assert poll.incomplete is None
+    assert "broker 3 listed without ListTransactions' DurationFilter" in caplog.text
+
+
+def test_a_broker_that_fails_the_duration_filter_is_asked_again_without_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Broker 2's ApiVersions offer ListTransactions v1 (kafka-python clamps a connection's versions to the
+    bootstrap broker's, and a broker may still refuse), but it fails the filtered listing: it is asked again
+    without the filter, and its transactions are described, not skipped."""
+    fake = mixed_cluster(filter_errors={2: "UNSUPPORTED_VERSION"})
+    p, _ = poller(fake, duration_filter_ms=5_000)
+    p.poll()
+    poll = p.poll_as_of()
+    assert fake.described[-1] == ["old-1", "old-2", "old-3", "young-2"]
+    assert [(c.get("brokers"), c["duration_filter_ms"]) for c in fake.list_calls[-2:]] == [
+        ([1, 2, 3], 5_000),
+        ([2], None),
+    ]
+    assert poll.incomplete is None
+    assert "failed on broker 2 (UNSUPPORTED_VERSION); asked again without the filter" in caplog.text
+
+
+def test_a_broker_whose_versions_are_unknown_is_listed_without_the_filter() -> None:
+    fake = mixed_cluster(apis_unknown=frozenset({1}))
+    p, _ = poller(fake, duration_filter_ms=5_000)
+    p.poll()
+    p.poll()
+    assert fake.described[-1] == ["old-1", "old-2", "old-3", "young-1"]
 
 
 def test_unknown_state_is_reported_not_fatal(caplog: pytest.LogCaptureFixture) -> None:

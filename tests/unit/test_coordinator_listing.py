@@ -186,7 +186,7 @@ class Polled(FakeCluster, Coordinators):
     """Both seams on one scripted cluster: Metadata from `leaders` (or the scripted `views`, one per call), the
     coordinators as `Coordinators` scripts them, and a DurationFilter listing that can fail per broker."""
 
-    long_running_failed: dict[int, str] = field(default_factory=dict)
+    long_running_failed: dict[int, str] = field(default_factory=dict)  # with the filter and without it
     log_metadata_fails: bool = False
     # Run as a poll sends its ListTransactions (one each, in order): what changed since the sweep before it.
     on_listing: list[Callable[[], None]] = field(default_factory=list)
@@ -202,7 +202,8 @@ class Polled(FakeCluster, Coordinators):
         if kwargs.get("duration_filter_ms") is None and self.on_listing:
             self.on_listing.pop(0)()
         listing = super().list_transactions(**kwargs)
-        if kwargs.get("duration_filter_ms") is None or not self.long_running_failed:
+        # The long-running listings (active states only: with the DurationFilter, and again without it).
+        if not kwargs.get("states") or not self.long_running_failed:
             return listing
         failed = self.long_running_failed
         return ListingResult(
@@ -396,6 +397,25 @@ def test_a_failed_duration_filter_listing_withholds_the_position() -> None:
     f = fallback(duration_filter_ms=5_000, long_running={"tx-1"})
     f.cluster.long_running_failed = {1: "COORDINATOR_LOAD_IN_PROGRESS"}
     assert_withheld_then_vouched(f, "duration-listing-failed", f.cluster.long_running_failed.clear)
+
+
+def test_a_broker_that_lists_no_long_running_transactions_has_its_active_ones_described() -> None:
+    """Broker 1 fails the DurationFilter listing and the listing again without the filter: the failure is acted
+    on, not only counted. Its active tx-1 (young: a working filter would leave it out) is described from the
+    poll's own listing, and the position stays withheld."""
+    f = fallback(duration_filter_ms=5_000)
+    f.cluster.long_running_failed = {1: "COORDINATOR_LOAD_IN_PROGRESS"}
+    f.cluster.clock += 10_000
+    calls, described = len(f.cluster.list_calls), len(f.cluster.described)
+    poll, position = f.publish()
+    assert position is None and poll.incomplete is not None
+    assert poll.incomplete.reason == "duration-listing-failed"
+    assert ["tx-1"] in f.cluster.described[described:]
+    assert [(c.get("brokers"), c["duration_filter_ms"]) for c in f.cluster.list_calls[calls:]] == [
+        (None, None),  # the poll's listing
+        ([1, 2, 3], 5_000),  # every broker offers ListTransactions v1
+        ([1], None),  # broker 1 failed it: asked again without the filter
+    ]
 
 
 def test_a_failed_describe_withholds_the_position_and_is_retried() -> None:

@@ -4,6 +4,7 @@ missing ACL, fenced marker, failed post-check), plus reading the candidates topi
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,6 @@ from test_lost_markers import lost_commit
 
 from admin.proposals import (
     CLAIM_LEASE_MS,
-    DENIED_MESSAGE,
     EXIT_ALREADY_RESOLVED,
     EXIT_COLLISION,
     EXIT_DONE,
@@ -292,8 +292,8 @@ class FakeProposalWire(FakeCluster):
     on_move: dict[str, Any] = field(default_factory=dict)
     deny_describe: bool = False
 
-    def supports_duration_filter(self) -> bool:
-        return True
+    def broker_apis(self, brokers: Sequence[int]) -> dict[int, Mapping[int, tuple[int, int]]]:
+        return self.coordinators.broker_apis(brokers)
 
     def list_transactions(self, **kwargs: Any) -> ListingResult:
         return self.coordinators.list_transactions(**kwargs)
@@ -443,8 +443,19 @@ def test_second_leader_move_is_an_error() -> None:
 def test_missing_cluster_acl_is_named_and_audited() -> None:
     wire = scripted(marker_errors=["CLUSTER_AUTHORIZATION_FAILED"])
     record = run(wire)
-    assert record.outcome is AuditOutcome.DENIED and record.message == DENIED_MESSAGE
-    assert "Alter on the cluster" in record.message and not record.marker_written
+    assert record.outcome is AuditOutcome.DENIED and not record.marker_written
+    assert "grant the ACL Alter on the cluster" in record.message
+
+
+def test_a_marker_denied_by_a_broker_before_3_8_names_cluster_action() -> None:
+    """Kafka 3.7 authorizes WriteTxnMarkers with ClusterAction on the cluster only (KIP-1037 added Alter in 3.8):
+    the leader's ApiVersions (no ListTransactions v1) make the audit name ClusterAction, not Alter."""
+    wire = scripted(marker_errors=["CLUSTER_AUTHORIZATION_FAILED"])
+    wire.coordinators.before_3_8 = frozenset({1, 2, 3})
+    record = run(wire)
+    assert record.outcome is AuditOutcome.DENIED and not record.marker_written
+    assert "grant the ACL ClusterAction on the cluster (this broker is older than Kafka 3.8" in record.message
+    assert "grant the ACL Alter" not in record.message
 
 
 @pytest.mark.parametrize("error", ["TRANSACTION_COORDINATOR_FENCED", "INVALID_PRODUCER_EPOCH"])
