@@ -559,6 +559,9 @@ class CoordinatorEvidence(Model):
     start_timestamp_ms: int
     last_update_timestamp_ms: int
     partition_listed: bool
+    # The transaction version the record shows (its ClientTransactionVersion; 0 where the value has none, as on every
+    # 3.x broker), None when unknown: a record from DescribeTransactions, which does not report it.
+    transaction_version: int | None = None
     # A Complete* record: whether its Prepare record listed the partition (None: that record was not read).
     prepared_partition_listed: bool | None = None
 

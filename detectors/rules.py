@@ -849,6 +849,9 @@ def _evidence(
             start_timestamp_ms=record.start_timestamp_ms,
             last_update_timestamp_ms=record.last_update_timestamp_ms,
             partition_listed=record.lists(ctx.topic, ctx.partition),
+            transaction_version=None
+            if record.origin == "describe-transactions"
+            else record.client_transaction_version,
             prepared_partition_listed=None
             if record.prepared_partitions is None
             else any(
@@ -1024,6 +1027,8 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
             f" (judged as of {_iso(decision.judged_as_of_ms)}, when it was already open and the coordinator "
             f"view was current; the newest report is {_iso(e.observed_at_ms)})"
         )
+    if c is not None:
+        why += f"; {transaction_version_note(c)}"
     if c is not None and c.two_phase_commit:
         why += (
             "; two-phase commit: no timeout (KIP-939, timeout Integer.MAX_VALUE): its transaction manager ends "
@@ -1031,6 +1036,25 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
         )
     why += blocked_groups_note(e.topic, e.partition, e.offset_commit_group)
     return f"{head}; {why}"
+
+
+def transaction_version_note(c: CoordinatorEvidence) -> str:
+    """Which transaction version the coordinator evidence came from, and what that means for its epochs."""
+    v = c.transaction_version
+    if v is None:
+        return (
+            "evidence of transaction version unknown (the coordinator record came from DescribeTransactions, "
+            "which does not report it)"
+        )
+    if v >= EPOCH_BUMP_TRANSACTION_VERSION:
+        return (
+            f"evidence of transaction version {v} (the coordinator record's ClientTransactionVersion: the epoch "
+            "moves at the end of every transaction, KIP-890)"
+        )
+    return (
+        f"evidence of transaction version {v} (the coordinator record's ClientTransactionVersion, 0 where it has "
+        "none, as on every 3.x broker: one epoch from InitProducerId to the next)"
+    )
 
 
 def _why_withheld(decision: Decision, e: Evidence) -> str:
