@@ -218,14 +218,24 @@ def test_snapshots_and_positions_of_another_cluster_are_refused_as_dead_letters(
 def test_positions_ride_with_the_snapshots_and_bad_ones_are_dead_letters(spark: SparkSession) -> None:
     header = [("txnwatch.type", bytearray(b"coordinator-log-position"))]
     good = CoordinatorLogPosition(
-        cluster="c", sweep_id="s", topic="__transaction_state", partitions=2, as_of_ms=7, end_offsets={1: 4}
+        cluster="c",
+        sweep_id="s",
+        topic="__transaction_state",
+        partitions=2,
+        as_of_ms=7,
+        end_offsets={1: 4},
+        log_end_offsets={1: 5},
     ).model_dump_json()
     out_of_range = json.loads(good) | {"end_offsets": {"2": 4}}
+    bad_log_end = json.loads(good) | {"log_end_offsets": {"1": -1}}
+    older = {k: v for k, v in json.loads(good).items() if k != "log_end_offsets"}  # an earlier collector's
     rows = [
         (b"p", good.encode(), "ps", 0, 1, header),
         (b"p", json.dumps(out_of_range).encode(), "ps", 0, 2, header),
         (b"p", b"[]", "ps", 0, 3, header),
         (b"t-0", snapshot("t", 0, NOW).model_dump_json().encode(), "ps", 0, 4, []),
+        (b"p", json.dumps(bad_log_end).encode(), "ps", 0, 5, header),
+        (b"p", json.dumps(older).encode(), "ps", 0, 6, header),
     ]
     raw = spark.createDataFrame(
         rows,
@@ -235,12 +245,14 @@ def test_positions_ride_with_the_snapshots_and_bad_ones_are_dead_letters(spark: 
     parsed = sources.parse_snapshots(raw)
     assert [r.topic for r in sources.good_snapshots(parsed).collect()] == ["t"]
     both = sources.good_snapshots_and_positions(parsed).collect()
-    assert [(r.is_position, r.position_as_of_ms) for r in both] == [(True, 7), (False, None)]
+    assert [(r.is_position, r.position_as_of_ms) for r in both] == [(True, 7), (False, None), (True, 7)]
     assert json.loads(both[0].position_json)["end_offsets"] == {"1": 4}
+    assert json.loads(both[0].position_json)["log_end_offsets"] == {"1": 5}
     dead = {r.source_offset: r.error for r in sources.snapshot_dead_letters(parsed).collect()}
     assert dead == {
         2: "malformed CoordinatorLogPosition: end_offsets must map partitions 0..partitions-1 to offsets >= 0",
         3: "malformed CoordinatorLogPosition: not JSON",
+        5: "malformed CoordinatorLogPosition: log_end_offsets must map partitions 0..partitions-1 to offsets >= 0",
     }
 
 
