@@ -5,6 +5,8 @@
   v2 (KIP-1228, 4.2); a broker that is not in the cluster has none.
 - A describe-mode poll with a DurationFilter lists per broker, and the real broker answers the filtered listing:
   the poll is complete.
+- On a real Kafka 3.7.2 broker: no ListTransactions v1 (a filtered listing fails UNSUPPORTED_VERSION in the client),
+  and a poll with a DurationFilter lists it without the filter, complete.
 - The abort's WriteTxnMarkers as Kafka's own `Admin.abortTransaction` sends it. Between every client and the
   broker runs a TCP proxy written here (the broker advertises the proxy's port, as in test_slow_answers.py) that
   keeps every WriteTxnMarkers request frame. Two identical real orphans are aborted, one by `txnwatch proposals
@@ -26,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from workloads import Proposals, lso, plan_by_hand, run_workload
 
-from admin.coordinator import CoordinatorPoller
+from admin.coordinator import ACTIVE_STATES, CoordinatorPoller
 from admin.seams import ListingResult
 from admin.versions import (
     ADMIN_MARKER_TRANSACTION_VERSION,
@@ -81,6 +83,50 @@ def test_a_duration_filter_poll_lists_per_broker_on_a_real_broker(bootstrap: str
         assert [kw["brokers"] for kw, _ in filtered] == [[broker]]
         assert filtered[0][1].failed == {} and filtered[0][1].answered == {broker}
         assert not [kw for kw, _ in wire.calls if kw.get("brokers") and kw.get("duration_filter_ms") is None]
+        assert poll.incomplete is None, poll.incomplete
+    finally:
+        admin.close()
+
+
+# ---------------------------------------------------------------------------------- a Kafka 3.7.2 broker
+
+
+@pytest.fixture(scope="module")
+def kafka_3_7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A one-node Kafka 3.7.2 bed (KRaft; jars from Maven Central): no ListTransactions v1, WriteTxnMarkers v1."""
+    state_dir: Path = tmp_path_factory.mktemp("kafka-3.7.2")
+    cluster = start_cluster(TestBedConfig(nodes=1, kafka_version="3.7.2"), state_dir)
+    try:
+        yield cluster.bootstrap_servers
+    finally:
+        stop_cluster(state_dir)
+
+
+def test_on_kafka_3_7_the_filter_fails_and_the_poll_lists_without_it(kafka_3_7: str, unique: str) -> None:
+    """What the unit tests' fakes assume, on a real 3.7.2 broker: its ApiVersions offer no ListTransactions v1,
+    a DurationFilter listing sent to it anyway fails UNSUPPORTED_VERSION (kafka-python finds no common version),
+    and a poll with a DurationFilter lists it without the filter and is complete."""
+    producer = KafkaProducer(bootstrap_servers=kafka_3_7, transactional_id=f"{unique}tx")
+    try:
+        producer.init_transactions()  # __transaction_state exists, one id to list
+    finally:
+        producer.close()
+    admin = KafkaAdminClient(bootstrap_servers=kafka_3_7)
+    try:
+        wire = Listings(admin)
+        wire.calls = []
+        (broker,) = wire.metadata().brokers
+        apis = wire.broker_apis([broker])[broker]
+        assert not takes_duration_filter(apis) and not alter_authorizes_markers(apis)
+        assert max_version(apis, WRITE_TXN_MARKERS) == 1
+        forced = wire.list_transactions(states=ACTIVE_STATES, duration_filter_ms=5_000, brokers=[broker])
+        assert forced.failed == {broker: "UNSUPPORTED_VERSION"} and not forced.answered
+        wire.calls = []
+        poll = CoordinatorPoller(
+            wire, duration_filter_ms=5_000, clock_ms=lambda: int(time.time() * 1000)
+        ).poll_as_of()
+        asked = [(kw.get("brokers"), kw.get("duration_filter_ms")) for kw, _ in wire.calls]
+        assert asked == [(None, None), ([broker], None)]
         assert poll.incomplete is None, poll.incomplete
     finally:
         admin.close()
