@@ -50,7 +50,13 @@ $(JARS)/spark/.resolved: dev/jvm/spark/pom.xml dev/jvm/settings.xml | deps
 	$(MVN) -f dev/jvm/spark/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS))/spark
 	@touch $@
 
-jars: $(JARS)/kafka/.resolved $(JARS)/spark/.resolved
+# Kafka Streams for the field-client tests (dev/field_clients.py compiles dev/jvm/streams/FieldStreams.java against it).
+$(JARS)/streams/.resolved: dev/jvm/streams/pom.xml dev/jvm/settings.xml | deps
+	rm -rf $(JARS)/streams
+	$(MVN) -f dev/jvm/streams/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS))/streams
+	@touch $@
+
+jars: $(JARS)/kafka/.resolved $(JARS)/spark/.resolved $(JARS)/streams/.resolved
 
 # promtool, prometheus, helm, kubeconform: built once from the Go module proxy into .cache/bin (dev/gotools.py).
 tools: venv
