@@ -38,6 +38,7 @@ from admin.inspect import (
     render_log_entry,
     render_partition,
 )
+from admin.live import observe
 from admin.metrics import CollectorMetrics, RequestLog, serve
 from admin.proposals import (
     EXIT_ALREADY_RESOLVED,
@@ -53,7 +54,6 @@ from admin.proposals import (
     first_read_committed_offset,
     follow_topic,
     latest_candidates,
-    observe,
     read_topic,
 )
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions

@@ -12,29 +12,25 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import kafka.errors as Errors
 from kafka import KafkaConsumer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from admin.client import AdminError, explain
-from admin.coordinator import record_from_description
-from admin.seams import (
-    ClusterWire,
-    CoordinatorWire,
-    FetchFailure,
-    PartitionProducers,
-    StartBatch,
-    TransactionDescription,
-    TransactionListing,
-    open_transaction,
-    wall_clock_ms,
+from admin.live import (
+    CoordinatorView,
+    LiveWire,
+    ask_coordinators,
+    ask_leader,
+    listing_incomplete,
+    log_leaders_or_none,
 )
+from admin.seams import FetchFailure, StartBatch, open_transaction, wall_clock_ms
 from detectors import lateness
 from detectors.codec import DecodeError, decode_key, decode_value
 from detectors.contract import TRANSACTION_LOG_TOPIC
@@ -42,9 +38,6 @@ from detectors.currency import coordinator_partition
 from detectors.models import CoordinatorRecord, DetectionLimits, OpenTransaction, Verdict
 from detectors.rules import classify, select_coordinator_view
 
-# DescribeProducers answers that mean the leader moved: metadata is read again, up to this many times in all.
-LEADER_ATTEMPTS = 3
-_LEADER_MOVED = frozenset({"NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE"})
 DEFAULT_LIMITS = DetectionLimits()
 VIEW_NOTE = (
     "verdicts: detectors.rules.classify on the coordinators' DescribeTransactions answers, not on "
@@ -54,24 +47,7 @@ VIEW_NOTE = (
 )
 
 
-class InspectWire(ClusterWire, CoordinatorWire, Protocol):
-    """Both seams: partition side and coordinator side."""
-
-
 # --------------------------------------------------------------------------------------- partition
-
-
-@dataclass(frozen=True)
-class CoordinatorView:
-    """What the coordinator says about one producer id (ListTransactions by producer id + DescribeTransactions)."""
-
-    transactional_id: str | None
-    state: str | None = None
-    producer_epoch: int | None = None
-    transaction_timeout_ms: int | None = None
-    transaction_start_ms: int | None = None
-    partition_listed: bool | None = None
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +123,7 @@ def transaction_age_ms(txn: OpenTransaction, now_ms: int) -> int | None:
 
 
 def inspect_partition(
-    wire: InspectWire,
+    wire: LiveWire,
     topic: str,
     partition: int,
     *,
@@ -182,7 +158,7 @@ def inspect_partition(
         starts = wire.fetch_start_batches({leader: [(tp, p.current_txn_start_offset) for p in producers]})
     # "No owner listed" proves nothing unless the listing was complete: every __transaction_state partition
     # led, by the same leader before and after, which answered (`listing_incomplete`).
-    before = _log_leaders_or_none(wire) if producers else {}
+    before = log_leaders_or_none(wire) if producers else {}
     answers = ask_coordinators(wire, [p.producer_id for p in producers])
     unlisted = any(p.producer_id not in answers.owners for p in producers)
     incomplete = (
@@ -230,238 +206,6 @@ def inspect_partition(
             )
         )
     return report
-
-
-def _log_leaders_or_none(wire: ClusterWire) -> dict[int, int] | None:
-    # Read before the listing; None (a failure) is a reason `listing_incomplete` gives.
-    try:
-        return transaction_log_leaders(wire)
-    except Errors.KafkaError:
-        return None
-
-
-def ask_leader(
-    wire: ClusterWire, topic: str, partition: int, sleep: Callable[[float], None]
-) -> tuple[int, int, PartitionProducers]:
-    """(leader, arrival of its answer, the partition's producers), asking a moved leader's successor.
-
-    Raises:
-        AdminError: unknown partition, no leader, or DescribeProducers failed.
-    """
-    tp = (topic, partition)
-    attempt = 1
-    while True:
-        view = wire.metadata()
-        if tp not in view.leaders:
-            raise AdminError(f"{topic}-{partition} does not exist (or Describe on topic {topic} is missing)")
-        leader = view.leaders[tp]
-        if leader < 0:
-            raise AdminError(f"{topic}-{partition} has no leader right now")
-        batches = wire.describe_producers({leader: [[tp]]})
-        if len(batches) != 1:
-            raise AdminError(
-                f"DescribeProducers for {topic}-{partition}: {len(batches)} answers to one request"
-            )
-        batch = batches[0]
-        if batch.error is not None:
-            raise AdminError(explain("DescribeProducers", batch.error, f"broker {leader}", batch.message))
-        result = batch.results.get(tp, PartitionProducers("MISSING_FROM_RESPONSE"))
-        if result.error not in _LEADER_MOVED or attempt >= LEADER_ATTEMPTS:
-            break
-        attempt += 1
-        sleep(0.3)
-    if result.error is not None:
-        raise AdminError(explain("DescribeProducers", result.error, topic, result.message))
-    return leader, batch.received_at_ms, result
-
-
-@dataclass(frozen=True)
-class CoordinatorAnswers:
-    """What the coordinators said about some producer ids: the transactional id that currently owns each
-    (ListTransactions by producer id), its description, and the brokers whose listing failed."""
-
-    owners: dict[int, TransactionListing]
-    described: dict[str, TransactionDescription]
-    listing_failed: dict[int, str]
-    listing_answered: frozenset[int] = frozenset()
-
-    def records(self, *, seen_at_ms: int) -> tuple[dict[str, CoordinatorRecord], dict[str, str]]:
-        """The usable descriptions as coordinator records (origin describe-transactions) by transactional id,
-        and why each other described id is unusable.
-
-        The API does not say when a coordinator last changed a transaction, so `last_update_timestamp_ms` is
-        `seen_at_ms` (read after the answers arrived): no rule may date a change earlier than it was seen.
-        """
-        records: dict[str, CoordinatorRecord] = {}
-        unusable: dict[str, str] = {}
-        for tid, d in self.described.items():
-            if d.error is not None:
-                continue
-            try:
-                records[tid] = record_from_description(d, seen_at_ms=seen_at_ms)
-            except ValueError as exc:  # pydantic's ValidationError included
-                unusable[tid] = f"DescribeTransactions {tid}: unusable answer: {exc}"
-        return records, unusable
-
-    def view(
-        self, producer_id: int, topic: str, partition: int, unusable: Mapping[str, str]
-    ) -> CoordinatorView:
-        """What is shown of the owner of `producer_id`, or why it is unknown (`error`)."""
-        owner = self.owners.get(producer_id)
-        if owner is None:
-            failed = ", ".join(f"broker {b}: {e}" for b, e in sorted(self.listing_failed.items()))
-            return CoordinatorView(None, error=f"ListTransactions failed on {failed}" if failed else None)
-        d = self.described.get(owner.transactional_id)
-        if d is None or d.error is not None:
-            error = d.error if d is not None and d.error is not None else "NOT_DESCRIBED"
-            return CoordinatorView(
-                owner.transactional_id,
-                state=owner.state,
-                error=explain("DescribeTransactions", error, owner.transactional_id),
-            )
-        if d.transactional_id in unusable:
-            return CoordinatorView(owner.transactional_id, state=d.state, error=unusable[d.transactional_id])
-        return CoordinatorView(
-            owner.transactional_id,
-            state=d.state,
-            producer_epoch=d.producer_epoch,
-            transaction_timeout_ms=d.timeout_ms,
-            transaction_start_ms=d.start_time_ms,
-            partition_listed=(topic, partition) in d.partitions,
-        )
-
-
-def ask_coordinators(wire: CoordinatorWire, producer_ids: Sequence[int]) -> CoordinatorAnswers:
-    """The transactional id that currently owns each producer id, and its DescribeTransactions answer."""
-    if not producer_ids:
-        return CoordinatorAnswers({}, {}, {})
-    wanted = set(producer_ids)
-    listing = wire.list_transactions(producer_ids=producer_ids)
-    owners = {t.producer_id: t for t in listing.listings if t.producer_id in wanted}
-    by_coordinator: dict[int, list[str]] = {}
-    for t in owners.values():
-        by_coordinator.setdefault(t.coordinator, []).append(t.transactional_id)
-    described = {
-        d.transactional_id: d for d in (wire.describe_transactions(by_coordinator) if by_coordinator else [])
-    }
-    return CoordinatorAnswers(owners, described, dict(listing.failed), listing.answered)
-
-
-def describe_by_id(wire: InspectWire, transactional_ids: Sequence[str]) -> dict[str, TransactionDescription]:
-    """DescribeTransactions for some ids, each sent to its coordinator: the leader of its `__transaction_state`
-    partition (`Utils.abs(javaHash(id)) % partitions`, as Kafka places it).
-
-    Raises:
-        AdminError: `__transaction_state` is unknown to this principal, or a partition has no leader.
-    """
-    view = wire.metadata([TRANSACTION_LOG_TOPIC])
-    leaders = {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
-    if not leaders:
-        raise AdminError(
-            f"{TRANSACTION_LOG_TOPIC} is not visible (Describe on topic {TRANSACTION_LOG_TOPIC}?)"
-        )
-    by_coordinator: dict[int, list[str]] = {}
-    for tid in transactional_ids:
-        leader = leaders.get(coordinator_partition(tid, len(leaders)), -1)
-        if leader < 0:
-            raise AdminError(f"the coordinator of transactional id {tid} has no leader right now")
-        by_coordinator.setdefault(leader, []).append(tid)
-    return {d.transactional_id: d for d in wire.describe_transactions(by_coordinator)}
-
-
-LISTING_INCOMPLETE = "coordinator-listing-incomplete"
-
-
-def transaction_log_leaders(wire: ClusterWire) -> dict[int, int]:
-    """Each `__transaction_state` partition's leader (-1: none); empty when the topic is not visible.
-
-    Raises:
-        kafka.errors.KafkaError: no broker answered Metadata.
-    """
-    view = wire.metadata([TRANSACTION_LOG_TOPIC])
-    return {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
-
-
-def probe_ids(partitions: int) -> dict[int, str]:
-    """One transactional id nobody uses per `__transaction_state` partition (partition -> id)."""
-    run = uuid.uuid4().hex
-    out: dict[int, str] = {}
-    i = 0
-    while len(out) < partitions:
-        tid = f"txnwatch-describe-probe-{run}-{i}"
-        out.setdefault(coordinator_partition(tid, partitions), tid)
-        i += 1
-    return out
-
-
-def listing_incomplete(
-    wire: InspectWire, before: Mapping[int, int] | None, answered: Collection[int]
-) -> str | None:
-    """Why a ListTransactions answer may have left owners out, or None when it cannot have.
-
-    A coordinator lists only the transactional ids of the `__transaction_state` partitions it leads and has
-    loaded (`TransactionStateManager.listTransactionStates`); a partition without a leader is listed by nobody,
-    silently. So "no owner listed" is evidence only when, for every `__transaction_state` partition:
-    - it had the same leader before the listing (`before`) and after it (read here), and that leader answered
-      the listing without an error (`answered`): a loading coordinator answers COORDINATOR_LOAD_IN_PROGRESS;
-    - its leader serves it now: DescribeTransactions for an id nobody uses, on that leader, answers
-      TRANSACTIONAL_ID_NOT_FOUND (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS: moving or loading). The same
-      answer shows that the principal may Describe every id: ListTransactions silently leaves out the ids it
-      may not (TRANSACTIONAL_ID_AUTHORIZATION_FAILED names the ACL to grant).
-    A leader that lost and regained a partition between the two Metadata reads is not seen (Metadata here
-    carries no leader epoch); it would have to reload the partition within that second.
-
-    Returns:
-        None, or a reason starting with `coordinator-listing-incomplete: `.
-    """
-    if before is None:
-        return f"{LISTING_INCOMPLETE}: Metadata for {TRANSACTION_LOG_TOPIC} failed before the listing"
-    if not before:
-        return (
-            f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} is not visible (Describe on topic "
-            f"{TRANSACTION_LOG_TOPIC}?)"
-        )
-    try:
-        after = transaction_log_leaders(wire)
-    except Errors.KafkaError as exc:
-        return f"{LISTING_INCOMPLETE}: Metadata for {TRANSACTION_LOG_TOPIC}: {exc}"
-    for p in sorted(set(before) | set(after)):
-        first, now = before.get(p, -1), after.get(p, -1)
-        if first < 0 or now < 0:
-            return f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} partition {p} has no leader"
-        if first != now:
-            return (
-                f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} partition {p} moved from broker {first} to "
-                f"broker {now} during the listing"
-            )
-        if now not in answered:
-            return (
-                f"{LISTING_INCOMPLETE}: broker {now}, the leader of {TRANSACTION_LOG_TOPIC} partition {p}, did "
-                "not answer ListTransactions"
-            )
-    probes = probe_ids(len(after))
-    by_leader: dict[int, list[str]] = {}
-    for p, tid in sorted(probes.items()):
-        by_leader.setdefault(after[p], []).append(tid)
-    try:
-        answers = {d.transactional_id: d for d in wire.describe_transactions(by_leader)}
-    except Errors.KafkaError as exc:
-        return f"{LISTING_INCOMPLETE}: DescribeTransactions: {exc}"
-    for p, tid in sorted(probes.items()):
-        d = answers.get(tid)
-        error = "NOT_DESCRIBED" if d is None else d.error or "FOUND"
-        if error == "TRANSACTIONAL_ID_NOT_FOUND":
-            continue
-        if error == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
-            return (
-                f"{LISTING_INCOMPLETE}: ListTransactions lists only the ids this principal may Describe; grant "
-                "the ACL Describe on TransactionalId '*' to txnwatch's principal"
-            )
-        return (
-            f"{LISTING_INCOMPLETE}: broker {after[p]} does not serve {TRANSACTION_LOG_TOPIC} partition {p} "
-            f"({explain('DescribeTransactions', error)}): moving or loading"
-        )
-    return None
 
 
 def iso(ms: int | None) -> str:

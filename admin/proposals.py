@@ -9,9 +9,9 @@ each a function here:
 - `plan`: the attempt and the candidate's `WriteTxnMarkersSpec` (built purely by `detectors.abort.plan_abort`);
   `audit_history_ending` ends it when the audit log shows the candidate aborted already;
 - `claim` (`--execute` only): a CLAIMED record on the audit log, so concurrent executions write one marker;
-- `verify_live`: `observe` reads the partition's leader (DescribeProducers, ListOffsets) and the coordinator that
-  owns the producer id (ListTransactions by producer id, DescribeTransactions); `detectors.abort.verify_marker`
-  decides for the command's marker (`verified_or_ending`);
+- `verify_live`: `observe` (admin/live.py) reads the partition's leader (DescribeProducers, ListOffsets) and the
+  coordinator that owns the producer id (ListTransactions by producer id, DescribeTransactions);
+  `detectors.abort.verify_marker` decides for the command's marker (`verified_or_ending`);
 - `send_marker`: one WriteTxnMarkers (ABORT, or COMMIT) to the current leader with the coordinator epoch it
   reports (0 when negative, never -1); `marker_answer` maps its error: NOT_LEADER_OR_FOLLOWER (and the other
   leader-moved errors) once means metadata is read again, everything verified again, and the marker goes to the
@@ -42,16 +42,9 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from admin.client import AdminError, error_name, explain
-from admin.inspect import (
-    InspectWire,
-    ask_coordinators,
-    ask_leader,
-    describe_by_id,
-    iso,
-    listing_incomplete,
-    transaction_log_leaders,
-)
-from admin.seams import TransactionDescription, wall_clock_ms
+from admin.inspect import iso
+from admin.live import LiveWire, observe
+from admin.seams import wall_clock_ms
 from admin.show import ActWith as ActWith
 from admin.show import ShowWire
 from admin.show import Surroundings as Surroundings
@@ -79,8 +72,6 @@ from detectors.models import (
     AbortCandidate,
     AuditOutcome,
     AuditRecord,
-    LeaderProducer,
-    LiveCoordinator,
     LiveEvidence,
     PostCheck,
     VerifyOutcome,
@@ -275,120 +266,6 @@ def audit_records(records: Iterable[tuple[Any, Any]]) -> tuple[list[AuditRecord]
         except ValueError:
             malformed += 1
     return out, malformed
-
-
-# ------------------------------------------------------------------------------------------ observe
-
-
-def observe(
-    wire: InspectWire,
-    candidate: AbortCandidate,
-    *,
-    clock_ms: Callable[[], int] = wall_clock_ms,
-    sleep: Callable[[float], None] = time.sleep,
-) -> LiveEvidence:
-    """The candidate's partition and coordinator, read now: the leader's row for the producer id, the other open
-    transactions, LSO and high watermark, and the transactional id that owns the producer id.
-
-    Raises:
-        AdminError: unknown partition, no leader, or the leader's DescribeProducers failed.
-    """
-    tp = (candidate.topic, candidate.partition)
-    pid = candidate.spec.producer_id
-    leader, observed, result = ask_leader(wire, candidate.topic, candidate.partition, sleep)
-    mine = [p for p in result.producers if p.producer_id == pid]
-    producer = (
-        LeaderProducer(
-            producer_id=mine[0].producer_id,
-            producer_epoch=mine[0].producer_epoch,
-            coordinator_epoch=max(-1, mine[0].coordinator_epoch),
-            current_txn_start_offset=max(-1, mine[0].current_txn_start_offset),
-            last_timestamp_ms=mine[0].last_timestamp_ms,
-            last_sequence=max(-1, mine[0].last_sequence),
-        )
-        if mine
-        else None
-    )
-    others = tuple(
-        sorted(
-            (p.producer_id, p.current_txn_start_offset)
-            for p in result.producers
-            if p.producer_id != pid and p.current_txn_start_offset >= 0
-        )
-    )
-    offsets = wire.list_offsets({leader: [tp]}).get(tp)
-    coordinator, coordinator_error = _ask_coordinator(wire, candidate)
-    return LiveEvidence(
-        observed_at_ms=observed,
-        leader=leader,
-        producer=producer,
-        other_open=others,
-        last_stable_offset=offsets.last_stable_offset if offsets else None,
-        high_watermark=offsets.high_watermark if offsets else None,
-        coordinator=coordinator,
-        coordinator_error=coordinator_error,
-    )
-
-
-def _ask_coordinator(
-    wire: InspectWire, candidate: AbortCandidate
-) -> tuple[LiveCoordinator | None, str | None]:
-    """The transactional id that owns the candidate's producer id now, or None when no id owns it; or why the
-    coordinator side cannot be shown (the second element).
-
-    "No owner listed" is evidence only when the listing was complete: every `__transaction_state` partition has
-    a leader that served it loaded and answered, and the principal may Describe every id
-    (`admin.inspect.listing_incomplete`, whose `coordinator-listing-incomplete: ...` reason refuses the abort
-    otherwise). The id the candidate's evidence names (the
-    producer id's last known owner) is described too, so its current state is read even if it was not listed.
-    """
-    pid = candidate.spec.producer_id
-    try:
-        before = transaction_log_leaders(wire)  # `listing_incomplete` compares them with those after
-        answers = ask_coordinators(wire, [pid])
-    except Errors.KafkaError as exc:
-        return None, explain("ListTransactions", error_name(exc))
-    owner = answers.owners.get(pid)
-    if owner is None and answers.listing_failed:
-        failed = "; ".join(
-            explain("ListTransactions", e, f"broker {b}") for b, e in sorted(answers.listing_failed.items())
-        )
-        return None, failed
-    if owner is not None:
-        d = answers.described.get(owner.transactional_id)
-        if d is None or d.error is not None:
-            error = d.error if d is not None and d.error is not None else "NOT_DESCRIBED"
-            return None, explain("DescribeTransactions", error, owner.transactional_id)
-        return _live_coordinator(candidate, d), None
-    named = candidate.evidence.coordinator.transactional_id if candidate.evidence.coordinator else None
-    problem = listing_incomplete(wire, before, answers.listing_answered)
-    if problem is not None:
-        return None, f"cannot show that no transactional id owns producer {pid}: {problem}"
-    if named:
-        try:
-            described = describe_by_id(wire, [named])
-        except (Errors.KafkaError, AdminError) as exc:
-            return None, f"DescribeTransactions {named}: {exc}"
-        d = described.get(named)
-        if d is not None and d.error is None and d.producer_id == pid:
-            # Listed by nobody, yet it names the producer id: the listing was incomplete after all.
-            return _live_coordinator(candidate, d), None
-        if d is not None and d.error not in (None, "TRANSACTIONAL_ID_NOT_FOUND"):
-            return None, explain("DescribeTransactions", d.error or "", named)
-    return None, None
-
-
-def _live_coordinator(candidate: AbortCandidate, d: TransactionDescription) -> LiveCoordinator:
-    return LiveCoordinator(
-        transactional_id=d.transactional_id,
-        state=d.state,
-        producer_id=d.producer_id,
-        producer_epoch=d.producer_epoch,
-        partition_listed=(candidate.topic, candidate.partition) in d.partitions,
-        coordinator=d.coordinator,
-        transaction_start_ms=d.start_time_ms,
-        transaction_timeout_ms=d.timeout_ms,
-    )
 
 
 # -------------------------------------------------------------------------------------------- abort
@@ -631,7 +508,7 @@ class Verified:
 
 
 def verify_live(
-    wire: InspectWire,
+    wire: LiveWire,
     attempt: Attempt,
     *,
     moves: int,
@@ -868,7 +745,7 @@ class AfterMarker(NamedTuple):
 
 
 def post_check_until(
-    wire: InspectWire,
+    wire: LiveWire,
     candidate: AbortCandidate,
     *,
     timeout_s: float,

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 import kafka.errors as Errors
 
 from admin.client import AdminError, explain
-from admin.inspect import InspectWire, describe_by_id, duration, format_table, iso
+from admin.inspect import duration, format_table, iso
+from admin.live import LiveWire, describe_by_id
 from admin.seams import TP, GroupOffsets, GroupStanding, StartBatch, TransactionDescription
 from detectors.abort import (
     ALLOW_LIVE_OWNER_FLAG,
@@ -27,7 +28,7 @@ from detectors.groups import CONSUMER_OFFSETS_TOPIC
 from detectors.models import AbortCandidate, LiveEvidence, VerifyOutcome, VerifyResult, is_two_phase_commit
 
 
-class ShowWire(InspectWire, Protocol):
+class ShowWire(LiveWire, Protocol):
     """The seams `admin.wire.KafkaWire` offers for `show`: the inspection's, plus the consumer groups."""
 
     def committed_offsets(self, topic: str, partition: int) -> GroupOffsets: ...

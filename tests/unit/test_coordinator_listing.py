@@ -1,5 +1,5 @@
 """When an absence from ListTransactions counts: the describe fallback's tombstones (`CoordinatorPoller`) and the
-abort's "no owner" (`admin.inspect.listing_incomplete`), on scripted coordinators. The same on a real three-node
+abort's "no owner" (`admin.live.listing_incomplete`), on scripted coordinators. The same on a real three-node
 test bed: tests/broker/test_coordinator_moves.py."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from admin import cli
 from admin.cli import _collect_once, publish_coordinator_poll
 from admin.collector import Collector
 from admin.coordinator import CoordinatorPoll, CoordinatorPoller
-from admin.inspect import listing_incomplete
+from admin.live import listing_incomplete
 from admin.metrics import CollectorMetrics
 from admin.publish import OutRecord, Publisher
 from admin.seams import ClusterView, ListingResult, TransactionDescription

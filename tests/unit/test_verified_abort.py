@@ -13,6 +13,7 @@ from builders import HOUR, LIMITS, MINUTE, T0, coord, open_txn, snapshot
 from collector_fakes import FakeCluster, FakeCoordinators, description, producer
 from test_lost_markers import lost_commit
 
+from admin.live import observe
 from admin.proposals import (
     CLAIM_LEASE_MS,
     EXIT_ALREADY_RESOLVED,
@@ -27,7 +28,6 @@ from admin.proposals import (
     commit,
     latest_candidates,
     look_around,
-    observe,
     render_show,
     show_json,
     stuck_groups,

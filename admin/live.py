@@ -1,0 +1,397 @@
+"""Reading the cluster live: what a partition's leader and the coordinators say now, for `inspect partition`
+(admin/inspect.py), `proposals show` (admin/show.py) and the verified abort and commit (admin/proposals.py).
+
+Nothing here decides or prints: the leader's producers (`ask_leader`), the transactional id that owns a producer
+id and its description (`ask_coordinators`, `describe_by_id`), whether a listing can have left an owner out
+(`listing_incomplete`), and a candidate's evidence read now (`observe`). The rules that weigh it are
+detectors/; how it is shown is the commands' modules.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import kafka.errors as Errors
+
+from admin.client import AdminError, error_name, explain
+from admin.coordinator import record_from_description
+from admin.seams import (
+    ClusterWire,
+    CoordinatorWire,
+    PartitionProducers,
+    TransactionDescription,
+    TransactionListing,
+    wall_clock_ms,
+)
+from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.currency import coordinator_partition
+from detectors.models import AbortCandidate, CoordinatorRecord, LeaderProducer, LiveCoordinator, LiveEvidence
+
+# DescribeProducers answers that mean the leader moved: metadata is read again, up to this many times in all.
+LEADER_ATTEMPTS = 3
+_LEADER_MOVED = frozenset({"NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE"})
+
+
+class LiveWire(ClusterWire, CoordinatorWire, Protocol):
+    """Both seams: partition side and coordinator side."""
+
+
+@dataclass(frozen=True)
+class CoordinatorView:
+    """What the coordinator says about one producer id (ListTransactions by producer id + DescribeTransactions)."""
+
+    transactional_id: str | None
+    state: str | None = None
+    producer_epoch: int | None = None
+    transaction_timeout_ms: int | None = None
+    transaction_start_ms: int | None = None
+    partition_listed: bool | None = None
+    error: str | None = None
+
+
+def log_leaders_or_none(wire: ClusterWire) -> dict[int, int] | None:
+    # Read before the listing; None (a failure) is a reason `listing_incomplete` gives.
+    try:
+        return transaction_log_leaders(wire)
+    except Errors.KafkaError:
+        return None
+
+
+def ask_leader(
+    wire: ClusterWire, topic: str, partition: int, sleep: Callable[[float], None]
+) -> tuple[int, int, PartitionProducers]:
+    """(leader, arrival of its answer, the partition's producers), asking a moved leader's successor.
+
+    Raises:
+        AdminError: unknown partition, no leader, or DescribeProducers failed.
+    """
+    tp = (topic, partition)
+    attempt = 1
+    while True:
+        view = wire.metadata()
+        if tp not in view.leaders:
+            raise AdminError(f"{topic}-{partition} does not exist (or Describe on topic {topic} is missing)")
+        leader = view.leaders[tp]
+        if leader < 0:
+            raise AdminError(f"{topic}-{partition} has no leader right now")
+        batches = wire.describe_producers({leader: [[tp]]})
+        if len(batches) != 1:
+            raise AdminError(
+                f"DescribeProducers for {topic}-{partition}: {len(batches)} answers to one request"
+            )
+        batch = batches[0]
+        if batch.error is not None:
+            raise AdminError(explain("DescribeProducers", batch.error, f"broker {leader}", batch.message))
+        result = batch.results.get(tp, PartitionProducers("MISSING_FROM_RESPONSE"))
+        if result.error not in _LEADER_MOVED or attempt >= LEADER_ATTEMPTS:
+            break
+        attempt += 1
+        sleep(0.3)
+    if result.error is not None:
+        raise AdminError(explain("DescribeProducers", result.error, topic, result.message))
+    return leader, batch.received_at_ms, result
+
+
+@dataclass(frozen=True)
+class CoordinatorAnswers:
+    """What the coordinators said about some producer ids: the transactional id that currently owns each
+    (ListTransactions by producer id), its description, and the brokers whose listing failed."""
+
+    owners: dict[int, TransactionListing]
+    described: dict[str, TransactionDescription]
+    listing_failed: dict[int, str]
+    listing_answered: frozenset[int] = frozenset()
+
+    def records(self, *, seen_at_ms: int) -> tuple[dict[str, CoordinatorRecord], dict[str, str]]:
+        """The usable descriptions as coordinator records (origin describe-transactions) by transactional id,
+        and why each other described id is unusable.
+
+        The API does not say when a coordinator last changed a transaction, so `last_update_timestamp_ms` is
+        `seen_at_ms` (read after the answers arrived): no rule may date a change earlier than it was seen.
+        """
+        records: dict[str, CoordinatorRecord] = {}
+        unusable: dict[str, str] = {}
+        for tid, d in self.described.items():
+            if d.error is not None:
+                continue
+            try:
+                records[tid] = record_from_description(d, seen_at_ms=seen_at_ms)
+            except ValueError as exc:  # pydantic's ValidationError included
+                unusable[tid] = f"DescribeTransactions {tid}: unusable answer: {exc}"
+        return records, unusable
+
+    def view(
+        self, producer_id: int, topic: str, partition: int, unusable: Mapping[str, str]
+    ) -> CoordinatorView:
+        """What is shown of the owner of `producer_id`, or why it is unknown (`error`)."""
+        owner = self.owners.get(producer_id)
+        if owner is None:
+            failed = ", ".join(f"broker {b}: {e}" for b, e in sorted(self.listing_failed.items()))
+            return CoordinatorView(None, error=f"ListTransactions failed on {failed}" if failed else None)
+        d = self.described.get(owner.transactional_id)
+        if d is None or d.error is not None:
+            error = d.error if d is not None and d.error is not None else "NOT_DESCRIBED"
+            return CoordinatorView(
+                owner.transactional_id,
+                state=owner.state,
+                error=explain("DescribeTransactions", error, owner.transactional_id),
+            )
+        if d.transactional_id in unusable:
+            return CoordinatorView(owner.transactional_id, state=d.state, error=unusable[d.transactional_id])
+        return CoordinatorView(
+            owner.transactional_id,
+            state=d.state,
+            producer_epoch=d.producer_epoch,
+            transaction_timeout_ms=d.timeout_ms,
+            transaction_start_ms=d.start_time_ms,
+            partition_listed=(topic, partition) in d.partitions,
+        )
+
+
+def ask_coordinators(wire: CoordinatorWire, producer_ids: Sequence[int]) -> CoordinatorAnswers:
+    """The transactional id that currently owns each producer id, and its DescribeTransactions answer."""
+    if not producer_ids:
+        return CoordinatorAnswers({}, {}, {})
+    wanted = set(producer_ids)
+    listing = wire.list_transactions(producer_ids=producer_ids)
+    owners = {t.producer_id: t for t in listing.listings if t.producer_id in wanted}
+    by_coordinator: dict[int, list[str]] = {}
+    for t in owners.values():
+        by_coordinator.setdefault(t.coordinator, []).append(t.transactional_id)
+    described = {
+        d.transactional_id: d for d in (wire.describe_transactions(by_coordinator) if by_coordinator else [])
+    }
+    return CoordinatorAnswers(owners, described, dict(listing.failed), listing.answered)
+
+
+def describe_by_id(wire: LiveWire, transactional_ids: Sequence[str]) -> dict[str, TransactionDescription]:
+    """DescribeTransactions for some ids, each sent to its coordinator: the leader of its `__transaction_state`
+    partition (`Utils.abs(javaHash(id)) % partitions`, as Kafka places it).
+
+    Raises:
+        AdminError: `__transaction_state` is unknown to this principal, or a partition has no leader.
+    """
+    view = wire.metadata([TRANSACTION_LOG_TOPIC])
+    leaders = {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
+    if not leaders:
+        raise AdminError(
+            f"{TRANSACTION_LOG_TOPIC} is not visible (Describe on topic {TRANSACTION_LOG_TOPIC}?)"
+        )
+    by_coordinator: dict[int, list[str]] = {}
+    for tid in transactional_ids:
+        leader = leaders.get(coordinator_partition(tid, len(leaders)), -1)
+        if leader < 0:
+            raise AdminError(f"the coordinator of transactional id {tid} has no leader right now")
+        by_coordinator.setdefault(leader, []).append(tid)
+    return {d.transactional_id: d for d in wire.describe_transactions(by_coordinator)}
+
+
+LISTING_INCOMPLETE = "coordinator-listing-incomplete"
+
+
+def transaction_log_leaders(wire: ClusterWire) -> dict[int, int]:
+    """Each `__transaction_state` partition's leader (-1: none); empty when the topic is not visible.
+
+    Raises:
+        kafka.errors.KafkaError: no broker answered Metadata.
+    """
+    view = wire.metadata([TRANSACTION_LOG_TOPIC])
+    return {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
+
+
+def probe_ids(partitions: int) -> dict[int, str]:
+    """One transactional id nobody uses per `__transaction_state` partition (partition -> id)."""
+    run = uuid.uuid4().hex
+    out: dict[int, str] = {}
+    i = 0
+    while len(out) < partitions:
+        tid = f"txnwatch-describe-probe-{run}-{i}"
+        out.setdefault(coordinator_partition(tid, partitions), tid)
+        i += 1
+    return out
+
+
+def listing_incomplete(
+    wire: LiveWire, before: Mapping[int, int] | None, answered: Collection[int]
+) -> str | None:
+    """Why a ListTransactions answer may have left owners out, or None when it cannot have.
+
+    A coordinator lists only the transactional ids of the `__transaction_state` partitions it leads and has
+    loaded (`TransactionStateManager.listTransactionStates`); a partition without a leader is listed by nobody,
+    silently. So "no owner listed" is evidence only when, for every `__transaction_state` partition:
+    - it had the same leader before the listing (`before`) and after it (read here), and that leader answered
+      the listing without an error (`answered`): a loading coordinator answers COORDINATOR_LOAD_IN_PROGRESS;
+    - its leader serves it now: DescribeTransactions for an id nobody uses, on that leader, answers
+      TRANSACTIONAL_ID_NOT_FOUND (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS: moving or loading). The same
+      answer shows that the principal may Describe every id: ListTransactions silently leaves out the ids it
+      may not (TRANSACTIONAL_ID_AUTHORIZATION_FAILED names the ACL to grant).
+    A leader that lost and regained a partition between the two Metadata reads is not seen (Metadata here
+    carries no leader epoch); it would have to reload the partition within that second.
+
+    Returns:
+        None, or a reason starting with `coordinator-listing-incomplete: `.
+    """
+    if before is None:
+        return f"{LISTING_INCOMPLETE}: Metadata for {TRANSACTION_LOG_TOPIC} failed before the listing"
+    if not before:
+        return (
+            f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} is not visible (Describe on topic "
+            f"{TRANSACTION_LOG_TOPIC}?)"
+        )
+    try:
+        after = transaction_log_leaders(wire)
+    except Errors.KafkaError as exc:
+        return f"{LISTING_INCOMPLETE}: Metadata for {TRANSACTION_LOG_TOPIC}: {exc}"
+    for p in sorted(set(before) | set(after)):
+        first, now = before.get(p, -1), after.get(p, -1)
+        if first < 0 or now < 0:
+            return f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} partition {p} has no leader"
+        if first != now:
+            return (
+                f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} partition {p} moved from broker {first} to "
+                f"broker {now} during the listing"
+            )
+        if now not in answered:
+            return (
+                f"{LISTING_INCOMPLETE}: broker {now}, the leader of {TRANSACTION_LOG_TOPIC} partition {p}, did "
+                "not answer ListTransactions"
+            )
+    probes = probe_ids(len(after))
+    by_leader: dict[int, list[str]] = {}
+    for p, tid in sorted(probes.items()):
+        by_leader.setdefault(after[p], []).append(tid)
+    try:
+        answers = {d.transactional_id: d for d in wire.describe_transactions(by_leader)}
+    except Errors.KafkaError as exc:
+        return f"{LISTING_INCOMPLETE}: DescribeTransactions: {exc}"
+    for p, tid in sorted(probes.items()):
+        d = answers.get(tid)
+        error = "NOT_DESCRIBED" if d is None else d.error or "FOUND"
+        if error == "TRANSACTIONAL_ID_NOT_FOUND":
+            continue
+        if error == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+            return (
+                f"{LISTING_INCOMPLETE}: ListTransactions lists only the ids this principal may Describe; grant "
+                "the ACL Describe on TransactionalId '*' to txnwatch's principal"
+            )
+        return (
+            f"{LISTING_INCOMPLETE}: broker {after[p]} does not serve {TRANSACTION_LOG_TOPIC} partition {p} "
+            f"({explain('DescribeTransactions', error)}): moving or loading"
+        )
+    return None
+
+
+# -------------------------------------------------------------------------------- a candidate, now
+
+
+def observe(
+    wire: LiveWire,
+    candidate: AbortCandidate,
+    *,
+    clock_ms: Callable[[], int] = wall_clock_ms,
+    sleep: Callable[[float], None] = time.sleep,
+) -> LiveEvidence:
+    """The candidate's partition and coordinator, read now: the leader's row for the producer id, the other open
+    transactions, LSO and high watermark, and the transactional id that owns the producer id.
+
+    Raises:
+        AdminError: unknown partition, no leader, or the leader's DescribeProducers failed.
+    """
+    tp = (candidate.topic, candidate.partition)
+    pid = candidate.spec.producer_id
+    leader, observed, result = ask_leader(wire, candidate.topic, candidate.partition, sleep)
+    mine = [p for p in result.producers if p.producer_id == pid]
+    producer = (
+        LeaderProducer(
+            producer_id=mine[0].producer_id,
+            producer_epoch=mine[0].producer_epoch,
+            coordinator_epoch=max(-1, mine[0].coordinator_epoch),
+            current_txn_start_offset=max(-1, mine[0].current_txn_start_offset),
+            last_timestamp_ms=mine[0].last_timestamp_ms,
+            last_sequence=max(-1, mine[0].last_sequence),
+        )
+        if mine
+        else None
+    )
+    others = tuple(
+        sorted(
+            (p.producer_id, p.current_txn_start_offset)
+            for p in result.producers
+            if p.producer_id != pid and p.current_txn_start_offset >= 0
+        )
+    )
+    offsets = wire.list_offsets({leader: [tp]}).get(tp)
+    coordinator, coordinator_error = _ask_coordinator(wire, candidate)
+    return LiveEvidence(
+        observed_at_ms=observed,
+        leader=leader,
+        producer=producer,
+        other_open=others,
+        last_stable_offset=offsets.last_stable_offset if offsets else None,
+        high_watermark=offsets.high_watermark if offsets else None,
+        coordinator=coordinator,
+        coordinator_error=coordinator_error,
+    )
+
+
+def _ask_coordinator(wire: LiveWire, candidate: AbortCandidate) -> tuple[LiveCoordinator | None, str | None]:
+    """The transactional id that owns the candidate's producer id now, or None when no id owns it; or why the
+    coordinator side cannot be shown (the second element).
+
+    "No owner listed" is evidence only when the listing was complete: every `__transaction_state` partition has
+    a leader that served it loaded and answered, and the principal may Describe every id
+    (`listing_incomplete`, whose `coordinator-listing-incomplete: ...` reason refuses the abort
+    otherwise). The id the candidate's evidence names (the
+    producer id's last known owner) is described too, so its current state is read even if it was not listed.
+    """
+    pid = candidate.spec.producer_id
+    try:
+        before = transaction_log_leaders(wire)  # `listing_incomplete` compares them with those after
+        answers = ask_coordinators(wire, [pid])
+    except Errors.KafkaError as exc:
+        return None, explain("ListTransactions", error_name(exc))
+    owner = answers.owners.get(pid)
+    if owner is None and answers.listing_failed:
+        failed = "; ".join(
+            explain("ListTransactions", e, f"broker {b}") for b, e in sorted(answers.listing_failed.items())
+        )
+        return None, failed
+    if owner is not None:
+        d = answers.described.get(owner.transactional_id)
+        if d is None or d.error is not None:
+            error = d.error if d is not None and d.error is not None else "NOT_DESCRIBED"
+            return None, explain("DescribeTransactions", error, owner.transactional_id)
+        return _live_coordinator(candidate, d), None
+    named = candidate.evidence.coordinator.transactional_id if candidate.evidence.coordinator else None
+    problem = listing_incomplete(wire, before, answers.listing_answered)
+    if problem is not None:
+        return None, f"cannot show that no transactional id owns producer {pid}: {problem}"
+    if named:
+        try:
+            described = describe_by_id(wire, [named])
+        except (Errors.KafkaError, AdminError) as exc:
+            return None, f"DescribeTransactions {named}: {exc}"
+        d = described.get(named)
+        if d is not None and d.error is None and d.producer_id == pid:
+            # Listed by nobody, yet it names the producer id: the listing was incomplete after all.
+            return _live_coordinator(candidate, d), None
+        if d is not None and d.error not in (None, "TRANSACTIONAL_ID_NOT_FOUND"):
+            return None, explain("DescribeTransactions", d.error or "", named)
+    return None, None
+
+
+def _live_coordinator(candidate: AbortCandidate, d: TransactionDescription) -> LiveCoordinator:
+    return LiveCoordinator(
+        transactional_id=d.transactional_id,
+        state=d.state,
+        producer_id=d.producer_id,
+        producer_epoch=d.producer_epoch,
+        partition_listed=(candidate.topic, candidate.partition) in d.partitions,
+        coordinator=d.coordinator,
+        transaction_start_ms=d.start_time_ms,
+        transaction_timeout_ms=d.timeout_ms,
+    )
