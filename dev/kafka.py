@@ -9,7 +9,8 @@ pid); `status` says what runs. pytest uses the same code through `start_cluster(
 `--sasl` (`TestBedConfig(security="sasl-scram")`) starts the brokers with SASL_PLAINTEXT SCRAM-SHA-256 clients, the
 StandardAuthorizer and `allow.everyone.if.no.acl.found=false`: one SCRAM user per txnwatch component (random
 passwords), and a `client.properties` for each in `<state dir>/clients/` (docs/security.md says which ACLs each needs;
-only `admin` is a super user).
+only `admin` is a super user). `--security ssl|mtls|sasl-ssl-scram|sasl-oauthbearer` puts TLS on the client
+listener instead, with certificates made at `up` (dev/tls.py says what each mode authenticates and authorizes).
 """
 
 from __future__ import annotations
