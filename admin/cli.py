@@ -32,7 +32,6 @@ from admin.coordinator import CoordinatorPoll, CoordinatorPoller, open_producer_
 from admin.inspect import (
     LOG_HEADER,
     entry_json,
-    format_table,
     inspect_partition,
     read_coordinator_log,
     render_log_entry,
@@ -59,6 +58,7 @@ from admin.proposals import (
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
 from admin.seams import ClusterWire, SweepResult, wall_clock_ms
 from admin.show import ActWith, candidate_row, look_around, render_list, render_show, show_json
+from admin.text import format_table
 from admin.watch import PolicyError, Watch, load_policy, policy_summary, printer
 from admin.wire import KafkaWire
 from common.cli_options import (

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import kafka.errors as Errors
@@ -31,6 +30,7 @@ from admin.live import (
     log_leaders_or_none,
 )
 from admin.seams import FetchFailure, StartBatch, open_transaction, wall_clock_ms
+from admin.text import duration, format_table, iso
 from detectors import lateness
 from detectors.codec import DecodeError, decode_key, decode_value
 from detectors.contract import TRANSACTION_LOG_TOPIC
@@ -206,27 +206,6 @@ def inspect_partition(
             )
         )
     return report
-
-
-def iso(ms: int | None) -> str:
-    # Non-positive timestamps are unknown (detectors.lateness.known), not instants in 1970.
-    if ms is None or not lateness.known(ms):
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def duration(ms: int) -> str:
-    seconds = max(ms, 0) // 1000
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
-
-
-def format_table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
 
 
 def _start_time(txn: OpenTransaction) -> str:

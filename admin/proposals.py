@@ -42,7 +42,6 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from admin.client import AdminError, error_name, explain
-from admin.inspect import iso
 from admin.live import LiveWire, observe
 from admin.seams import wall_clock_ms
 from admin.show import ActWith as ActWith
@@ -56,6 +55,7 @@ from admin.show import render_list as render_list
 from admin.show import render_show as render_show
 from admin.show import show_json as show_json
 from admin.show import stuck_groups as stuck_groups
+from admin.text import iso
 from admin.versions import BrokerApis, marker_acl
 from detectors.abort import (
     ALLOW_LIVE_OWNER_FLAG,

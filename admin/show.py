@@ -13,9 +13,9 @@ from typing import Any, Protocol
 import kafka.errors as Errors
 
 from admin.client import AdminError, explain
-from admin.inspect import duration, format_table, iso
 from admin.live import LiveWire, describe_by_id
 from admin.seams import TP, GroupOffsets, GroupStanding, StartBatch, TransactionDescription
+from admin.text import duration, format_table, iso
 from detectors.abort import (
     ALLOW_LIVE_OWNER_FLAG,
     LIVE_OWNER_SAME_EPOCH,

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from admin.inspect import duration, iso
 from admin.proposals import latest_candidates
+from admin.text import duration, iso
 from detectors.abort import (
     ALLOW_LIVE_OWNER_FLAG,
     LIVE_OWNER_SAME_EPOCH,

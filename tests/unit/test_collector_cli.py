@@ -19,14 +19,13 @@ from admin.coordinator import record_from_description
 from admin.inspect import (
     VIEW_NOTE,
     decode_entry,
-    duration,
     entry_json,
     inspect_partition,
-    iso,
     render_log_entry,
     render_partition,
 )
 from admin.seams import FetchFailure, Offsets
+from admin.text import duration, iso
 from common.cli_options import settings_from
 from common.settings import CollectorSettings, Settings
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
