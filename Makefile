@@ -16,6 +16,7 @@ help:
 	@echo "make demo          a local broker, real traffic incl. a hanging transaction, the collector and the streaming job (DEMO_SECONDS=300)"
 	@echo "make test          lint, type-check and run every test tier against a real local Kafka broker and Spark"
 	@echo "make test-unit     the pure tier only (no JVM)"
+	@echo "make compat        the compatibility matrix: the whole product on Kafka 3.5-4.4, KRaft and ZooKeeper (~40 min)"
 	@echo "make test-s3a      only the s3a checkpoint test (part of make test): the job against a local S3 server (moto), with a restart"
 	@echo "make image         build the container images (collector, stream) with buildah, no Docker engine needed"
 	@echo "make bench         every benchmark (about 40 min, BENCH=latency,peers for some); rewrites docs/BENCHMARKS.md's tables"
@@ -78,8 +79,24 @@ typecheck: venv
 	$(VENV)/bin/mypy detectors common admin streaming txnwatch_cli.py
 
 # Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
-test: deps venv jars tools image lint typecheck
-	$(VENV)/bin/pytest tests -m "not long" --durations=25 $(PYTEST_ARGS)
+# Two cells of the compatibility matrix run here (3.9 ZooKeeper, 4.0 at transaction version 0); `make compat` runs all.
+test: deps venv jars $(JARS)/kafka-3.9.2/.resolved $(JARS)/kafka-4.0.2/.resolved tools image lint typecheck
+	$(VENV)/bin/pytest tests -m "not long and not compat" --durations=25 $(PYTEST_ARGS)
+
+# Any Apache Kafka release's broker and tools, from a POM dev/kafka_versions.py writes for it (Maven Central).
+$(JARS)/kafka-%/.resolved: dev/kafka_versions.py dev/jvm/settings.xml | deps venv
+	rm -f $@
+	$(PY) -m dev.kafka_versions $*
+
+# The compatibility matrix (tests/compat/test_matrix.py): per Kafka release, orphans, the collector, the job, inspect,
+# proposals abort, the transaction log decoded and that release's find-hanging; results in
+# benchmarks/results/compat.json (docs/compatibility.md). Every release's jars are resolved first. Then every other
+# test marked `compat` (e.g. the TLS and mutual-TLS modes of tests/e2e/test_auth_modes.py).
+.PHONY: compat
+compat: deps venv jars
+	$(PY) -m dev.kafka_versions
+	$(VENV)/bin/pytest tests/compat --durations=0 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests -m compat --ignore=tests/compat --durations=0 $(PYTEST_ARGS)
 
 # Only the job on an s3a checkpoint against moto's S3 server, with a restart (make test runs it too), for work on the
 # s3a connector (dev/jvm/spark/pom.xml) without the whole suite.

@@ -12,8 +12,9 @@ What differs between releases, as read from their POMs and configs:
   (removed in 4.0, KIP-833). kafka_2.13 3.x depends on org.apache.zookeeper:zookeeper, whose ZooKeeperServerMain
   is the ZooKeeper server of a ZooKeeper bed.
 - `transaction.partition.verification.enable` exists from 3.6 (KIP-890 part 1); 3.5 has no verification at all.
-- The `transaction.version` feature exists from 4.0 (`kafka-storage format --feature`); before it every
-  transaction is what 4.x calls transaction version 0.
+- The `transaction.version` feature: 3.9's server-common already lists it (Features.TRANSACTION_VERSION), but
+  transaction version 2 (KIP-890 part 2) is production-ready from 4.0; the test bed formats it from 4.0 on
+  (`kafka-storage format --feature`), and before that every transaction is what 4.x calls version 0.
 - `kafka-storage format --add-scram` exists from 3.5 (KIP-900).
 """
 
@@ -57,8 +58,8 @@ def has_partition_verification(version: str) -> bool:
 
 
 def has_transaction_version_feature(version: str) -> bool:
-    """The `transaction.version` feature (KIP-890 part 2) is formatted from 4.0 on; before, every transaction is
-    what 4.x calls transaction version 0."""
+    """Whether the test bed formats the `transaction.version` feature (KIP-890 part 2): from 4.0 on, where version 2
+    is production-ready; before, every transaction is what 4.x calls transaction version 0."""
     return at_least(version, "4.0.0")
 
 
