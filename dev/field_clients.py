@@ -438,7 +438,7 @@ class FaultRecord:
     transaction_started_ms: int  # the coordinator's transaction start time
     fault_ms: int  # paused or killed at
     aborted_ms: int | None = None  # first seen no longer Ongoing at its coordinator (None: never seen)
-    aborted_state: str | None = None  # what the coordinator said then (e.g. CompleteAbort)
+    aborted_state: str | None = None  # the id's state then (CompleteAbort, or a later transaction's)
     aborted_epoch: int | None = None  # the id's epoch then (TV2 bumps it with every end)
     recovered_ms: int | None = None  # the client wrote again (a commit, or Streams back to RUNNING)
 
@@ -463,8 +463,9 @@ def catch_inside_transaction(client: Client, transactional_id: str, coordinator:
 
 
 def wait_aborted(coordinator: Coordinator, caught: Any, timeout_s: float) -> Any:
-    """Wait until the caught transaction is no longer Ongoing at its coordinator (a new transaction of the id
-    has a later start time); returns that description."""
+    """Wait until the caught transaction is no longer Ongoing at its coordinator; returns the id's description
+    then. Its state may be a later transaction's (a restarted client can have begun and ended others between
+    two questions): how the caught one ended is in its partitions' markers."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         d = coordinator.describe(caught.transactional_id)
@@ -517,11 +518,6 @@ class FieldTopics:
             f"{prefix}streams-app",
             f"{prefix}rdk-group",
         )
-
-    def client_topics(self) -> list[str]:
-        """Every topic the clients write transactionally, their internal ones included (Streams names its
-        repartition and changelog topics after its application id)."""
-        return [self.streams_output, self.rdkafka_output]
 
 
 @dataclass

@@ -240,7 +240,12 @@ def run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         reconcile = next(q for q in running.queries if q.name == "txnwatch-reconcile")
         wait_for(lambda: reconcile.lastProgress is not None, 240, "the job's first batch")
         scenario.phase(f"the job's first batch done ({time.monotonic() - began:.0f}s into the module)")
-        wait_for(lambda: any(e.kind == "OPEN" for e in recorder.events), 120, "a first OPEN verdict")
+
+        def first_open() -> bool:
+            assert collector is not None and collector.poll() is None, collector_log.read_text()[-3000:]
+            return any(e.kind == "OPEN" for e in recorder.events)
+
+        wait_for(first_open, 120, "a first OPEN verdict")
         faults = scenario.run_faults()
         scenario.stop()
         # Every client stopped between or after its transactions: once reported, nothing is open on the broker.
@@ -291,9 +296,9 @@ def faulted(r: Run, e: Seen) -> FaultRecord | None:
 
 
 def test_the_scenario_made_every_fault_and_the_clients_recovered(run: Run) -> None:
-    """The truth the other tests rely on: each fault caught a transaction its coordinator then aborted (on the
-    timeout, about 10 s after it began: TV2 bumps the epoch of a Streams id, librdkafka's stays TV1-like),
-    and each client wrote again; the paused Streams instance was fenced on waking."""
+    """The truth the other tests rely on: each fault caught a transaction its coordinator then aborted (by its
+    10 s timeout at the latest; an ABORT marker on its partitions), each client wrote again, and the paused
+    Streams instance was fenced on waking and the paused librdkafka worker's transaction failed."""
     print(f"\nfield run: {run.seconds:.0f}s; timeline:")
     for at, what in run.scenario.phases:
         print(f"  {at}  {what}")
@@ -308,21 +313,23 @@ def test_the_scenario_made_every_fault_and_the_clients_recovered(run: Run) -> No
         print(f"  {f}")
         assert f.aborted_ms is not None and f.recovered_ms is not None
         assert f.aborted_epoch is not None and f.aborted_epoch > f.producer_epoch, f
-        # Ended by the timeout (CompleteAbort), or for the restarted Streams instance possibly by its
-        # InitProducerId, which aborts an Ongoing transaction first and leaves the id Empty at a later epoch
-        # (TransactionCoordinator.handleInitProducerId, case ONGOING: prepareFenceProducerEpoch).
-        assert f.aborted_state == "CompleteAbort" or (f.client, f.aborted_state) == ("streams-b", "Empty"), f
-        # What the partitions hold: each got its ABORT marker at the bumped epoch, none a COMMIT. Not the
-        # repartition topic's: Streams deletes its records once consumed (DeleteRecords), markers included.
+        # How it ended is read from its partitions, not from the id's state (by the time it is asked, the
+        # restarted client may have ended newer transactions of the id): the first marker of the producer id at an
+        # epoch past the transaction's is an ABORT. Ended by the timeout, or by the restarted Streams instance's
+        # InitProducerId, which fences an Ongoing transaction and aborts it first
+        # (TransactionCoordinator.handleInitProducerId, case ONGOING: prepareFenceProducerEpoch), the abort bumps
+        # the epoch; the id's earlier commits are at or below it (TV2 writes a transaction's markers at the next
+        # epoch, librdkafka's TV1 at its own), later ones after it. Not the repartition topic's partitions:
+        # Streams deletes their records once consumed (DeleteRecords).
         for topic, partition in f.partitions:
             if topic.endswith("-repartition"):
                 continue
-            markers = {
-                b.marker
+            markers = [
+                b
                 for b in partition_batches(run.bed.bootstrap_servers, topic, partition)
-                if b.control and b.producer_id == f.producer_id and b.producer_epoch == f.producer_epoch + 1
-            }
-            assert markers == {"ABORT"}, (f, topic, partition, markers)
+                if b.control and b.producer_id == f.producer_id and b.producer_epoch > f.producer_epoch
+            ]
+            assert markers and markers[0].marker == "ABORT", (f, topic, partition, markers[:3])
         # Aborted by its coordinator by the timeout at the latest (the restarted Streams instance's InitProducerId
         # may end it first); the paused ones only by the timeout: nothing else could end them.
         took_ms = f.aborted_ms - f.transaction_started_ms
