@@ -8,10 +8,12 @@ time and its first failure.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_.]*(Error|Exception)\b[^(]*:")
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "compat.json"
 # (column, the step of test_matrix.py it shows)
 COLUMNS = (
@@ -47,7 +49,10 @@ def first_failure(text: str | None) -> str:
         return ""
     if len(lines) == 1:
         return lines[0][:200]
-    return f"{lines[0].split(':', 1)[0]}: {lines[-1]}"[:200]
+    # pytest appends its own "assert ... where ..." lines after the process's traceback: the exception line is the
+    # last that names one.
+    errors = [line for line in lines[1:] if EXCEPTION_LINE.match(line)]
+    return f"{lines[0].split(':', 1)[0]}: {(errors or lines)[-1]}"[:200]
 
 
 def row(cell: dict[str, Any]) -> str:
