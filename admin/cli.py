@@ -10,17 +10,21 @@ the only place in admin/ that builds `Settings()` (through `cli_options.settings
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import json
 import logging
+import os
 import signal
 import sys
+import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
@@ -45,10 +49,12 @@ from admin.proposals import (
     EXIT_DONE,
     EXIT_ERROR,
     EXIT_REFUSED,
+    NOT_PROPOSED,
     TopicAuditLog,
     abort,
     audit_json,
     audit_records,
+    candidate_at,
     commit,
     first_read_committed_offset,
     follow_topic,
@@ -85,6 +91,122 @@ from detectors.policy import AbortPolicy, abort_times
 
 log = logging.getLogger("txnwatch")
 
+# Exit codes of every admin command, besides `proposals abort`/`commit`'s (admin/proposals.py).
+EXIT_USAGE = 2  # bad flags, settings, client.properties or policy (argparse's own code for bad flags)
+EXIT_CANDIDATES_LISTED = 6  # `proposals list --fail-if-any` listed at least one candidate
+EXIT_INTERRUPTED = 130  # Ctrl-C (for the long-running commands, a second one), as a shell reports SIGINT
+
+ALL_COMMANDS = (
+    "collect",
+    "inspect partition",
+    "inspect coordinator-log",
+    "proposals list",
+    "proposals show",
+    "proposals abort",
+    "proposals commit",
+    "proposals watch",
+)
+_MARKER_COMMANDS = ("proposals abort", "proposals commit")
+
+
+class ExitCode(NamedTuple):
+    """One exit code: its number, a short name, the commands that may end with it, and what it means."""
+
+    code: int
+    name: str
+    commands: tuple[str, ...]
+    meaning: str
+
+
+# The one table of exit codes: each command's --help epilog is made from it, and docs/proposals.md ("Exit codes")
+# holds the same rows (tests/unit/test_cli_conventions.py compares them).
+EXIT_CODE_TABLE: tuple[ExitCode, ...] = (
+    ExitCode(EXIT_DONE, "ok", ALL_COMMANDS, "done"),
+    ExitCode(
+        EXIT_ERROR,
+        "error",
+        ALL_COMMANDS,
+        "error: the cluster unreachable (within --timeout-ms, where the command has it), an ACL missing, a topic "
+        "unreadable, or a request failed (the message says which and what to do)",
+    ),
+    ExitCode(
+        EXIT_USAGE,
+        "usage",
+        ALL_COMMANDS,
+        "bad flags, settings, client.properties or (watch) policy: nothing was tried",
+    ),
+    ExitCode(EXIT_REFUSED, "refused", _MARKER_COMMANDS, "refused: no marker written"),
+    ExitCode(
+        EXIT_ALREADY_RESOLVED,
+        "already-resolved",
+        _MARKER_COMMANDS,
+        "nothing to do: an earlier (or concurrent) run of txnwatch wrote the marker",
+    ),
+    ExitCode(
+        EXIT_COLLISION,
+        "collision",
+        _MARKER_COMMANDS,
+        "the marker was written, but the producer id's live owner moved between verify and marker",
+    ),
+    ExitCode(
+        EXIT_CANDIDATES_LISTED,
+        "candidates-listed",
+        ("proposals list",),
+        "with --fail-if-any: at least one pending candidate was listed",
+    ),
+    ExitCode(
+        EXIT_INTERRUPTED,
+        "interrupted",
+        ALL_COMMANDS,
+        "interrupted by Ctrl-C (collect, inspect coordinator-log and proposals watch stop cleanly on the first "
+        "one, exit 0, and are interrupted by a second)",
+    ),
+)
+
+
+def exit_codes_epilog(command: str, detail: Mapping[int, str] | None = None) -> str:
+    """The `exit codes:` lines of `command`'s --help, from `EXIT_CODE_TABLE` (`detail`: a command's own wording
+    of some codes)."""
+    lines = ["exit codes:"]
+    for e in EXIT_CODE_TABLE:
+        if command in e.commands:
+            text = (detail or {}).get(e.code, e.meaning)
+            lines += textwrap.wrap(
+                text, width=110, initial_indent=f"  {e.code:<3} ", subsequent_indent=" " * 6
+            )
+    return "\n".join(lines)
+
+
+class _KeepLines(argparse.HelpFormatter):
+    """Wraps one-line texts (the descriptions) as argparse does, and keeps texts of several lines (the epilogs:
+    exit codes, an example policy) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _positive_ms(text: str) -> int:
+    """A duration flag's value: whole milliseconds, more than 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of milliseconds: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 milliseconds (got {value})")
+    return value
+
+
+class _StoreSeconds(argparse.Action):
+    """A `-ms` flag that sets the same seconds as the old spelling it replaces (kept as a hidden alias with the
+    same dest): the settings and the code behind them stay in seconds."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any
+    ) -> None:
+        setattr(namespace, self.dest, int(values) / 1000)
+
 
 def _default(field: str) -> str:
     """A `collect` flag's default in its help text, from CollectorSettings."""
@@ -100,11 +222,23 @@ def register(subparsers: Any) -> None:
         "transaction, and publish PartitionSnapshots and per-broker sweep summaries to <prefix>.producer-state. "
         "With --coordinator-source describe, also publish CoordinatorRecords from ListTransactions + "
         "DescribeTransactions to <prefix>.coordinator-state.",
+        epilog=exit_codes_epilog(
+            "collect", {EXIT_DONE: "stopped (Ctrl-C, SIGTERM, --max-sweeps) or --once done"}
+        ),
+        formatter_class=_KeepLines,
     )
     add_common_flags(collect)
-    collect.add_argument(
-        "--interval", type=float, help=f"seconds between sweeps (default {_default('interval_s')})"
+    interval = collect.add_mutually_exclusive_group()
+    interval.add_argument(
+        "--interval-ms",
+        dest="interval",
+        type=_positive_ms,
+        action=_StoreSeconds,
+        metavar="MS",
+        help=f"milliseconds between sweeps (default {round(CollectorSettings().interval_s * 1000)})",
     )
+    # The old spelling, in seconds: hidden, still honoured (charts and scripts pass it).
+    interval.add_argument("--interval", type=float, help=argparse.SUPPRESS)
     collect.add_argument(
         "--once", action="store_true", help="run one sweep, print it (see --output) and exit"
     )
@@ -152,7 +286,7 @@ def register(subparsers: Any) -> None:
         help="do not read the snapshot topic back at start-up (the first sweep then publishes an empty snapshot "
         "for every partition without open transactions)",
     )
-    collect.set_defaults(func=cmd_collect)
+    collect.set_defaults(func=_interruptible(cmd_collect))
 
     inspect = subparsers.add_parser(
         "inspect", help="on-call inspection of one partition or the coordinator log"
@@ -161,14 +295,26 @@ def register(subparsers: Any) -> None:
     part = isub.add_parser(
         "partition",
         help="open transactions of one partition: start time, age, LSO lag, and the coordinator's view",
+        epilog=exit_codes_epilog("inspect partition"),
+        formatter_class=_KeepLines,
     )
     add_common_flags(part)
     part.add_argument("--topic", required=True)
     part.add_argument("--partition", type=int, required=True)
-    part.set_defaults(func=cmd_inspect_partition)
+    part.add_argument(
+        "--timeout-ms",
+        type=_positive_ms,
+        default=CONNECT_TIMEOUT_MS,
+        help=f"reaching the cluster (default {CONNECT_TIMEOUT_MS})",
+    )
+    part.set_defaults(func=_interruptible(cmd_inspect_partition))
     txlog = isub.add_parser(
         "coordinator-log",
         help="decoded __transaction_state, live (like kafka-dump-log --transaction-log-decoder)",
+        epilog=exit_codes_epilog(
+            "inspect coordinator-log", {EXIT_DONE: "stopped (Ctrl-C, SIGTERM, --max-records or --timeout-ms)"}
+        ),
+        formatter_class=_KeepLines,
     )
     add_common_flags(txlog)
     txlog.add_argument("--transactional-id", help="only this transactional id (reads only its partition)")
@@ -176,49 +322,80 @@ def register(subparsers: Any) -> None:
         "--from-beginning", action="store_true", help="start at the oldest record, not the end"
     )
     txlog.add_argument("--max-records", type=int, help="exit after this many records")
-    txlog.add_argument("--timeout-ms", type=int, help="exit when no record arrived for this long")
-    txlog.set_defaults(func=cmd_inspect_coordinator_log)
+    txlog.add_argument(
+        "--timeout-ms",
+        type=_positive_ms,
+        help=f"exit when no record arrived for this long; also bounds reaching the cluster (default: follow for "
+        f"ever, {CONNECT_TIMEOUT_MS} to reach it)",
+    )
+    txlog.set_defaults(func=_interruptible(cmd_inspect_coordinator_log))
     _register_proposals(subparsers)
 
 
-ABORT_EPILOG = f"""\
-exit codes:
-  {EXIT_DONE}  aborted and post-checked (the LSO moved past the start offset), or a dry run that verified the abort
-     is safe right now
-  {EXIT_ERROR}  error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the cluster,
-     ClusterAction before Kafka 3.8), the marker failed, or it was written but the post-check failed
-  {EXIT_REFUSED}  refused, no marker written: the transaction changed since the plan (committed or aborted by someone
-     else, epoch, coordinator epoch or start offset moved), or its coordinator owns it (Ongoing with this
-     partition, or any Prepare state), or the coordinator side cannot be checked, or another execution holds
-     the candidate, or live-owner-same-epoch (see --allow-live-owner)
-  {EXIT_ALREADY_RESOLVED}  nothing to do: an earlier (or concurrent) run of txnwatch aborted it; nothing written
-  {EXIT_COLLISION}  COLLISION: aborted, but the producer id's live owner moved between verify and marker (it added
-     the partition, began or ended a transaction, or wrote to the partition): records it wrote there may have
-     been aborted with the orphan while its transaction commits elsewhere. Tell its owners now (runbook)
-
---execute first claims the candidate on <prefix>.audit, so two concurrent executions write one marker. Every
-run (dry or not) publishes an audit record to <prefix>.audit. Details: docs/proposals.md."""
+CONNECT_TIMEOUT_MS = 10_000  # reaching the cluster when a command has no --timeout-ms of its own
 
 
-COMMIT_EPILOG = f"""\
-exit codes:
-  {EXIT_DONE}  committed and post-checked (the LSO moved past the start offset and a read_committed reader gets the
-     record at the start offset), or a dry run that verified the COMMIT is safe right now
-  {EXIT_ERROR}  error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the cluster,
-     ClusterAction before Kafka 3.8), the marker failed, or it was written but the post-check failed
-  {EXIT_REFUSED}  refused, no marker written: abort-candidate (not a lost commit: `proposals abort` is its command),
-     commit-unproven (the evidence does not show the PrepareCommit listed the partition), commit-owner-gone or
-     coordinator-contradicts-commit (the coordinator no longer shows the commit), the transaction changed since
-     the plan, its coordinator owns it (Ongoing with this partition, or any Prepare state), the coordinator side
-     cannot be checked, another execution holds the candidate, or live-owner-same-epoch (see --allow-live-owner)
-  {EXIT_ALREADY_RESOLVED}  nothing to do: an earlier (or concurrent) run of txnwatch committed it; nothing written
-  {EXIT_COLLISION}  COLLISION: committed, but the producer id's live owner moved between verify and marker: records it
-     wrote there may have been committed with the lost transaction. Tell its owners now (runbook)
+ABORT_EPILOG = (
+    exit_codes_epilog(
+        "proposals abort",
+        {
+            EXIT_DONE: "aborted and post-checked (the LSO moved past the start offset), or a dry run that "
+            "verified the abort is safe right now",
+            EXIT_ERROR: "error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the "
+            "cluster, ClusterAction before Kafka 3.8), the marker failed, or it was written but the post-check "
+            "failed",
+            EXIT_REFUSED: "refused, no marker written: the transaction changed since the plan (committed or "
+            "aborted by someone else, epoch, coordinator epoch or start offset moved), or its coordinator owns it "
+            "(Ongoing with this partition, or any Prepare state), or the coordinator side cannot be checked, or "
+            "another execution holds the candidate, or live-owner-same-epoch (see --allow-live-owner), or "
+            f"{NOT_PROPOSED} (--topic/--partition/--start-offset name no transaction the job proposes to abort)",
+            EXIT_ALREADY_RESOLVED: "nothing to do: an earlier (or concurrent) run of txnwatch aborted it; nothing "
+            "written",
+            EXIT_COLLISION: "COLLISION: aborted, but the producer id's live owner moved between verify and marker "
+            "(it added the partition, began or ended a transaction, or wrote to the partition): records it wrote "
+            "there may have been aborted with the orphan while its transaction commits elsewhere. Tell its owners "
+            "now (runbook)",
+        },
+    )
+    + """
+
+Name the transaction by its candidate ID, or as kafka-transactions.sh abort does: --topic T --partition P
+--start-offset O (the candidate the job proposes for it; none: refused, not-proposed). --execute first claims the
+candidate on <prefix>.audit, so two concurrent executions write one marker. Every run (dry or not) publishes an
+audit record to <prefix>.audit. Details: docs/proposals.md."""
+)
+
+
+COMMIT_EPILOG = (
+    exit_codes_epilog(
+        "proposals commit",
+        {
+            EXIT_DONE: "committed and post-checked (the LSO moved past the start offset and a read_committed "
+            "reader gets the record at the start offset), or a dry run that verified the COMMIT is safe right now",
+            EXIT_ERROR: "error: cluster unreachable, candidate unknown, WriteTxnMarkers denied (grant Alter on the "
+            "cluster, ClusterAction before Kafka 3.8), the marker failed, or it was written but the post-check "
+            "failed",
+            EXIT_REFUSED: "refused, no marker written: abort-candidate (not a lost commit: `proposals abort` is its "
+            "command), commit-unproven (the evidence does not show the PrepareCommit listed the partition), "
+            "commit-owner-gone or coordinator-contradicts-commit (the coordinator no longer shows the commit), the "
+            "transaction changed since the plan, its coordinator owns it (Ongoing with this partition, or any "
+            "Prepare state), the coordinator side cannot be checked, another execution holds the candidate, "
+            f"live-owner-same-epoch (see --allow-live-owner), or {NOT_PROPOSED} (--topic/--partition/--start-offset "
+            "name no transaction the job proposes)",
+            EXIT_ALREADY_RESOLVED: "nothing to do: an earlier (or concurrent) run of txnwatch committed it; nothing "
+            "written",
+            EXIT_COLLISION: "COLLISION: committed, but the producer id's live owner moved between verify and "
+            "marker: records it wrote there may have been committed with the lost transaction. Tell its owners now "
+            "(runbook)",
+        },
+    )
+    + """
 
 Only for a lost-commit-marker candidate: its coordinator committed the transaction with this partition in its
 PrepareCommit, and the partition's marker was lost (an unclean leader election). Kafka's tools cannot write a
 COMMIT marker. --execute first claims the candidate on <prefix>.audit; every run publishes an audit record.
 Details: docs/proposals.md."""
+)
 
 
 WATCH_EPILOG = """\
@@ -229,7 +406,11 @@ example policy (every field but topics.deny is required):
   topics: {allow: ["orders-*"], deny: ["orders-audit"]}
   max_aborts_per_hour: 3
 
-exit codes: 0 stopped (Ctrl-C, SIGTERM or --duration-s); 1 error; 2 bad flags or policy."""
+""" + exit_codes_epilog("proposals watch", {EXIT_DONE: "stopped (Ctrl-C, SIGTERM or --duration-ms)"})
+
+# Reading txnwatch's topics, and reaching the cluster: the proposals commands' --timeout-ms.
+TOPICS_TIMEOUT_MS = 30_000
+_TIMEOUT_HELP = f"reaching the cluster, and reading the topics (default {TOPICS_TIMEOUT_MS})"
 
 
 def _register_proposals(subparsers: Any) -> None:
@@ -242,15 +423,29 @@ def _register_proposals(subparsers: Any) -> None:
     plist = psub.add_parser(
         "list",
         help="pending candidates (OPENED, not RESOLVED, not already aborted), largest LSO lag first, then oldest",
+        epilog=exit_codes_epilog(
+            "proposals list", {EXIT_DONE: "listed (none, or any without --fail-if-any)"}
+        ),
+        formatter_class=_KeepLines,
     )
     add_common_flags(plist)
-    plist.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
-    plist.set_defaults(func=cmd_proposals_list)
-    show = psub.add_parser("show", help="one candidate's evidence refreshed live, and both ways to act on it")
+    plist.add_argument("--timeout-ms", type=_positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
+    plist.add_argument(
+        "--fail-if-any",
+        action="store_true",
+        help=f"exit {EXIT_CANDIDATES_LISTED} when any candidate is listed (for cron and scripts)",
+    )
+    plist.set_defaults(func=_interruptible(cmd_proposals_list))
+    show = psub.add_parser(
+        "show",
+        help="one candidate's evidence refreshed live, and both ways to act on it",
+        epilog=exit_codes_epilog("proposals show"),
+        formatter_class=_KeepLines,
+    )
     add_common_flags(show)
     show.add_argument("candidate_id", metavar="ID")
-    show.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
-    show.set_defaults(func=cmd_proposals_show)
+    show.add_argument("--timeout-ms", type=_positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
+    show.set_defaults(func=_interruptible(cmd_proposals_show))
     ab = psub.add_parser(
         "abort",
         help="verify a candidate live and (with --execute) abort it with WriteTxnMarkers",
@@ -261,10 +456,10 @@ def _register_proposals(subparsers: Any) -> None:
         "the LSO moved past it; the owner did not move meanwhile) -> audit record. Dry run by default. A "
         "lost-commit-marker candidate is refused (its remedy is `proposals commit`).",
         epilog=ABORT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_KeepLines,
     )
     _marker_flags(ab, "abort")
-    ab.set_defaults(func=cmd_proposals_abort)
+    ab.set_defaults(func=_interruptible(cmd_proposals_abort))
     co = psub.add_parser(
         "commit",
         help="restore a lost commit marker: verify a lost-commit-marker candidate live and (with --execute) "
@@ -278,10 +473,10 @@ def _register_proposals(subparsers: Any) -> None:
         "read_committed reader gets its records; the owner did not move meanwhile) -> audit record. Dry run by "
         "default.",
         epilog=COMMIT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_KeepLines,
     )
     _marker_flags(co, "commit")
-    co.set_defaults(func=cmd_proposals_commit)
+    co.set_defaults(func=_interruptible(cmd_proposals_commit))
     watch = psub.add_parser(
         "watch",
         help="follow new candidates and print them; with --auto-abort --policy FILE, abort the ones it allows",
@@ -291,7 +486,7 @@ def _register_proposals(subparsers: Any) -> None:
         "as `proposals abort --execute` (claim, verify live, marker, post-check, audit), once per run. Off by "
         "default.",
         epilog=WATCH_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_KeepLines,
     )
     add_common_flags(watch)
     watch.add_argument(
@@ -301,15 +496,38 @@ def _register_proposals(subparsers: Any) -> None:
     watch.add_argument(
         "--actor", help="who runs this, for the audit records (default: TXNWATCH_ACTOR, else the login name)"
     )
-    watch.add_argument("--duration-s", type=float, help="stop after this long (default: until Ctrl-C)")
-    watch.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
-    watch.set_defaults(func=cmd_proposals_watch)
+    duration = watch.add_mutually_exclusive_group()
+    duration.add_argument(
+        "--duration-ms",
+        dest="duration_s",
+        type=_positive_ms,
+        action=_StoreSeconds,
+        metavar="MS",
+        help="stop after this long (default: until Ctrl-C)",
+    )
+    # The old spelling, in seconds: hidden, still honoured.
+    duration.add_argument("--duration-s", type=float, help=argparse.SUPPRESS)
+    watch.add_argument("--timeout-ms", type=_positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
+    watch.set_defaults(func=_interruptible(cmd_proposals_watch))
 
 
 def _marker_flags(parser: argparse.ArgumentParser, act: str) -> None:
     """The flags `proposals abort` and `proposals commit` share (`act`: the verb in their help)."""
     add_common_flags(parser)
-    parser.add_argument("candidate_id", metavar="ID")
+    parser.add_argument(
+        "candidate_id",
+        metavar="ID",
+        nargs="?",
+        help="the candidate (`proposals list`); or name its transaction with --topic, --partition, --start-offset",
+    )
+    parser.add_argument("--topic", help="with --partition and --start-offset: the transaction's partition")
+    parser.add_argument("--partition", type=int, help="with --topic and --start-offset")
+    parser.add_argument(
+        "--start-offset",
+        type=int,
+        help="with --topic and --partition: the offset of the transaction's first record, as "
+        f"kafka-transactions.sh {act} takes it; the candidate the job proposes for it is used",
+    )
     parser.add_argument("--execute", action="store_true", help="write the marker (default: dry run)")
     parser.add_argument(
         "--actor", help="who runs this, for the audit record (default: TXNWATCH_ACTOR, else the login name)"
@@ -329,7 +547,7 @@ def _marker_flags(parser: argparse.ArgumentParser, act: str) -> None:
         "never writes here). The flag is recorded in the audit record; a collision is still reported "
         f"(COLLISION, exit {EXIT_COLLISION})",
     )
-    parser.add_argument("--timeout-ms", type=int, default=30_000, help="reading the topics (default 30000)")
+    parser.add_argument("--timeout-ms", type=_positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
 
 
 # `txnwatch collect` flags → the fields of Settings.collector they set (the topic flags set both output topics).
@@ -368,9 +586,53 @@ def _denied(wire: KafkaWire, topic: str) -> bool:
         return False
 
 
-def _fail(command: str, message: str, code: int = 1) -> int:
-    print(f"txnwatch {command}: {message}", file=sys.stderr)
+@dataclass
+class _ErrorFormat:
+    """How `_fail` writes an error on stderr: one line `txnwatch <command>: <message>`, or, when JSON output was
+    asked for (`--output json` or TXNWATCH_OUTPUT=json; not `auto`, whose choice depends on stdout), one JSON
+    object `{"command", "error", "exit_code", ...}` on one line. Set by `_settings` for the command that runs."""
+
+    json: bool = False
+
+
+_ERRORS = _ErrorFormat()
+
+
+def _fail(command: str, message: str, code: int = EXIT_ERROR, **fields: Any) -> int:
+    """Say what went wrong, on stderr (stdout stays the command's result), and return the exit code.
+
+    Args:
+        fields: more keys of the JSON object (text output prints each, as JSON, on a line of its own before).
+    """
+    if _ERRORS.json:
+        print(
+            json.dumps({"command": command, "error": message, "exit_code": code, **fields}), file=sys.stderr
+        )
+    else:
+        for value in fields.values():
+            print(json.dumps(value), file=sys.stderr)
+        print(f"txnwatch {command}: {message}", file=sys.stderr)
     return code
+
+
+def _asked_for_json(args: argparse.Namespace) -> bool:
+    """JSON asked for by the flag, else by the environment: read raw when the settings themselves failed."""
+    chosen = getattr(args, "output", None) or os.environ.get("TXNWATCH_OUTPUT", "")
+    return str(chosen).strip().lower() == "json"
+
+
+def _interruptible(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The command, ending with `EXIT_INTERRUPTED` instead of a traceback when Ctrl-C interrupts it."""
+
+    @functools.wraps(command)
+    def run_command(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except KeyboardInterrupt:
+            print("txnwatch: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+    return run_command
 
 
 def _settings(
@@ -378,10 +640,12 @@ def _settings(
 ) -> Settings | int:
     """The command's settings (environment, then --command-config, then flags) with logging set up, or the exit
     code after saying in one line what is wrong with them."""
+    _ERRORS.json = _asked_for_json(args)
     try:
         settings, ignored = settings_from(args, flags=flags, read_text=Path.read_text)
     except (SettingsError, ValidationError) as exc:
-        return _fail(command, str(exc), 2)
+        return _fail(command, str(exc), EXIT_USAGE)
+    _ERRORS.json = settings.output == "json"
     _setup_logging(settings.log_level or log_level)
     hide_secrets_in_logs(settings.kafka)
     for item in ignored:
@@ -531,7 +795,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     except AdminError as exc:
         return _fail("collect", str(exc))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         if server is not None:
             server.shutdown()
@@ -660,7 +924,7 @@ def cmd_inspect_partition(args: argparse.Namespace) -> int:
         return settings
     output = output_format(settings.output, is_terminal=_is_terminal())
     try:
-        admin = connect_admin(settings.kafka)
+        admin = connect_admin(settings.kafka, bootstrap_timeout_ms=args.timeout_ms)
     except AdminError as exc:
         return _fail("inspect partition", str(exc))
     try:
@@ -680,7 +944,11 @@ def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
     kafka = settings.kafka
     output = output_format(settings.output, is_terminal=_is_terminal())
     try:
-        consumer = consumer_for(kafka, client_id=f"{kafka.client_id}-inspect")
+        consumer = consumer_for(
+            kafka,
+            client_id=f"{kafka.client_id}-inspect",
+            bootstrap_timeout_ms=args.timeout_ms or CONNECT_TIMEOUT_MS,
+        )
     except KafkaError as exc:
         return _fail("inspect coordinator-log", f"cannot connect to {kafka.bootstrap_servers}: {exc}")
     try:
@@ -702,7 +970,7 @@ def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
     except AdminError as exc:
         return _fail("inspect coordinator-log", str(exc))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         consumer.close()
     return 0
@@ -711,11 +979,11 @@ def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------- proposals
 
 
-def _proposals_consumer(kafka: KafkaSettings) -> KafkaConsumer:
-    """A group-less consumer for the candidates and audit topics; an unreachable cluster is said as such."""
+def _proposals_consumer(kafka: KafkaSettings, timeout_ms: int) -> KafkaConsumer:
+    """A group-less consumer for the candidates and audit topics, given `timeout_ms` (the command's --timeout-ms)
+    to reach the cluster; an unreachable cluster is said as such."""
     try:
-        # 10 s to reach the cluster, as `connect_admin` allows (kafka-python's default is 30 s).
-        return consumer_for(kafka, client_id=f"{kafka.client_id}-proposals", bootstrap_timeout_ms=10_000)
+        return consumer_for(kafka, client_id=f"{kafka.client_id}-proposals", bootstrap_timeout_ms=timeout_ms)
     except KafkaTimeoutError as exc:
         raise AdminError(
             f"cannot reach the bootstrap servers {kafka.bootstrap_servers} ({exc}): check --bootstrap-server "
@@ -723,12 +991,12 @@ def _proposals_consumer(kafka: KafkaSettings) -> KafkaConsumer:
         ) from exc
 
 
-def _read_candidates(settings: Settings, timeout_s: float) -> dict[str, AbortCandidate]:
+def _read_candidates(settings: Settings, timeout_ms: int) -> dict[str, AbortCandidate]:
     kafka = settings.kafka
-    consumer = _proposals_consumer(kafka)
+    consumer = _proposals_consumer(kafka, timeout_ms)
     try:
         latest, malformed = latest_candidates(
-            read_topic(consumer, settings.topics.abort_candidates, timeout_s=timeout_s)
+            read_topic(consumer, settings.topics.abort_candidates, timeout_s=timeout_ms / 1000)
         )
     finally:
         consumer.close()
@@ -737,23 +1005,45 @@ def _read_candidates(settings: Settings, timeout_s: float) -> dict[str, AbortCan
     return latest
 
 
-def _done_ids(settings: Settings, timeout_s: float) -> set[str]:
+def _done_ids(settings: Settings, timeout_ms: int) -> set[str]:
     kafka = settings.kafka
-    consumer = _proposals_consumer(kafka)
+    consumer = _proposals_consumer(kafka, timeout_ms)
     try:
-        records, _ = audit_records(read_topic(consumer, settings.topics.audit, timeout_s=timeout_s))
+        records, _ = audit_records(read_topic(consumer, settings.topics.audit, timeout_s=timeout_ms / 1000))
     finally:
         consumer.close()
     return resolved_by_audit(records)
 
 
-def _find_candidate(
-    command: str, settings: Settings, candidate_id: str, timeout_s: float
-) -> AbortCandidate | int:
+def _find_candidate(command: str, settings: Settings, args: argparse.Namespace) -> AbortCandidate | int:
+    """The candidate named by its id, or (abort, commit) by --topic, --partition and --start-offset; else the exit
+    code after saying why not."""
+    topic: str | None = getattr(args, "topic", None)
+    partition: int | None = getattr(args, "partition", None)
+    start_offset: int | None = getattr(args, "start_offset", None)
+    given = [v is not None for v in (topic, partition, start_offset)]
+    if any(given) == (args.candidate_id is not None) or (any(given) and not all(given)):
+        return _fail(
+            command,
+            "name a candidate by its ID, or by --topic, --partition and --start-offset (all three)",
+            EXIT_USAGE,
+        )
     try:
-        latest = _read_candidates(settings, timeout_s)
+        latest = _read_candidates(settings, args.timeout_ms)
     except (AdminError, KafkaError) as exc:
         return _fail(command, str(exc))
+    if topic is not None and partition is not None and start_offset is not None:
+        found = candidate_at(
+            latest.values(),
+            cluster=settings.cluster,
+            topic=topic,
+            partition=partition,
+            start_offset=start_offset,
+        )
+        if isinstance(found, str):
+            return _fail(command, f"refused, no marker written: {found}", EXIT_REFUSED)
+        return found
+    candidate_id = args.candidate_id
     candidate = latest.get(candidate_id)
     if candidate is None:
         return _fail(command, f"no candidate {candidate_id} on {settings.topics.abort_candidates}")
@@ -771,10 +1061,9 @@ def cmd_proposals_list(args: argparse.Namespace) -> int:
     if isinstance(settings, int):
         return settings
     output = output_format(settings.output, is_terminal=_is_terminal())
-    timeout_s = args.timeout_ms / 1000
     try:
-        latest = _read_candidates(settings, timeout_s)
-        done = _done_ids(settings, timeout_s)
+        latest = _read_candidates(settings, args.timeout_ms)
+        done = _done_ids(settings, args.timeout_ms)
     except (AdminError, KafkaError) as exc:
         return _fail("proposals list", str(exc))
     now = wall_clock_ms()
@@ -783,7 +1072,7 @@ def cmd_proposals_list(args: argparse.Namespace) -> int:
         print(json.dumps([candidate_row(c, now) for c in pending]))
     else:
         print(render_list(pending, now))
-    return 0
+    return EXIT_CANDIDATES_LISTED if args.fail_if_any and pending else EXIT_DONE
 
 
 def cmd_proposals_show(args: argparse.Namespace) -> int:
@@ -791,11 +1080,11 @@ def cmd_proposals_show(args: argparse.Namespace) -> int:
     if isinstance(settings, int):
         return settings
     output = output_format(settings.output, is_terminal=_is_terminal())
-    candidate = _find_candidate("proposals show", settings, args.candidate_id, args.timeout_ms / 1000)
+    candidate = _find_candidate("proposals show", settings, args)
     if isinstance(candidate, int):
         return candidate
     try:
-        admin = connect_admin(settings.kafka)
+        admin = connect_admin(settings.kafka, bootstrap_timeout_ms=args.timeout_ms)
     except AdminError as exc:
         return _fail("proposals show", str(exc))
     wire = KafkaWire(admin)
@@ -837,13 +1126,13 @@ def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) 
     if isinstance(settings, int):
         return settings
     output = output_format(settings.output, is_terminal=_is_terminal())
-    candidate = _find_candidate(command, settings, args.candidate_id, args.timeout_ms / 1000)
+    candidate = _find_candidate(command, settings, args)
     if isinstance(candidate, int):
         return candidate
     actor = args.actor or settings.actor or getpass.getuser()
     timeout_s = args.timeout_ms / 1000
     try:
-        admin = connect_admin(settings.kafka)
+        admin = connect_admin(settings.kafka, bootstrap_timeout_ms=args.timeout_ms)
     except AdminError as exc:
         return _fail(command, str(exc))
     audit_topic = settings.topics.audit
@@ -887,8 +1176,12 @@ def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) 
             audit_log.append(record)
         except (AdminError, KafkaError) as exc:
             # The attempt happened: never lose its record. It goes to stderr, and the run counts as failed.
-            print(audit_json(record), file=sys.stderr)
-            return _fail(command, f"{record.message}; the audit record was NOT published: {exc}", EXIT_ERROR)
+            return _fail(
+                command,
+                f"{record.message}; the audit record was NOT published: {exc}",
+                EXIT_ERROR,
+                audit_record=record.model_dump(mode="json"),
+            )
     finally:
         for client in clients:
             client.close()
@@ -899,7 +1192,7 @@ def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) 
         print(f"{record.outcome.value}: {record.message}")
         print(f"audit {record.audit_id} -> {audit_topic}")
     if attempt.exit_code != EXIT_DONE:
-        print(f"txnwatch {command}: {record.message}", file=sys.stderr)
+        return _fail(command, record.message, attempt.exit_code)
     return attempt.exit_code
 
 
@@ -924,7 +1217,7 @@ def cmd_proposals_watch(args: argparse.Namespace) -> int:
     timeout_s = args.timeout_ms / 1000
     kafka = settings.kafka
     try:
-        admin = connect_admin(kafka)
+        admin = connect_admin(kafka, bootstrap_timeout_ms=args.timeout_ms)
     except AdminError as exc:
         return _fail(command, str(exc))
     clients: list[Any] = []
@@ -942,12 +1235,12 @@ def cmd_proposals_watch(args: argparse.Namespace) -> int:
                 )
                 producer = producer_for(kafka, linger_ms=0)
                 clients.append(producer)
-                reader = _proposals_consumer(kafka)
+                reader = _proposals_consumer(kafka, args.timeout_ms)
                 clients.append(reader)
                 audit_log = TopicAuditLog(producer, reader, audit_topic, timeout_s=timeout_s)
                 past = audit_log.all_records()
             else:
-                consumer = _proposals_consumer(kafka)
+                consumer = _proposals_consumer(kafka, args.timeout_ms)
                 clients.append(consumer)
                 past, _ = audit_records(read_topic(consumer, settings.topics.audit, timeout_s=timeout_s))
         except (AdminError, KafkaError) as exc:

@@ -135,16 +135,25 @@ def client_kwargs(
     return {k: v for k, v in kwargs.items() if k in known}
 
 
-def connect_admin(kafka: KafkaSettings, *, request_timeout_ms: int = 15_000) -> KafkaAdminClient:
+def connect_admin(
+    kafka: KafkaSettings, *, request_timeout_ms: int = 15_000, bootstrap_timeout_ms: int | None = None
+) -> KafkaAdminClient:
     """A bootstrapped KafkaAdminClient; every broker must offer DescribeProducers (KIP-664).
+
+    Args:
+        kafka: the client settings.
+        request_timeout_ms: each request's timeout.
+        bootstrap_timeout_ms: how long to try the bootstrap servers (a command's `--timeout-ms`); None: the
+            request timeout, at least 10 s (kafka-python's own default is 30 s).
 
     Raises:
         AdminError: unreachable bootstrap servers, authentication failure, or brokers without KIP-664.
     """
+    bootstrap_ms = max(request_timeout_ms, 10_000) if bootstrap_timeout_ms is None else bootstrap_timeout_ms
     kwargs = client_kwargs(
         kafka,
         KafkaAdminClient,
-        {"request_timeout_ms": request_timeout_ms, "bootstrap_timeout_ms": max(request_timeout_ms, 10_000)},
+        {"request_timeout_ms": request_timeout_ms, "bootstrap_timeout_ms": bootstrap_ms},
     )
     try:
         admin = KafkaAdminClient(**kwargs)

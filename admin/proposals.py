@@ -72,6 +72,7 @@ from detectors.models import (
     AbortCandidate,
     AuditOutcome,
     AuditRecord,
+    CandidateStatus,
     LiveEvidence,
     PostCheck,
     VerifyOutcome,
@@ -266,6 +267,54 @@ def audit_records(records: Iterable[tuple[Any, Any]]) -> tuple[list[AuditRecord]
         except ValueError:
             malformed += 1
     return out, malformed
+
+
+# `proposals abort --topic T --partition P --start-offset O` (as Kafka's `kafka-transactions.sh abort` names a
+# transaction) acts only on what the job proposes now; otherwise it refuses by this name.
+NOT_PROPOSED: Final = "not-proposed"
+
+
+def candidate_at(
+    candidates: Iterable[AbortCandidate], *, cluster: str, topic: str, partition: int, start_offset: int
+) -> AbortCandidate | str:
+    """The candidate the job proposes (OPENED) for the transaction that starts at `start_offset` of
+    `topic`-`partition` on `cluster`, or why there is none to act on (a refusal, `not-proposed: ...`).
+
+    txnwatch never aborts what it has not proven: a transaction without a candidate, or whose candidate the job
+    resolved (it ended) or withdrew (its proof no longer holds), is not aborted by naming its offsets.
+
+    Args:
+        candidates: the latest record per candidate id (`latest_candidates`).
+        cluster, topic, partition, start_offset: the transaction, as `kafka-transactions.sh abort` names it.
+    """
+    here = sorted(
+        (
+            c
+            for c in candidates
+            if c.cluster == cluster
+            and c.topic == topic
+            and c.partition == partition
+            and c.start_offset == start_offset
+        ),
+        key=lambda c: c.candidate_id,
+    )
+    proposed = [c for c in here if c.status is CandidateStatus.OPENED]
+    if len(proposed) == 1:
+        return proposed[0]
+    where = f"the transaction at {topic}-{partition} offset {start_offset} on cluster {cluster!r}"
+    if len(proposed) > 1:
+        ids = ", ".join(c.candidate_id for c in proposed)
+        return f"{NOT_PROPOSED}: several candidates for {where} ({ids}): name one by its id"
+    if here:
+        states = ", ".join(f"{c.candidate_id} is {c.status.value}" for c in here)
+        return (
+            f"{NOT_PROPOSED}: the job no longer proposes aborting {where} ({states}): txnwatch never aborts what "
+            "it has not proven"
+        )
+    return (
+        f"{NOT_PROPOSED}: the job has proposed no abort of {where}: txnwatch never aborts what it has not proven "
+        f"(`txnwatch inspect partition --topic {topic} --partition {partition}` shows what is known of it)"
+    )
 
 
 # -------------------------------------------------------------------------------------------- abort

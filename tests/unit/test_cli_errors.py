@@ -111,7 +111,7 @@ FLAG_CASES = [
     ),
     pytest.param(
         ["proposals", "list", "--timeout-ms", "soon"],
-        "argument --timeout-ms: invalid int value: 'soon'",
+        "argument --timeout-ms: invalid number of milliseconds: 'soon'",
         id="proposals-list-timeout",
     ),
     pytest.param(
