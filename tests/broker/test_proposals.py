@@ -313,3 +313,37 @@ def test_two_concurrent_executions_write_one_marker(
     assert endings == ["ABORTED", "ALREADY_RESOLVED"]
     assert 1 <= sum(1 for a in audits if a.outcome.value == "CLAIMED") <= 2
     assert sum(1 for a in audits if a.marker_written) == 1
+
+
+def test_abort_named_by_topic_partition_and_start_offset_like_kafkas_tool(
+    bed: Bed, wire: KafkaWire, bootstrap: str, unique: str
+) -> None:
+    """`proposals abort --topic --partition --start-offset`, as `kafka-transactions.sh abort` names a
+    transaction: an offset the job proposes nothing for is refused by name and nothing is written; the
+    candidate's own offset aborts it. `list --fail-if-any` exits 6 while it is pending, 0 once aborted."""
+    h = orphan(bootstrap, unique)
+    topic, partition, start = h["topic"], h["partition"], h["start_offset"]
+    candidate = plan_by_hand(wire, topic, partition, h["producer_id"], cluster=CLUSTER)
+    bed.publish(candidate)
+    where = ("--topic", topic, "--partition", str(partition))
+
+    pending = bed.txnwatch("list", "--fail-if-any")
+    assert pending.returncode == 6, pending.stderr
+    assert [c["candidate_id"] for c in json.loads(pending.stdout)] == [candidate.candidate_id]
+
+    refused = bed.txnwatch(
+        "abort", *where, "--start-offset", str(start + 1), "--execute", "--actor", "on-call"
+    )
+    assert (refused.returncode, refused.stdout) == (3, ""), refused.stderr
+    said = json.loads(refused.stderr)
+    assert said["exit_code"] == 3 and said["error"].startswith("refused, no marker written: not-proposed: ")
+    assert lso(wire, topic, partition) == start  # nothing written
+
+    done = bed.txnwatch("abort", *where, "--start-offset", str(start), "--execute", "--actor", "on-call")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert (record["candidate_id"], record["outcome"]) == (candidate.candidate_id, "ABORTED")
+    assert lso(wire, topic, partition) > start  # type: ignore[operator]
+
+    cleared = bed.txnwatch("list", "--fail-if-any")
+    assert (cleared.returncode, json.loads(cleared.stdout)) == (0, []), cleared.stderr
