@@ -436,18 +436,22 @@ class FaultRecord:
     producer_epoch: int
     partitions: tuple[tuple[str, int], ...]
     transaction_started_ms: int  # the coordinator's transaction start time
-    fault_ms: int  # paused or killed at
+    fault_ms: int  # paused at (a killed one is paused first, while its transaction is checked)
     aborted_ms: int | None = None  # first seen no longer Ongoing at its coordinator (None: never seen)
     aborted_state: str | None = None  # the id's state then (CompleteAbort, or a later transaction's)
     aborted_epoch: int | None = None  # the id's epoch then (TV2 bumps it with every end)
     recovered_ms: int | None = None  # the client wrote again (a commit, or Streams back to RUNNING)
 
 
-def catch_inside_transaction(client: Client, transactional_id: str, coordinator: Coordinator) -> Any:
+def catch_inside_transaction(
+    client: Client, transactional_id: str, coordinator: Coordinator
+) -> tuple[Any, int]:
     """Pause `client` at a moment its transactional id has an Ongoing transaction: paused, asked, resumed and
-    paused again a moment later until it has. Returns the description (the client stays paused)."""
+    paused again a moment later until it has. Returns the description and when the client was paused (it stays
+    paused)."""
     for attempt in range(200):
         client.pause()
+        paused_ms = now_ms()
         d = coordinator.describe(transactional_id)
         if d.state == "Ongoing" and d.partitions:
             # Asked again a moment later: an EndTxn the client sent just before the pause may still be on its
@@ -456,7 +460,7 @@ def catch_inside_transaction(client: Client, transactional_id: str, coordinator:
             time.sleep(0.5)
             again = coordinator.describe(transactional_id)
             if again.state == "Ongoing" and again.start_time_ms == d.start_time_ms:
-                return again
+                return again, paused_ms
         client.resume()
         time.sleep(0.05 + (attempt % 7) * 0.03)
     raise RuntimeError(f"{client.name} was never caught inside a transaction")
@@ -613,10 +617,10 @@ class FieldScenario:
             c.name: catch_inside_transaction(c, i, self.coordinator)
             for c, i in ((a, self.streams_id("streams-a")), (rdk1, self.rdkafka_ids["rdk-1"]))
         }
-        paused_at = now_ms()
+        paused_at = min(at for _, at in caught.values())
         self.phase(f"paused inside a transaction: {sorted(caught)}")
-        paused = {name: record(self.clients[name], "paused", d, paused_at) for name, d in caught.items()}
-        for name, d in caught.items():
+        paused = {name: record(self.clients[name], "paused", d, at) for name, (d, at) in caught.items()}
+        for name, (d, _) in caught.items():
             paused[name] = aborted(paused[name], wait_aborted(self.coordinator, d, 60))
         timeout_ms = max(STREAMS_TRANSACTION_TIMEOUT_MS, RDKAFKA_TRANSACTION_TIMEOUT_MS)
         time.sleep(max(0.0, (paused_at + timeout_ms + PAUSE_PAST_TIMEOUT_MS - now_ms()) / 1000))
@@ -640,17 +644,16 @@ class FieldScenario:
             c.name: catch_inside_transaction(c, i, self.coordinator)
             for c, i in ((b, self.streams_id("streams-b")), (rdk2, self.rdkafka_ids["rdk-2"]))
         }
-        killed_at = now_ms()
         b.kill9()
         rdk2.kill9()
         self.phase("killed inside a transaction: streams-b, rdk-2")
-        killed = {name: record(self.clients[name], "killed", d, killed_at) for name, d in caught.items()}
+        killed = {name: record(self.clients[name], "killed", d, at) for name, (d, at) in caught.items()}
         restarted = now_ms()
         b.start()
-        killed["rdk-2"] = aborted(killed["rdk-2"], wait_aborted(self.coordinator, caught["rdk-2"], 60))
+        killed["rdk-2"] = aborted(killed["rdk-2"], wait_aborted(self.coordinator, caught["rdk-2"][0], 60))
         rdk2.start()
         killed["streams-b"] = aborted(
-            killed["streams-b"], wait_aborted(self.coordinator, caught["streams-b"], 60)
+            killed["streams-b"], wait_aborted(self.coordinator, caught["streams-b"][0], 60)
         )
         b.wait_line(restarted, "STATE RUNNING", 120)
         killed["streams-b"] = recovered(killed["streams-b"], now_ms())

@@ -335,8 +335,17 @@ def test_the_scenario_made_every_fault_and_the_clients_recovered(run: Run) -> No
         took_ms = f.aborted_ms - f.transaction_started_ms
         assert took_ms <= TIMEOUT_MS + 5_000, f
         assert f.kind == "killed" or took_ms >= TIMEOUT_MS - 1_000, f
+    # On waking, the paused instance's producer finds its transaction gone: fenced (ProducerFencedException or
+    # InvalidProducerEpochException: Streams' TaskMigratedException, it rejoins), or, when it wakes inside its
+    # commit, InvalidTxnStateException from EndTxn, which Streams 4.3 treats as fatal to the stream thread (the
+    # application's handler replaces the thread). Both seen on this bed.
     a = run.scenario.clients["streams-a"].stderr_text()
-    assert "Detected that the thread is being fenced" in a, a[-3000:]
+    fenced = "Detected that the thread is being fenced" in a
+    replaced = (
+        "Replacing thread in the streams uncaught exception handler" in a and "InvalidTxnStateException" in a
+    )
+    print(f"  streams-a on waking: {'fenced' if fenced else ''}{' thread replaced' if replaced else ''}")
+    assert fenced or replaced, a[-3000:]
     assert run.scenario.clients["rdk-1"].seen_since(0, "FAILED")
 
 
