@@ -14,6 +14,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
+from common.broker_info import offered_api_keys
 from common.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -178,9 +179,9 @@ def require_kip_664(admin: KafkaAdminClient) -> None:
     """Raises AdminError unless the bootstrap broker offers DescribeProducers (Kafka 2.8+; admin use 3.0+)."""
     from kafka.protocol.admin.transactions import DescribeProducersRequest
 
-    try:
-        offered = {int(key) for key in admin.api_versions()}
-    except AttributeError:  # no versions negotiated yet: the first request will say
+    # Not admin.api_versions(): it fails on Kafka 4.4 (common/broker_info.py).
+    offered = offered_api_keys(admin)
+    if offered is None:  # no versions negotiated yet: the first request will say
         return
     if DescribeProducersRequest.API_KEY not in offered:
         raise AdminError(KIP_664_MESSAGE)

@@ -23,6 +23,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from admin.client import AdminError, error_name, explain
 from admin.metrics import CollectorMetrics
 from admin.seams import TP, SweepResult
+from common.broker_info import broker_count
 from common.topics import OutputTopicSettings, replication_factor
 from detectors.contract import (
     COORDINATOR_LOG_POSITION_TYPE,
@@ -203,7 +204,7 @@ def ensure_topics(
     missing = [name for name in wanted if name not in existing]
     if not missing:
         return []
-    brokers = len(admin.describe_cluster()["brokers"])
+    brokers = broker_count(admin)
     new = [
         NewTopic(
             name,

@@ -27,6 +27,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from common.broker_info import broker_count
 from common.settings import Settings
 from common.topics import replication_factor, stream_output_topics
 from detectors.health import interval_ms, stream_ready_within_ms
@@ -243,7 +244,7 @@ def ensure_topics(opts: StreamOptions, client_kwargs: Mapping[str, Any]) -> None
         existing = set(admin.list_topics())
         missing = [t for t in stream_output_topics(opts.settings.topics) if t.name not in existing]
         if missing:
-            rf = replication_factor(len(admin.describe_cluster()["brokers"]))
+            rf = replication_factor(broker_count(admin))
             result = admin.create_topics(
                 [NewTopic(t.name, t.partitions, rf, topic_configs=dict(t.configs)) for t in missing],
                 raise_errors=False,
