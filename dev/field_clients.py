@@ -635,7 +635,7 @@ class FieldScenario:
         rdk1.wait_line(resumed_at, "RECOVERED", 120)
         paused["rdk-1"] = recovered(paused["rdk-1"], now_ms())
         self.faults += paused.values()
-        self.phase("streams-a fenced and running again; rdk-1 recovered")
+        self.phase("streams-a running again after waking (fenced, or its thread replaced); rdk-1 recovered")
 
         # B and rdk-2 SIGKILLed inside a transaction. B restarts at once (same state directory and group.instance.id:
         # the same transactional id, and its place in the group); rdk-2 only once its coordinator aborted the
