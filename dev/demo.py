@@ -203,15 +203,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "so a buggy client can leave a real hanging transaction."
         )
 
-        banner("2/6 collector: txnwatch collect --interval 5")
+        banner("2/6 collector: txnwatch collect --interval-ms 5000")
         procs.append(
             subprocess.Popen(
                 txnwatch(
                     "collect",
                     "--bootstrap-server",
                     b,
-                    "--interval",
-                    "5",
+                    "--interval-ms",
+                    "5000",
                     "--cluster",
                     "demo",
                     "--metrics-port",

@@ -380,7 +380,9 @@ def test_cli_publishes_the_contract_and_restores_after_restart(
         "--metrics-port",
         "0",
     ]
-    done = txnwatch("collect", *common, "--interval", "0.5", "--max-sweeps", "2", "--topic-partitions", "2")
+    done = txnwatch(
+        "collect", *common, "--interval-ms", "500", "--max-sweeps", "2", "--topic-partitions", "2"
+    )
     assert done.returncode == 0, done.stderr
 
     configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")

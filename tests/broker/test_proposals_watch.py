@@ -78,7 +78,7 @@ def test_auto_abort_aborts_what_the_policy_allows_and_holds_the_rest(
         "max_aborts_per_hour: 5\n"
     )
 
-    proc = watch(bed, "--auto-abort", "--policy", str(policy), "--actor", "ops-bot", "--duration-s", "25")
+    proc = watch(bed, "--auto-abort", "--policy", str(policy), "--actor", "ops-bot", "--duration-ms", "25000")
     try:
         time.sleep(5)
         bed.publish(second)  # proposed while watch runs
@@ -125,7 +125,7 @@ def test_watch_without_policy_prints_and_aborts_nothing(bootstrap: str, unique: 
     h = orphan(bootstrap, unique)
     candidate = plan_by_hand(wire, h["topic"], h["partition"], h["producer_id"])
     bed.publish(candidate)
-    proc = watch(bed, "--duration-s", "8")
+    proc = watch(bed, "--duration-ms", "8000")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     events = [json.loads(line) for line in out.splitlines()]

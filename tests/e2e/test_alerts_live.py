@@ -171,7 +171,16 @@ def collector(bootstrap: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "txnwatch_cli", "collect", "--bootstrap-server", bootstrap),
-            *("--interval", "2", "--topic-prefix", prefix, "--cluster", CLUSTER, "--metrics-port", str(port)),
+            *(
+                "--interval-ms",
+                "2000",
+                "--topic-prefix",
+                prefix,
+                "--cluster",
+                CLUSTER,
+                "--metrics-port",
+                str(port),
+            ),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

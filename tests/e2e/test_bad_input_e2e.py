@@ -244,7 +244,7 @@ def bed(
     collector = subprocess.Popen(
         [
             *(sys.executable, "-m", "txnwatch_cli", "collect", "--bootstrap-server", bootstrap),
-            *("--interval", "5", "--topic-prefix", prefix, "--cluster", "e2e", "--metrics-port", "0"),
+            *("--interval-ms", "5000", "--topic-prefix", prefix, "--cluster", "e2e", "--metrics-port", "0"),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -197,7 +197,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     common = ["--bootstrap-server", bed.bootstrap_servers, "--topic-prefix", prefix, "--cluster", CLUSTER]
     collector = Proc(
         "collector",
-        python("collect", *common, "--interval", "1", "--metrics-port", "0"),
+        python("collect", *common, "--interval-ms", "1000", "--metrics-port", "0"),
         directory,
         merge=True,
     )
@@ -304,7 +304,7 @@ def test_broker_killed_mid_sweep_collector_reports_the_gap_and_recovers(rig: Rig
         "fast-collector",
         python(
             *("collect", "--bootstrap-server", rig.bootstrap, "--topic-prefix", prefix, "--cluster", CLUSTER),
-            *("--interval", "0.05", "--metrics-port", "0"),
+            *("--interval-ms", "50", "--metrics-port", "0"),
         ),
         tmp_path,
         merge=True,

@@ -23,13 +23,13 @@ USAGE = 2  # argparse's exit code, and txnwatch's for settings an operator must 
 # (argv, expected in the problem line). "{props}" is replaced by the client.properties file of the case.
 FLAG_CASES = [
     pytest.param(
-        ["collect", "--interval", "abc"],
-        "argument --interval: invalid float value: 'abc'",
+        ["collect", "--interval-ms", "abc"],
+        "argument --interval-ms: invalid number of milliseconds: 'abc'",
         id="collect-interval-not-a-number",
     ),
     pytest.param(
-        ["collect", "--interval", "-5", "--once"],
-        "--interval (interval_s): Input should be greater than 0",
+        ["collect", "--interval-ms", "-5", "--once"],
+        "argument --interval-ms: must be more than 0 milliseconds (got -5)",
         id="collect-interval-negative",
     ),
     pytest.param(

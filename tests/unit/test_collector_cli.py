@@ -54,8 +54,8 @@ def test_collect_arguments() -> None:
         "b:9092",
         "--command-config",
         "client.properties",
-        "--interval",
-        "2.5",
+        "--interval-ms",
+        "2500",
         "--coordinator-source",
         "describe",
         "--topic-partitions",
@@ -67,8 +67,8 @@ def test_collect_arguments() -> None:
     assert args.func.__name__ == "cmd_collect"  # type: ignore[attr-defined]
     cs = collector_section(
         "collect",
-        "--interval",
-        "2.5",
+        "--interval-ms",
+        "2500",
         "--coordinator-source",
         "describe",
         "--topic-partitions",
@@ -89,7 +89,7 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("TXNWATCH_COLLECTOR__PRODUCER_STATE_TOPIC__PARTITIONS", "3")
     env = Settings().collector
     assert (env.interval_s, env.metrics_port, env.producer_state_topic.partitions) == (30, 9999, 3)
-    cs = collector_section("collect", "--interval", "5", environment=Settings())
+    cs = collector_section("collect", "--interval-ms", "5000", environment=Settings())
     assert (cs.interval_s, cs.metrics_port, cs.producer_state_topic.partitions) == (5, 9999, 3)
 
 
