@@ -28,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer
-from kafka.admin import NewTopic
+from kafka import KafkaConsumer
 from kafka.structs import TopicPartition
 from pyspark.sql import SparkSession
 from workloads import produce_plain, read_committed_values, run_workload
 
 from common.settings import KafkaSettings, Settings, StreamSettings
-from common.topics import TopicSettings, stream_output_topics
+from common.topics import TopicSettings
 from detectors.codec import DecodeError, decode_key, decode_value
 from detectors.models import AbortCandidate, HangingReason
 from dev import oracle
@@ -129,32 +128,6 @@ class Record:
             "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "steps": self.steps,
         }
-
-
-# kafka-python 3.0.12's describe_cluster() pops DescribeCluster v1's endpoint_type (KIP-919, Kafka 3.7) from every
-# answer; a 3.5 or 3.6 broker answers v0, so the call raises KeyError('endpoint_type'). The collector and the job
-# call it only to create their missing topics, so topics created beforehand are the operator's workaround.
-DESCRIBE_CLUSTER_V0 = "KeyError: 'endpoint_type'"
-
-
-def precreate_topics(bootstrap: str, settings: Settings) -> dict[str, Any]:
-    """The topics the collector and the job would create, created as they would create them (one broker)."""
-    specs = [
-        (
-            settings.topics.producer_state,
-            settings.collector.producer_state_topic.partitions,
-            settings.collector.producer_state_topic.topic_configs(),
-        ),
-        *((t.name, t.partitions, dict(t.configs)) for t in stream_output_topics(settings.topics)),
-    ]
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics(
-            [NewTopic(name, parts, 1, topic_configs=configs) for name, parts, configs in specs]
-        )
-    finally:
-        admin.close()
-    return {"topics": [name for name, _, _ in specs]}
 
 
 def write_result(record: Record) -> None:
@@ -356,22 +329,7 @@ def test_cell(
             assert collector.poll() is None, (tmp_path / "collector.log").read_text()[-2000:]
             return {}
 
-        try:
-            record.step("collect_primary", start_collector)
-        except AssertionError as exc:
-            if DESCRIBE_CLUSTER_V0 not in str(exc):
-                raise
-            record.findings.append(
-                "collect_primary: the collector cannot create its topics: kafka-python's describe_cluster() raises "
-                "KeyError('endpoint_type') against DescribeCluster v0 (admin/publish.py ensure_topics); the job's "
-                "topic creation calls it too (streaming/job.py ensure_topics). Workaround: topics created first"
-            )
-            record.failure = None
-            record.steps["collect_primary_creates_topics"] = record.steps.pop("collect_primary")
-            log.seek(0)  # the dead collector's log: the new one writes from the start
-            log.truncate()
-            record.step("topics_precreated", lambda: precreate_topics(bootstrap, settings))
-            record.step("collect_primary", start_collector)
+        record.step("collect_primary", start_collector)
 
         def start_job() -> dict[str, Any]:
             nonlocal running
