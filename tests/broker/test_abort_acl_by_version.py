@@ -37,7 +37,8 @@ import dev.kafka as testbed
 from admin.wire import KafkaWire
 from dev import workload
 
-pytestmark = pytest.mark.broker
+# Two SASL beds of other releases (about 2 minutes): `make compat`, beside the matrix.
+pytestmark = [pytest.mark.broker, pytest.mark.compat]
 
 ROOT = Path(__file__).resolve().parents[2]
 ABORT = "txnwatch-abort"

@@ -102,6 +102,7 @@ def kafka_3_7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stop_cluster(state_dir)
 
 
+@pytest.mark.compat  # another release's bed: `make compat`
 def test_on_kafka_3_7_the_filter_fails_and_the_poll_lists_without_it(kafka_3_7: str, unique: str) -> None:
     """What the unit tests' fakes assume, on a real 3.7.2 broker: its ApiVersions offer no ListTransactions v1,
     a DurationFilter listing sent to it anyway fails UNSUPPORTED_VERSION (kafka-python finds no common version),
