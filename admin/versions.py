@@ -1,7 +1,7 @@
 """What one broker's ApiVersions say about the few behaviours of txnwatch that depend on its Kafka release.
 
 kafka-python negotiates every request's version per connection; these are the places where txnwatch itself must
-choose (issue 31). A broker's versions are its connection's (`KafkaWire.broker_apis`): kafka-python keeps, per
+choose. A broker's versions are its connection's (`KafkaWire.broker_apis`): kafka-python keeps, per
 connection, the lower of the bootstrap broker's and that broker's own (`KafkaConnection._get_api_versions`), so a
 broker newer than the bootstrap one reads as old. Every choice below is safe on an older broker: no filter, or an
 ACL that every release accepts.
