@@ -605,9 +605,9 @@ def _fail(command: str, message: str, code: int = EXIT_ERROR, **fields: Any) -> 
         fields: more keys of the JSON object (text output prints each, as JSON, on a line of its own before).
     """
     if _ERRORS.json:
-        print(
-            json.dumps({"command": command, "error": message, "exit_code": code, **fields}), file=sys.stderr
-        )
+        # Messages keep their own characters (−1, →): JSON on a UTF-8 stream needs no escapes for them.
+        error = {"command": command, "error": message, "exit_code": code, **fields}
+        print(json.dumps(error, ensure_ascii=False), file=sys.stderr)
     else:
         for value in fields.values():
             print(json.dumps(value), file=sys.stderr)
