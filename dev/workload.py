@@ -77,9 +77,9 @@ def ensure_topics(admin: KafkaAdminClient, topics: Sequence[str], partitions: in
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # leaders are elected asynchronously after CreateTopics
         described = admin.describe_topics(list(topics))
-        if all(p["leader_id"] >= 0 for t in described for p in t["partitions"]) and len(described) == len(
-            topics
-        ):
+        # A topic the broker's metadata does not know yet comes back with no partitions (and an error): not ready.
+        known = len(described) == len(topics) and all(t["partitions"] for t in described)
+        if known and all(p["leader_id"] >= 0 for t in described for p in t["partitions"]):
             return
         time.sleep(0.2)
     raise WorkloadError(f"topics {topics} have no leaders after 30s")
