@@ -59,6 +59,7 @@ from admin.proposals import (
     first_read_committed_offset,
     follow_topic,
     latest_candidates,
+    no_longer_proposed,
     read_topic,
 )
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
@@ -1129,6 +1130,9 @@ def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) 
     candidate = _find_candidate(command, settings, args)
     if isinstance(candidate, int):
         return candidate
+    refusal = no_longer_proposed(candidate)  # named by its id; the offsets' path finds OPENED ones only
+    if refusal is not None:
+        return _fail(command, f"refused, no marker written: {refusal}", EXIT_REFUSED)
     actor = args.actor or settings.actor or getpass.getuser()
     timeout_s = args.timeout_ms / 1000
     try:
