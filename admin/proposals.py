@@ -318,17 +318,18 @@ def candidate_at(
 
 
 def no_longer_proposed(candidate: AbortCandidate) -> str | None:
-    """Why a candidate named by its id is not to be acted on (a refusal, `not-proposed: ...`), or None while the
-    job proposes it (OPENED). A RESOLVED candidate's transaction ended; a WITHDRAWN one's proof no longer holds
-    (the job says why): the live verification before a marker would be the only proof left, and txnwatch acts on
-    a HANGING proof of the job's, verified live, never on the live check alone."""
-    if candidate.status is CandidateStatus.OPENED:
+    """Why a candidate named by its id is not to be acted on (a refusal, `not-proposed: ...`), or None.
+
+    A WITHDRAWN candidate's proof no longer holds (the job says why): the live verification before a marker would
+    be the only proof left, and txnwatch acts on a HANGING proof of the job's, verified live, never on the live
+    check alone. A RESOLVED one goes on: its transaction ended, which the audit log or the live check finds, a
+    clean "nothing to do" (exit 4) for a script that runs the abort again."""
+    if candidate.status is not CandidateStatus.WITHDRAWN:
         return None
-    why = f": {candidate.withdrawn_reason}" if candidate.withdrawn_reason else ""
     return (
-        f"{NOT_PROPOSED}: candidate {candidate.candidate_id} is {candidate.status.value}{why}; the job no longer "
-        "proposes it, and txnwatch never acts on what it has not proven (`txnwatch proposals list` shows what it "
-        "proposes now)"
+        f"{NOT_PROPOSED}: candidate {candidate.candidate_id} is WITHDRAWN: {candidate.withdrawn_reason}; the job "
+        "no longer proposes it, and txnwatch never acts on what it has not proven (`txnwatch proposals list` "
+        "shows what it proposes now)"
     )
 
 
