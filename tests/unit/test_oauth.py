@@ -9,6 +9,7 @@ import json
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -183,3 +184,35 @@ def test_msk_iam_provider_signs_for_the_region(monkeypatch: pytest.MonkeyPatch) 
     ]
     assert isinstance(provider, MskIamTokenProvider)
     assert provider.token() == "signed-token" and signed == ["us-east-1"]
+
+
+def test_msk_iam_provider_signs_a_real_token_with_the_installed_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The real aws-msk-iam-sasl-signer-python (the msk extra, in the dev extra and both images), not a stand-in:
+    the token is MSK's SigV4-presigned kafka-cluster:Connect URL, signed locally with static credentials."""
+    # Only the environment's credentials: no profile files, no instance metadata.
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDTXNWATCHTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-secret")
+    monkeypatch.setenv("AWS_REGION", "eu-central-1")
+    parsed = parse_client_properties(
+        "sasl.mechanism=OAUTHBEARER\n"
+        "sasl.login.callback.handler.class=software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler"
+    )
+    provider = with_token_provider(parsed.kwargs)["sasl_oauth_token_provider"]
+    assert isinstance(provider, MskIamTokenProvider)
+    token = provider.token()
+    url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()  # base64url, unpadded
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qs(parts.query)
+    assert parts.netloc == "kafka.eu-central-1.amazonaws.com"
+    assert query["Action"] == ["kafka-cluster:Connect"]
+    assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]
+    assert query["X-Amz-Credential"][0].startswith("AKIDTXNWATCHTEST/")
+    assert query["X-Amz-Credential"][0].endswith("/eu-central-1/kafka-cluster/aws4_request")
+    assert len(query["X-Amz-Signature"][0]) == 64
