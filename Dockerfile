@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1.7
 # The images helm/txnwatch runs, two targets of one build:
 #   stream     (the default: the last stage) Python, a JRE, txnwatch with pyspark, and Spark's Kafka connector
-#              jars resolved at build time with the same POM and Maven settings as `make jars`. It serves the
-#              collector, the Spark driver and the executors; the chart runs it everywhere.
+#              jars (with Amazon MSK's IAM login, aws-msk-iam-auth) resolved at build time with the same POM and
+#              Maven settings as `make jars`. It serves the collector, the Spark driver and the executors; the
+#              chart runs it everywhere.
 #   collector  txnwatch without Spark (no JRE, pyspark, pyarrow or pandas): `txnwatch collect` and
 #              `txnwatch proposals`, neither of which imports Spark. About a tenth of the size.
 # The base images are build arguments. They default to the public ones; `make image` (dev/image.py) builds both
@@ -25,11 +26,13 @@ RUN mvn -q -B -s dev/jvm/settings.xml -f dev/jvm/spark/pom.xml dependency:copy-d
         -DoutputDirectory=/jars/spark
 
 # --- pyproject.toml's runtime dependencies: the collector's, then the Spark side on top ----------------------
+# The collector's include the extras both images carry (requirements.py's IMAGE_EXTRAS: msk, Amazon MSK IAM login).
 FROM ${PYTHON_IMAGE} AS collector-deps
 WORKDIR /src
 COPY pyproject.toml deploy/image/requirements.py ./
 RUN python -m venv /opt/venv \
     && python requirements.py collector < pyproject.toml > /tmp/requirements.txt \
+    && python requirements.py extras < pyproject.toml >> /tmp/requirements.txt \
     && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
 
 FROM collector-deps AS stream-deps

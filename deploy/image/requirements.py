@@ -2,10 +2,11 @@
 
 The `collector` target runs `txnwatch collect` and `txnwatch proposals`, which never import Spark: it gets every
 dependency except the Spark side (pyspark and the libraries only the streaming job's Python code uses). The
-`stream` target gets the Spark side on top. Standard library only: it runs in the base image before anything is
-installed.
+`stream` target gets the Spark side on top. Both also get the optional extras in IMAGE_EXTRAS (`extras`): an
+image cannot be pip-installed into later, so what an operator may switch on by configuration alone must be in it.
+Standard library only: it runs in the base image before anything is installed.
 
-    python requirements.py collector|spark < pyproject.toml > requirements.txt
+    python requirements.py collector|spark|extras < pyproject.toml > requirements.txt
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import tomllib
 # pyspark itself; pyarrow and pandas for the job's Arrow/pandas UDFs; protobuf for transformWithState's
 # generated code.
 SPARK_SIDE = frozenset({"pyspark", "pyarrow", "pandas", "protobuf"})
+
+# msk: Amazon MSK IAM login for kafka-python (common/oauth.py), chosen by the Kafka client properties alone.
+IMAGE_EXTRAS = ("msk",)
 
 
 def distribution_name(requirement: str) -> str:
@@ -34,5 +38,12 @@ def requirements(pyproject: str, side: str) -> list[str]:
     return [d for d in deps if (distribution_name(d) in SPARK_SIDE) == (side == "spark")]
 
 
+def extras_requirements(pyproject: str) -> list[str]:
+    """The requirements of the optional extras every image carries (IMAGE_EXTRAS), as pyproject.toml writes them."""
+    optional: dict[str, list[str]] = tomllib.loads(pyproject)["project"]["optional-dependencies"]
+    return [d for extra in IMAGE_EXTRAS for d in optional[extra]]
+
+
 if __name__ == "__main__":
-    print("\n".join(requirements(sys.stdin.read(), sys.argv[1])))
+    text, side = sys.stdin.read(), sys.argv[1]
+    print("\n".join(extras_requirements(text) if side == "extras" else requirements(text, side)))

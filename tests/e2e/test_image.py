@@ -11,11 +11,13 @@ read_committed reader.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
 import subprocess
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +112,123 @@ def test_the_images_carry_their_version(images: dict[str, str]) -> None:
         assert (
             subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=image.ROOT).returncode == 0
         )
+
+
+# Amazon MSK IAM in the images: MSK's signer is local (SigV4 presigning of a kafka-cluster:Connect URL), so static
+# keys in the environment sign a real token with no AWS endpoint; only the profile files and instance metadata are
+# kept out, so that nothing but these keys can be picked up.
+MSK_REGION = "eu-central-1"
+MSK_AWS_ENV = {
+    "AWS_REGION": MSK_REGION,
+    "AWS_ACCESS_KEY_ID": "AKIDTXNWATCHTEST",
+    "AWS_SECRET_ACCESS_KEY": "not-a-secret",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": "/nonexistent",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+}
+MSK_CLASSES = (
+    "software.amazon.msk.auth.iam.IAMLoginModule",
+    "software.amazon.msk.auth.iam.IAMClientCallbackHandler",
+)
+# Loads each class named on the command line as Kafka does (public no-argument constructor), then signs a token
+# with MSK's OAUTHBEARER callback handler, which runs MSK's code against the AWS SDK the image resolved (2.35.4, not
+# the 2.30.23 aws-msk-iam-auth was built with): a mismatch between the two fails here, not at a customer's broker.
+MSK_IAM_CHECK_JAVA = """
+import java.util.List;
+import java.util.Map;
+import javax.security.auth.callback.Callback;
+import javax.security.auth.login.AppConfigurationEntry;
+import org.apache.kafka.common.security.auth.AuthenticateCallbackHandler;
+import org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule;
+import org.apache.kafka.common.security.oauthbearer.OAuthBearerTokenCallback;
+
+public class MskIamCheck {
+    public static void main(String[] args) throws Exception {
+        for (String name : args) {
+            Class.forName(name).getDeclaredConstructor().newInstance();
+        }
+        AuthenticateCallbackHandler handler = (AuthenticateCallbackHandler) Class.forName(
+            "software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler").getDeclaredConstructor().newInstance();
+        handler.configure(Map.of(), "OAUTHBEARER", List.of(new AppConfigurationEntry(
+            OAuthBearerLoginModule.class.getName(), AppConfigurationEntry.LoginModuleControlFlag.REQUIRED, Map.of())));
+        OAuthBearerTokenCallback callback = new OAuthBearerTokenCallback();
+        handler.handle(new Callback[] {callback});
+        System.out.println(callback.token().value());
+    }
+}
+"""
+# The collector side's MSK IAM path (common/oauth.py) as the collector and the abort build it.
+MSK_IAM_CHECK_PY = (
+    "from common.oauth import MskIamTokenProvider, token_provider; "
+    "p = token_provider({'sasl_oauth_aws_msk_iam': True}); "
+    "assert isinstance(p, MskIamTokenProvider); print(p.token())"
+)
+
+
+def msk_connect_url(token: str) -> tuple[str, dict[str, list[str]]]:
+    """The host and query of the presigned URL an MSK IAM token encodes (base64url, unpadded)."""
+    url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    parts = urllib.parse.urlsplit(url)
+    return parts.netloc, urllib.parse.parse_qs(parts.query)
+
+
+def assert_msk_token_signed_with_the_test_keys(token: str) -> None:
+    host, query = msk_connect_url(token)
+    assert host == f"kafka.{MSK_REGION}.amazonaws.com", host
+    assert query["Action"] == ["kafka-cluster:Connect"], query
+    assert query["X-Amz-Credential"][0].startswith(MSK_AWS_ENV["AWS_ACCESS_KEY_ID"] + "/"), query
+    assert len(query["X-Amz-Signature"][0]) == 64, query
+
+
+def test_the_stream_images_spark_class_path_has_msk_iam_login(
+    containers: tuple[image.Container, image.Container], tmp_path: Path
+) -> None:
+    """aws-msk-iam-auth (dev/jvm/spark/pom.xml) on the class path Spark runs with in the image: pyspark's jars
+    and the image's jars/spark folder (streaming/session.py hands the latter to spark.jars). The check class is
+    compiled here, against `make jars`' copy of the same jars, and handed in through the environment (the
+    container's root is read-only; /tmp is its tmpfs)."""
+    _, stream_ctr = containers
+    source = tmp_path / "MskIamCheck.java"
+    source.write_text(MSK_IAM_CHECK_JAVA)
+    jars = image.ROOT / ".cache" / "jars" / "spark"
+    subprocess.run(
+        ["javac", "--release", "17", "-cp", f"{jars}/*", "-d", str(tmp_path), str(source)],
+        check=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    check_class = base64.b64encode((tmp_path / "MskIamCheck.class").read_bytes()).decode()
+    script = (
+        'printf %s "$CHECK_CLASS" | base64 -d > /tmp/MskIamCheck.class && exec "$JAVA_HOME/bin/java" -Xmx128m '
+        '-cp "/tmp:$TXNWATCH_STREAM__JARS_DIR/spark/*:$SPARK_HOME/jars/*" MskIamCheck "$@"'
+    )
+    done = subprocess.run(
+        stream_ctr.run(
+            "sh", "-c", script, "sh", *MSK_CLASSES, env={**MSK_AWS_ENV, "CHECK_CLASS": check_class}
+        ),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_msk_token_signed_with_the_test_keys(done.stdout.split()[-1])
+
+
+def test_both_images_sign_msk_iam_tokens_for_the_python_components(
+    containers: tuple[image.Container, image.Container],
+) -> None:
+    """aws-msk-iam-sasl-signer-python (pyproject's msk extra) in both images: common/oauth.py's MSK IAM provider
+    signs a token, as `sasl.mechanism=OAUTHBEARER` with MSK's IAMOAuthBearerLoginCallbackHandler makes it do."""
+    for ctr in containers:
+        done = subprocess.run(
+            ctr.run("python", "-c", MSK_IAM_CHECK_PY, env=MSK_AWS_ENV),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert_msk_token_signed_with_the_test_keys(done.stdout.split()[-1])
 
 
 def test_collect_and_stream_from_the_images_find_and_abort_a_real_orphan(
