@@ -6,7 +6,7 @@ to `User:<name>` with `ssl.principal.mapping.rules`). Every key file holds the P
 KEY`: the form Kafka's Java PEM key store reads) followed by its certificate, so one file serves as
 `ssl.keystore.location` with `ssl.keystore.type=PEM` for the JVMs and as kafka-python's `ssl_certfile`.
 
-Uses `cryptography` (installed with the dev extras: moto[server] depends on it); nothing here runs in production.
+Uses `cryptography` (a dev extra in pyproject.toml); nothing here runs in production.
 """
 
 from __future__ import annotations
