@@ -195,6 +195,14 @@ STREAM_LAST_BATCH_TIMESTAMP_SECONDS = Metric(
     "When each query last finished a batch.",
     ("query",),
 )
+STREAM_STATE_STALE = Metric(
+    "txnwatch_stream_state_stale",
+    "gauge",
+    "1 while the verdicts and windows served are the last the job knew, not being refreshed: its queries are "
+    "stopped (Kafka does not answer) or have not finished a batch within their readiness window (as /readyz); "
+    "0 while current.",
+    ("cluster",),
+)
 
 # Both components: what runs.
 BUILD_INFO = Metric(
@@ -327,6 +335,7 @@ STREAM: tuple[Metric, ...] = (
     DEAD_LETTER_RECORDS,
     STREAM_SOURCE_OFFSETS_BEHIND_LATEST,
     STREAM_LAST_BATCH_TIMESTAMP_SECONDS,
+    STREAM_STATE_STALE,
     BUILD_INFO,
 )
 COLLECTOR: tuple[Metric, ...] = (

@@ -1,7 +1,9 @@
 """The driver's Prometheus endpoint: the latest verdicts and windows, as gauges built at scrape time.
 
-A custom collector yields only what is current (partitions with open transactions, verdicts not yet gone), so
-no series goes stale and nothing needs deleting. Query health comes from a StreamingQueryListener, which also
+A custom collector yields only what the job knows (partitions with open transactions, verdicts not yet gone), so
+nothing needs deleting. While the queries are stopped for a Kafka outage, or wait on Kafka, the endpoint keeps
+serving what they last knew, with `txnwatch_stream_state_stale` 1 (`StateStaleness`): a hanging transaction's
+series, and its page, end only when the job sees the transaction end, never because Kafka went away. Query health comes from a StreamingQueryListener, which also
 feeds the /healthz and /readyz probes served beside /metrics (`DriverHealth`); `txnwatch_build_info` says what
 runs. Producer ids and transactional ids never become labels. Every family's name, help and labels come from
 common/metric_descriptors.py, where the dashboard and the alert checks read them too.
@@ -250,6 +252,20 @@ class VerdictCollector(Collector):
         yield pending
 
 
+class StateStaleness(Collector):
+    """`txnwatch_stream_state_stale`: whether the verdicts served beside it are being refreshed, decided as /readyz
+    decides (`DriverHealth.ready`), so the probe and the metric never disagree."""
+
+    def __init__(self, driver: DriverHealth, cluster: str) -> None:
+        self.driver = driver
+        self.cluster = cluster
+
+    def collect(self) -> Iterator[Metric]:
+        stale = _gauge(metrics.STREAM_STATE_STALE)
+        stale.add_metric([self.cluster], 0 if self.driver.ready().ok else 1)
+        yield stale
+
+
 def _oldest_is_two_phase_commit(verdicts: Iterable[VerdictState]) -> dict[tuple[str, int], bool]:
     """Per partition: is its oldest open transaction (lowest start offset, the one KIP-664 judges late) a
     two-phase-commit one? Partitions without a verdict are absent (counted as not 2PC: the alert stays on)."""
@@ -411,30 +427,29 @@ def _source_name(description: str) -> str:
 
 class Endpoint:
     """One server for the driver's whole run: /healthz and /readyz from `driver`, and /metrics from the registry of
-    the queries running now (`show`). After a Kafka outage `run` (streaming/job.py) stops the queries and starts
-    them again; the probes answer all the while, and /metrics says 503 while no queries run (as a target that
-    is down: their gauges would be stale)."""
+    the queries last started (`show`). After a Kafka outage `run` (streaming/job.py) stops the queries and starts
+    them again; the probes answer all the while, and /metrics keeps serving what the stopped queries last knew,
+    marked stale (`StateStaleness`): were it to answer 503, Prometheus would drop the hanging series and resolve
+    their pages while the partitions still hang. 503 only before the first queries started (nothing known yet)."""
 
     def __init__(self, host: str, port: int, driver: DriverHealth) -> None:
         self.driver = driver
         self._metrics_app: Any = None
-        self._why = "the queries have not started yet"
         self.server = serve(CollectorRegistry(), host, port)
         self.server.set_app(with_probes(self._current_metrics, driver))
 
     def show(self, registry: CollectorRegistry) -> None:
         self._metrics_app = make_wsgi_app(registry)
 
-    def hide(self, why: str) -> None:
-        self._metrics_app = None
-        self._why = why
+    def queries_stopped(self, why: str) -> None:
+        """The queries stop: /readyz says `why`, and /metrics goes on with their last values, stale."""
         self.driver.stop(why)
 
     def _current_metrics(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         app = self._metrics_app
         if app is not None:
             return app(environ, start_response)  # type: ignore[no-any-return]
-        body = f"no metrics: {self._why}\n".encode()
+        body = b"no metrics: the queries have not started yet\n"
         start_response("503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
         return [body]
 

@@ -39,6 +39,7 @@ from streaming.exporter import (
     Health,
     HealthListener,
     LiveState,
+    StateStaleness,
     VerdictCollector,
     serve,
 )
@@ -150,11 +151,11 @@ class RunningJob:
 
     def stop(self, why: str = "the queries are stopped") -> None:
         """Stop the queries, the health listener and the /metrics endpoint (a later start begins clean); a run's
-        endpoint stays up, saying `why` on /readyz."""
+        endpoint stays up, saying `why` on /readyz and serving the last values, stale, on /metrics."""
         # Said first: stopping a query whose batch waits on a broker that does not answer takes up to
         # stopTimeout each, and the probes should tell the decision, not the end of the wait.
         if self.endpoint is not None:
-            self.endpoint.hide(why)
+            self.endpoint.queries_stopped(why)
         self._stop_queries()
         try:
             self.spark.streams.removeListener(self.listener)
@@ -353,15 +354,17 @@ def start(
     registry: CollectorRegistry | None = None,
     queries: tuple[str, ...] = QUERIES,
     endpoint: Endpoint | None = None,
+    live: LiveState | None = None,
 ) -> RunningJob:
     """Start the three queries and the /metrics endpoint (or show them on the run's `endpoint`); returns once
-    they started."""
+    they started. `live`: the verdicts the run's earlier queries knew (a fresh state when None)."""
     stream = opts.settings.stream
     registry = registry or CollectorRegistry()
-    live = LiveState()
+    live = live if live is not None else LiveState()
     health = Health(registry)
     registry.register(VerdictCollector(live, opts.settings.cluster))
     driver = endpoint.driver if endpoint is not None else DriverHealth(stall_after_ms=_stall_after_ms(opts))
+    registry.register(StateStaleness(driver, opts.settings.cluster))
     listener = HealthListener(health, driver)
     spark.streams.addListener(listener)
     if endpoint is not None:
@@ -582,8 +585,12 @@ def run(
     endpoint = Endpoint(
         stream.metrics_host, stream.metrics_port, DriverHealth(stall_after_ms=_stall_after_ms(opts))
     )
+    # One state of verdicts for the whole run too: queries started again after an outage resume the checkpointed
+    # state those verdicts came from, and only their events (a GONE) may take a verdict away. A fresh state would
+    # drop every hanging series until the next batch, and resolve its page.
+    live = LiveState()
     try:
-        first = start(spark, opts, out=out, endpoint=endpoint)
+        first = start(spark, opts, out=out, endpoint=endpoint, live=live)
     except BaseException:
         endpoint.close()
         raise
@@ -652,7 +659,7 @@ def run(
                         return 0
                     time.sleep(pause)
                     pause = min(pause * 2, OUTAGE_BACKOFF_MAX_S)
-                job = start(spark, opts, out=out, endpoint=endpoint)
+                job = start(spark, opts, out=out, endpoint=endpoint, live=live)
                 opened_at = time.monotonic()
                 say_up("queries resumed from their checkpoints")
                 _announce(job, opts, out)

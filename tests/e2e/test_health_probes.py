@@ -235,13 +235,18 @@ def test_a_paused_broker_makes_both_unready_but_not_dead_and_they_recover(bed: B
         status, why = stream.probe("/readyz")
         if why == stopped:
             print(f"job stopped its queries {time.monotonic() - paused_at:.1f}s after the pause")
-            assert stream.probe("/metrics")[0] == 503
+            # /metrics goes on serving what the stopped queries last knew, marked stale below (not 503: that
+            # would drop the hanging series and resolve their pages).
         else:
             print(
                 f"job still waiting on its queries {time.monotonic() - paused_at:.1f}s after the pause: {why}"
             )
             assert status == 503 and why.startswith("not ready: last txnwatch-"), why
             assert "txnwatch stream: Kafka does not answer" in stream.log.read_text(errors="replace")
+        # Not ready either way, so /metrics says its values are stale (the same decision as /readyz).
+        status, body = stream.probe("/metrics")
+        stale = [line for line in body.splitlines() if line.startswith("txnwatch_stream_state_stale{")]
+        assert status == 200 and len(stale) == 1 and stale[0].endswith(" 1.0"), body
         for _ in range(3):  # and the collector still retries
             readiness(collector)
         # Both loops kept turning (requests time out and are retried): live throughout, no restart wanted.

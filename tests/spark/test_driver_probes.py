@@ -11,8 +11,18 @@ from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
-from streaming.exporter import DriverHealth, Endpoint, Health, HealthListener, serve
+from streaming.exporter import (
+    DriverHealth,
+    Endpoint,
+    Health,
+    HealthListener,
+    LiveState,
+    StateStaleness,
+    VerdictCollector,
+    serve,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -31,6 +41,50 @@ def get(url: str) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
+
+
+HANGING_SERIES = (
+    "txnwatch_hanging_transaction_open_since_timestamp_seconds",
+    (
+        ("candidate_id", "c7"),
+        ("cluster", "prod"),
+        ("partition", "3"),
+        ("reason", "no-coordinator-state"),
+        ("topic", "orders"),
+    ),
+)
+STALE = ("txnwatch_stream_state_stale", (("cluster", "prod"),))
+
+
+def hanging_verdict() -> SimpleNamespace:
+    """A reconcile event as the sinks hand it to LiveState: a HANGING verdict with its candidate."""
+    return SimpleNamespace(
+        event="VERDICT",
+        topic="orders",
+        partition=3,
+        producer_id=7,
+        kind="HANGING",
+        reason="no-coordinator-state",
+        lso_lag=5,
+        age_ms=100_000,
+        candidate_id="c7",
+        withheld=None,
+        event_time_ms=1_700_000_100_000,
+        payload=None,
+        start_offset=10,
+        two_phase_commit=False,
+    )
+
+
+def samples(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The hanging transactions' series and the staleness flag of a /metrics body."""
+    wanted = {HANGING_SERIES[0], STALE[0]}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name in wanted
+    }
 
 
 def progress_event(query_id: str) -> SimpleNamespace:
@@ -83,30 +137,48 @@ def test_the_run_endpoint_keeps_answering_probes_while_the_queries_are_stopped()
     driver = DriverHealth(stall_after_ms=20_000, monotonic=clock)
     endpoint = Endpoint("127.0.0.1", 0, driver)
     url = f"http://127.0.0.1:{endpoint.server.server_port}"
-    try:
+    live = LiveState()  # the run's, as streaming/job.py `run` keeps it across restarts
+
+    def registry_of_a_start() -> CollectorRegistry:
         registry = CollectorRegistry()
         Health(registry)
-        endpoint.show(registry)
+        registry.register(VerdictCollector(live, "prod"))
+        registry.register(StateStaleness(driver, "prod"))
+        return registry
+
+    try:
+        assert get(f"{url}/metrics") == (503, "no metrics: the queries have not started yet\n")
+        endpoint.show(registry_of_a_start())
         driver.expect("txnwatch-reconcile", 10_000)
         driver.started("q-1", "txnwatch-reconcile")
         driver.moved("q-1")
+        live.apply_events([hanging_verdict()])
         assert get(f"{url}/readyz")[0] == 200
-        assert "txnwatch_build_info{" in get(f"{url}/metrics")[1]
+        status, body = get(f"{url}/metrics")
+        assert status == 200 and "txnwatch_build_info{" in body
+        assert samples(body) == {HANGING_SERIES: 1_700_000_000.0, STALE: 0.0}
         # A Kafka outage: run() stops the queries and waits, its loop still turning.
-        endpoint.hide("the queries are stopped: Kafka does not answer")
+        endpoint.queries_stopped("the queries are stopped: Kafka does not answer")
         clock.s += 30
         driver.turned()
         assert get(f"{url}/healthz")[0] == 200
         assert get(f"{url}/readyz") == (503, "not ready: the queries are stopped: Kafka does not answer\n")
+        # /metrics serves what the job last knew, marked stale: the hanging series stays, and so does its page.
         status, body = get(f"{url}/metrics")
-        assert status == 503 and body.startswith("no metrics: the queries are stopped")
-        # Started again from the checkpoints: ready once the query moves again, on the new registry.
-        fresh = CollectorRegistry()
-        Health(fresh)
-        endpoint.show(fresh)
+        assert status == 200
+        assert samples(body) == {HANGING_SERIES: 1_700_000_000.0, STALE: 1.0}
+        # Started again from the checkpoints, on a new registry over the same verdicts: still stale until the
+        # query moves again, current after.
+        endpoint.show(registry_of_a_start())
         driver.started("q-2", "txnwatch-reconcile")
         assert get(f"{url}/readyz") == (503, "not ready: no txnwatch-reconcile batch yet\n")
+        assert samples(get(f"{url}/metrics")[1]) == {HANGING_SERIES: 1_700_000_000.0, STALE: 1.0}
         driver.moved("q-2")
-        assert get(f"{url}/readyz")[0] == 200 and get(f"{url}/metrics")[0] == 200
+        assert get(f"{url}/readyz")[0] == 200
+        status, body = get(f"{url}/metrics")
+        assert status == 200 and samples(body) == {HANGING_SERIES: 1_700_000_000.0, STALE: 0.0}
+        # The series ends only with the transaction (the job's GONE).
+        live.apply_events([SimpleNamespace(**{**vars(hanging_verdict()), "event": "GONE"})])
+        assert samples(get(f"{url}/metrics")[1]) == {STALE: 0.0}
     finally:
         endpoint.close()
