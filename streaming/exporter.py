@@ -73,6 +73,11 @@ class VerdictState:
     # The coordinator owns it as a KIP-939 two-phase-commit transaction (no timeout; detectors.rules).
     two_phase_commit: bool = False
     start_offset: int | None = None
+    # The HANGING proof its open candidate stands on: the reason and when it opened, as proven. Kept while the
+    # verdict only waits (detectors.tracking.withdraws_proof): after a Kafka outage the job can judge the
+    # transaction younger than proven, OPEN for a while, and its candidate stays OPENED; so does its page.
+    proven_reason: str | None = None
+    proven_open_since_ms: int | None = None
 
 
 @dataclass
@@ -102,7 +107,8 @@ class LiveState:
                     continue
                 key = (r.topic, int(r.partition), int(r.producer_id))
                 if r.event == "VERDICT":
-                    self.verdicts[key] = VerdictState(
+                    known = self.verdicts.get(key)
+                    verdict = VerdictState(
                         r.topic,
                         int(r.partition),
                         r.kind,
@@ -116,6 +122,7 @@ class LiveState:
                         bool(r.two_phase_commit),
                         int(r.start_offset),
                     )
+                    self.verdicts[key] = _with_proof(verdict, known)
                 elif r.event == "GONE":
                     self.verdicts.pop(key, None)
 
@@ -144,6 +151,24 @@ class LiveState:
     def view_lag(self) -> dict[str, Any] | None:
         with self._lock:
             return None if self.view is None else dict(self.view)
+
+
+def _with_proof(verdict: VerdictState, known: VerdictState | None) -> VerdictState:
+    """The verdict with the proof its open candidate stands on: the reason it was first proven HANGING on (the
+    candidate's own, so the page's labels hold for the candidate's life) and when the transaction opened as the
+    newest HANGING verdict says; kept while the same candidate stays open; none once it is withdrawn (or never
+    was proven here)."""
+    if verdict.candidate_id is None:
+        return verdict
+    same = (
+        known is not None and known.candidate_id == verdict.candidate_id and known.proven_reason is not None
+    )
+    if verdict.kind == "HANGING":
+        verdict.proven_reason = known.proven_reason if same and known is not None else verdict.reason
+        verdict.proven_open_since_ms = verdict.open_since_ms
+    elif same and known is not None:
+        verdict.proven_reason, verdict.proven_open_since_ms = known.proven_reason, known.proven_open_since_ms
+    return verdict
 
 
 class VerdictCollector(Collector):
@@ -192,13 +217,19 @@ class VerdictCollector(Collector):
         candidates.add_metric([c], sum(1 for v in verdicts if v.candidate))
         yield candidates
         # One series per hanging transaction, so an alert can name its partition and the command to act on it:
-        # bounded by the hanging transactions (each an incident), gone with them (no stale series). The candidate
-        # id is a hash, not a producer or transactional id.
+        # bounded by the hanging transactions (each an incident), there as long as its candidate is open (proven
+        # HANGING, not withdrawn, not resolved), labelled with the reason it was proven on. The candidate id is a
+        # hash, not a producer or transactional id.
         each = _gauge(metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS)
         for v in sorted(verdicts, key=lambda v: (v.topic, v.partition, v.candidate_id or "")):
-            if v.kind == "HANGING" and v.candidate_id is not None and v.open_since_ms is not None:
+            if (
+                v.candidate_id is not None
+                and v.proven_reason is not None
+                and v.proven_open_since_ms is not None
+            ):
                 each.add_metric(
-                    [c, v.topic, str(v.partition), str(v.reason), v.candidate_id], v.open_since_ms / 1000
+                    [c, v.topic, str(v.partition), v.proven_reason, v.candidate_id],
+                    v.proven_open_since_ms / 1000,
                 )
         yield each
         stuck = _gauge(metrics.STUCK_PREPARE_TRANSACTIONS)

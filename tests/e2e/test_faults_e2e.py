@@ -10,7 +10,8 @@ processes (as they run in production) while the cluster and the job are hurt for
   and expiring transactional ids come and go, and restarts on the same checkpoint: every orphan gets exactly one
   candidate id, nothing healthy is named;
 - every broker stopped for 60 s and started again on the same ports and data: both processes say so once, back
-  off, and recover (a new orphan after it gets its candidate).
+  off, and recover (a new orphan after it gets its candidate); the job's /metrics serves the hanging series of an
+  orphan made before it all the while, unchanged and marked stale, and current again after.
 
 One rig (bed, collector, job) serves the module; each test states what it needs from it and leaves it running.
 Figures are printed (`-s`) and recorded in docs/reliability.md.
@@ -25,6 +26,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.structs import TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 from test_stream_e2e import wait_for
 from test_view_currency_e2e import Healthy
 from workloads import (
@@ -90,8 +94,17 @@ class Proc:
     """A txnwatch process in its own session (so the whole group, Spark's JVM and Python workers included, can
     be killed), its output in files."""
 
-    def __init__(self, name: str, args: list[str], directory: Path, *, merge: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        directory: Path,
+        *,
+        merge: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name, self.args, self.directory, self.merge = name, args, directory, merge
+        self.env = env or {}
         self.popen: subprocess.Popen[bytes] | None = None
         self.runs = 0
 
@@ -112,7 +125,7 @@ class Proc:
                 stderr=err,
                 cwd=ROOT,
                 start_new_session=True,
-                env=_env(),
+                env=_env() | self.env,
             )
 
     def alive(self) -> bool:
@@ -180,6 +193,12 @@ class Rig:
         wait_for(lambda: self.batches_done() > done or not self.job.alive(), 300, "the job's first batch", 2)
         assert self.job.alive(), self.job.text()[-3000:]
 
+    def metrics_url(self) -> str:
+        """The job's /metrics (it says where in its output; the port is picked free and kept for the run)."""
+        m = re.search(r"txnwatch stream: metrics on (http://\S+/metrics)", self.job.text("out"))
+        assert m, self.job.text("out")[-2000:]
+        return m.group(1)
+
     def batches_done(self) -> int:
         return batches_committed(
             p.name for p in (self.checkpoint / "txnwatch-reconcile" / "commits").glob("*")
@@ -212,6 +231,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             *("--output", "json"),
         ),
         directory,
+        # Ready (and its state current: txnwatch_stream_state_stale 0) while every query moved within 3 triggers
+        # plus 20 s: a 60 s outage then shows stale whether the queries wait on Kafka or are stopped.
+        env={"TXNWATCH_STREAM__READY_SLACK_S": "20"},
     )
     rig = Rig(
         bed, prefix, collector, job, checkpoint, Proposals(bed.bootstrap_servers, prefix, cluster=CLUSTER)
@@ -476,6 +498,47 @@ def test_driver_killed_mid_batch_and_down_then_restarted_on_its_checkpoint(rig: 
 
 # ------------------------------------------------------------------------------------ Kafka down for 60 s
 
+HANGING_SERIES = "txnwatch_hanging_transaction_open_since_timestamp_seconds"
+STALE_SERIES = "txnwatch_stream_state_stale"
+
+
+@dataclass(frozen=True)
+class Scrape:
+    at_s: float  # monotonic
+    status: int
+    stale: float | None
+    open_since: float | None  # the watched transaction's hanging series, None when absent
+    labels: tuple[
+        tuple[str, str], ...
+    ] = ()  # its labels (the alert's: a change resolves one page, fires another)
+
+
+def scrape(url: str, topic: str) -> Scrape:
+    """One GET of the job's /metrics: its staleness flag and the hanging series of `topic` (one orphan there)."""
+    at = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            status, body = response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return Scrape(at, exc.code, None, None)
+    stale, open_since, labels = None, None, ()
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name == STALE_SERIES:
+                stale = sample.value
+            elif sample.name == HANGING_SERIES and sample.labels.get("topic") == topic:
+                open_since, labels = sample.value, tuple(sorted(sample.labels.items()))
+    return Scrape(at, status, stale, open_since, labels)
+
+
+def scrape_for(url: str, topic: str, seconds: float) -> list[Scrape]:
+    out: list[Scrape] = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        out.append(scrape(url, topic))
+        time.sleep(2)
+    return out
+
 
 def test_kafka_unreachable_for_60s_both_back_off_say_so_once_and_recover(rig: Rig) -> None:
     """Every broker stopped (SIGTERM to all three at once) for 60 s, then started on the same ports and data. The
@@ -483,6 +546,13 @@ def test_kafka_unreachable_for_60s_both_back_off_say_so_once_and_recover(rig: Ri
     assert rig.job.alive() and rig.collector.alive()
     pre = rig.orphan("pre")
     wait_for(lambda: rig.opened(pre["topic"]), DETECTION_TIMEOUT_S, "a candidate before the outage", 2)
+    url = rig.metrics_url()
+    before = wait_for(
+        lambda: (x := scrape(url, pre["topic"])).open_since is not None and x.stale == 0 and x,
+        60,
+        "the orphan's hanging series, current",
+        2,
+    )
     candidates_before = len(rig.candidates())
     collector_before = len(rig.collector.text())
     job_before = len(rig.job.text())
@@ -491,13 +561,40 @@ def test_kafka_unreachable_for_60s_both_back_off_say_so_once_and_recover(rig: Ri
     for n in rig.bed.nodes:
         stop_node(rig.bed, n.node_id, timeout_s=30)
     stopped_at = time.monotonic()
-    time.sleep(60)
+    # The job's /metrics all through the outage, and until its state is current again.
+    down = scrape_for(url, pre["topic"], 60)  # while no broker runs
     assert rig.collector.alive(), rig.collector.text()[-3000:]
     for n in rig.bed.nodes:
         start_node(rig.bed, n.node_id, wait=False)
     wait_for_bed(rig.bed)
     back_at = time.monotonic()
     print(f"\nKafka stopped for {back_at - stopped_at:.0f}s (60 s down + start)")
+
+    recovering: list[Scrape] = []
+
+    def current_again() -> bool:
+        recovering.append(scrape(url, pre["topic"]))
+        return recovering[-1].stale == 0
+
+    wait_for(current_again, 240, "the job's state to be current again", 2)
+    current_s = time.monotonic() - back_at
+    # Served all the while, never dropped: a scrape without the series would resolve the hanging page.
+    scrapes = down + recovering
+    assert all(x.status == 200 and x.labels == before.labels for x in scrapes), [
+        (round(x.at_s - stopped_at), x) for x in scrapes if x.status != 200 or x.labels != before.labels
+    ]
+    stale = [x for x in down if x.stale == 1]
+    assert stale, [(round(x.at_s - stopped_at), x.stale) for x in down]
+    # With no broker nothing refreshes it: the value the job last knew, as before the outage (a batch that ran
+    # as the brokers went down may have moved it by a snapshot's delay, no more).
+    assert len({x.open_since for x in stale}) == 1, stale
+    assert stale[0].open_since is not None and before.open_since is not None
+    assert abs(stale[0].open_since - before.open_since) <= 10
+    print(
+        f"/metrics: {len(scrapes)} scrapes from the stop until current again, all 200 with the orphan's hanging "
+        f"series; stale from {stale[0].at_s - stopped_at:.0f}s after the stop (window 3 triggers + 20 s); "
+        f"current again {current_s:.0f}s after the brokers were back ({len(recovering)} scrapes)"
+    )
 
     def collector_recovered() -> bool:
         return "sweeps succeed again" in rig.collector.text()[collector_before:]
@@ -526,3 +623,6 @@ def test_kafka_unreachable_for_60s_both_back_off_say_so_once_and_recover(rig: Ri
     )
     assert col_said == 1, col
     assert job_said == 1 and resumed == 1, job[-3000:]
+    # The orphan still hangs: its page (the series, with the same labels) is still up, current.
+    after = scrape(url, pre["topic"])
+    assert after.stale == 0 and after.labels == before.labels, (before, after)

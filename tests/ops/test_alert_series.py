@@ -1,5 +1,6 @@
 """The series the hanging alert is built on (`txnwatch_hanging_transaction_open_since_timestamp_seconds`): one
-per HANGING transaction with a candidate, gone with it, valued at when it opened. Fast and without Spark; the
+per open candidate (proven HANGING, not withdrawn, not resolved), gone with it, valued at when the transaction
+opened as proven, and kept while its verdict only waits (a Kafka outage). Fast and without Spark; the
 live test (tests/e2e/test_alerts_live.py) sees it from the real job."""
 
 from __future__ import annotations
@@ -75,4 +76,31 @@ def test_the_series_goes_with_the_transaction() -> None:
     state.apply_events([event("VERDICT", 7, "HANGING", reason="no-coordinator-state", candidate_id="c7")])
     assert len(series(state)) == 1
     state.apply_events([event("GONE", 7)])
+    assert series(state) == []
+
+
+def test_the_series_stays_while_the_candidate_waits_and_goes_when_it_is_withdrawn() -> None:
+    # After a Kafka outage the job can judge the orphan younger than proven: the verdict turns OPEN, only
+    # waiting, and its candidate stays open (detectors.tracking.withdraws_proof). The page stays, as proven.
+    state = LiveState()
+    proven = {"candidate_id": "c7", "age_ms": 100_000}
+    state.apply_events([event("VERDICT", 7, "HANGING", reason="coordinator-completed", **proven)])
+    before = series(state)
+    assert [value for _, value in before] == [1_700_000_000.0]
+    state.apply_events(
+        [event("VERDICT", 7, "OPEN", candidate_id="c7", age_ms=36_000, event_time_ms=1_700_000_200_000)]
+    )
+    assert series(state) == before
+    # HANGING again, on another reason (its transactional id expired meanwhile): the same candidate, the same
+    # page, named by the reason its candidate was opened on.
+    state.apply_events(
+        [event("VERDICT", 7, "HANGING", reason="no-coordinator-state", candidate_id="c7", age_ms=100_000)]
+    )
+    assert series(state) == before
+    # Withdrawn (the job took the proof back): no candidate id any more, and no page.
+    state.apply_events([event("VERDICT", 7, "OPEN", age_ms=40_000, event_time_ms=1_700_000_204_000)])
+    assert series(state) == []
+    # A candidate this state never saw proven (a driver started while its verdict waits): no proven reason to
+    # name, and the reason picks abort or commit in the page, so no series until HANGING again.
+    state.apply_events([event("VERDICT", 7, "OPEN", candidate_id="c8", age_ms=50_000)])
     assert series(state) == []
