@@ -17,10 +17,11 @@ help:
 	@echo "make test          lint, type-check and run every test tier against a real local Kafka broker and Spark"
 	@echo "make test-unit     the pure tier only (no JVM)"
 	@echo "make compat        the compatibility matrix: the whole product on Kafka 3.5-4.4, KRaft and ZooKeeper (~40 min)"
-	@echo "make test-s3a      only the s3a checkpoint test (part of make test): the job against a local S3 server (moto), with a restart"
+	@echo "make test-s3a      only the s3a checkpoint test (part of make long): the job against a local S3 server (moto), with a restart"
 	@echo "make image         build the container images (collector, stream) with buildah, no Docker engine needed"
 	@echo "make bench         every benchmark (about 40 min, BENCH=latency,peers for some); rewrites docs/BENCHMARKS.md's tables"
-	@echo "make faults-long   the fault test that keeps the streaming job down for 10 minutes (~15 min)"
+	@echo "make faults-long   the fault tests that keep the streaming job down for 3 and 10 minutes (~20 min)"
+	@echo "make long          every test that waits for real minutes: those two, the s3a restart, a Spark standalone cluster (~30 min)"
 	@echo "make soak          200 transactional ids x 20 transactions/s for SOAK_MINUTES (5); plots docs/soak.png"
 	@echo "make testbed-up    start a local KRaft broker (python -m dev.kafka up --no-verification)"
 	@echo "make testbed-down  stop it"
@@ -98,8 +99,8 @@ compat: deps venv jars
 	$(VENV)/bin/pytest tests/compat --durations=0 $(PYTEST_ARGS)
 	$(VENV)/bin/pytest tests -m compat --ignore=tests/compat --durations=0 $(PYTEST_ARGS)
 
-# Only the job on an s3a checkpoint against moto's S3 server, with a restart (make test runs it too), for work on the
-# s3a connector (dev/jvm/spark/pom.xml) without the whole suite.
+# Only the job on an s3a checkpoint against moto's S3 server, with a restart (`make long` runs it too; make test runs
+# only its check of the chart's jar list), for work on the s3a connector (dev/jvm/spark/pom.xml).
 .PHONY: test-s3a
 test-s3a: deps venv jars
 	$(VENV)/bin/pytest tests/e2e/test_s3a_checkpoint.py $(PYTEST_ARGS)
@@ -108,6 +109,12 @@ test-s3a: deps venv jars
 # `make test` runs the same test with 3 minutes down.
 faults-long: deps venv jars
 	$(VENV)/bin/pytest tests/e2e/test_faults_e2e.py -m long -s $(PYTEST_ARGS)
+
+# Every test marked `long` (minutes of real waiting each), left out of make test to keep it under 45 minutes: the job
+# down 3 and 10 minutes, its restart on an s3a checkpoint, the job on a Spark standalone cluster.
+.PHONY: long
+long: deps venv jars tools
+	$(VENV)/bin/pytest tests -m long --durations=0 $(PYTEST_ARGS)
 
 # The pure tier: no JVM, no jars, no broker (tests/unit/test_unit_tier.py checks nothing there reads .cache/).
 test-unit: venv

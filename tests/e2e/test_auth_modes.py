@@ -62,12 +62,12 @@ from detectors.models import AbortCandidate
 
 pytestmark = pytest.mark.e2e
 
-# `make test` runs OAUTHBEARER (over SASL_SSL, so TLS too: about 3 minutes); TLS alone and mutual TLS run in
-# `make compat` (each mode is a bed, a job and an abort: about 2.5 minutes more each).
+# Each mode is a bed, a job and an abort (2.5-3 minutes): all three run in `make compat`, beside the releases'
+# matrix; `make test` keeps SASL/SCRAM with least-privilege ACLs (tests/e2e/test_security_acls.py).
 MODES = (
     pytest.param("ssl", marks=pytest.mark.compat),
     pytest.param("mtls", marks=pytest.mark.compat),
-    "sasl-oauthbearer",
+    pytest.param("sasl-oauthbearer", marks=pytest.mark.compat),
 )
 PROPOSE_TIMEOUT_S = 240.0
 
@@ -280,6 +280,7 @@ class _TokenEndpoint(BaseHTTPRequestHandler):
         return
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("bed", ["sasl-oauthbearer"], indirect=True)
 def test_oauthbearer_client_credentials_token_from_a_real_endpoint(bed: Secure, tmp_path: Path) -> None:
     server = HTTPServer(("127.0.0.1", 0), _TokenEndpoint)

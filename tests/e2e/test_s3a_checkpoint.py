@@ -243,6 +243,7 @@ def rig(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ri
             print(f"\ns3a rig logs in {directory}")
 
 
+@pytest.mark.long  # about 2-4 minutes: `make long` and `make test-s3a`; the chart's jar list below stays in make test
 def test_restart_on_an_s3a_checkpoint_keeps_state(rig: Rig) -> None:
     started = time.monotonic()
     first = rig.wait_batches(0, "the job's first batch committed to the bucket")

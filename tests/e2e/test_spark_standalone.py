@@ -30,7 +30,8 @@ from workloads import ROOT, run_workload
 
 from detectors.models import AbortCandidate, HangingReason
 
-pytestmark = pytest.mark.e2e
+# A master and a worker of their own, and the job on them (1.5 minutes and more): `make long`.
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 START_TIMEOUT_S = 90.0  # master up, worker registered
