@@ -70,7 +70,7 @@ GapState = dict[tuple[str, int], tuple[int, int]]
 # the partition is proven until the job reads the log again on a new checkpoint. (topic, partition) -> the offset.
 RewoundState = dict[tuple[str, int], int]
 # The log end offsets of the transaction log's newest positions: (as_of_ms, ((partition, log end offset), ...)),
-# oldest first, at most MAX_LOG_END_POSITIONS. Absent in checkpoints from before issue 30's clock check.
+# oldest first, at most MAX_LOG_END_POSITIONS. Absent in checkpoints of earlier releases (nothing is checked).
 LogEndState = list[tuple[int, tuple[tuple[int, int], ...]]]
 # Enough to find the position measured right after any report the view is judged on (a sweep's snapshots and its
 # position arrive together, on one topic); beyond it, a later position answers, which only checks less tightly.
