@@ -383,7 +383,15 @@ def test_late_only_while_a_faulted_transaction_is_late_and_gone_once_aborted(run
     late_starts: dict[tuple[str, str, int], set[int]] = {}
     for e in late:
         f = faulted(run, e)
-        assert f is not None, f"LATE on a transaction no fault caught: {e}"
+        if f is None or e.event_time_ms < f.fault_ms:
+            # Not a scripted fault: a transaction that ran past its timeout on its own (a rebalance can hold a
+            # Streams thread in poll with its transaction open; seen once, 33 s before the kill, on a repartition
+            # partition). LATE is right only if txnwatch saw it open that long: its age counts from the
+            # collector's sightings, never from the records' (3-hour-old) timestamps.
+            assert e.age_ms is not None and e.age_ms >= min(
+                STREAMS_TRANSACTION_TIMEOUT_MS, RDKAFKA_TRANSACTION_TIMEOUT_MS
+            ), e
+            continue
         assert f.aborted_ms is not None
         assert f.fault_ms <= e.event_time_ms <= f.aborted_ms + REPORT_DELAY_MS, (e, f)
         late_starts.setdefault((f.client, e.topic, e.partition), set()).add(e.start_offset)
