@@ -30,6 +30,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.structs import TopicPartition
+from kafka_frames import close, frames, send
 
 from admin.collector import Collector
 from admin.seams import SweepResult, wall_clock_ms
@@ -102,66 +103,27 @@ class DelayingProxy:
 
     def _requests(self, src: socket.socket, dst: socket.socket, asked: set[int]) -> None:
         # Request header: api key (int16), api version (int16), correlation id (int32).
-        for frame in _frames(src):
+        for frame in frames(src):
             api_key, _, correlation = struct.unpack(">hhi", frame[4:12])
             if api_key == DESCRIBE_PRODUCERS:
                 asked.add(correlation)
-            if not _send(dst, frame):
+            if not send(dst, frame):
                 break
-        _close(src, dst)
+        close(src, dst)
 
     def _responses(self, src: socket.socket, dst: socket.socket, asked: set[int]) -> None:
         # Response header: correlation id (int32). Responses on a connection stay in order: holding one holds
         # those behind it, as a full request queue would.
-        for frame in _frames(src):
+        for frame in frames(src):
             (correlation,) = struct.unpack(">i", frame[4:8])
             if correlation in asked and self._armed.is_set():
                 self._armed.clear()
                 self.held_at_ms = wall_clock_ms()
                 self.held.set()
                 self._released.wait()
-            if not _send(dst, frame):
+            if not send(dst, frame):
                 break
-        _close(src, dst)
-
-
-def _frames(sock: socket.socket) -> Iterator[bytes]:
-    """Kafka frames (int32 size, then the payload) read from `sock` until it closes."""
-    while True:
-        head = _read(sock, 4)
-        if head is None:
-            return
-        body = _read(sock, struct.unpack(">i", head)[0])
-        if body is None:
-            return
-        yield head + body
-
-
-def _read(sock: socket.socket, n: int) -> bytes | None:
-    data = b""
-    while len(data) < n:
-        try:
-            chunk = sock.recv(n - len(data))
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
-def _send(sock: socket.socket, data: bytes) -> bool:
-    try:
-        sock.sendall(data)
-    except OSError:
-        return False
-    return True
-
-
-def _close(*socks: socket.socket) -> None:
-    for s in socks:
-        with contextlib.suppress(OSError):
-            s.shutdown(socket.SHUT_RDWR)
+        close(src, dst)
 
 
 # ------------------------------------------------------------------------------------------ the bed

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
+from kafka_frames import close, frames, send
 from workloads import Proposals, lso, plan_by_hand, run_workload
 
 from admin.coordinator import ACTIVE_STATES, CoordinatorPoller
@@ -170,21 +171,21 @@ class RecordingProxy:
 
     def _requests(self, src: socket.socket, dst: socket.socket) -> None:
         # Request header: api key (int16), api version (int16), correlation id (int32), client id, ...
-        for frame in _frames(src):
+        for frame in frames(src):
             api_key, version = struct.unpack(">hh", frame[4:8])
             if api_key == WRITE_TXN_MARKERS:
                 decoded = WriteTxnMarkersRequest.decode(frame, version=version, header=True, framed=True)
                 with self._lock:
                     self.markers.append((version, decoded))
-            if not _send(dst, frame):
+            if not send(dst, frame):
                 break
-        _close(src, dst)
+        close(src, dst)
 
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        for frame in _frames(src):
-            if not _send(dst, frame):
+        for frame in frames(src):
+            if not send(dst, frame):
                 break
-        _close(src, dst)
+        close(src, dst)
 
     def markers_for(self, producer_id: int) -> list[tuple[int, Any]]:
         """The ABORT markers sent for `producer_id` (the coordinator's own are COMMITs of other transactions)."""
@@ -195,44 +196,6 @@ class RecordingProxy:
                 for m in request.markers
                 if m.producer_id == producer_id and not m.transaction_result
             ]
-
-
-def _frames(sock: socket.socket) -> Iterator[bytes]:
-    while True:
-        head = _read(sock, 4)
-        if head is None:
-            return
-        body = _read(sock, struct.unpack(">i", head)[0])
-        if body is None:
-            return
-        yield head + body
-
-
-def _read(sock: socket.socket, n: int) -> bytes | None:
-    data = b""
-    while len(data) < n:
-        try:
-            chunk = sock.recv(n - len(data))
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
-def _send(sock: socket.socket, data: bytes) -> bool:
-    try:
-        sock.sendall(data)
-    except OSError:
-        return False
-    return True
-
-
-def _close(*socks: socket.socket) -> None:
-    for s in socks:
-        with contextlib.suppress(OSError):
-            s.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture(scope="module")
