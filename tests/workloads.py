@@ -22,6 +22,10 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 from kafka.structs import TopicPartition
 
+from detectors.codec import DecodeError, decode_key, decode_value
+from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.models import CoordinatorRecord
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -335,3 +339,36 @@ def batches_committed(names: Iterable[str]) -> int:
     stops growing after a minute or two."""
     ids = [int(n.rsplit("/", 1)[-1]) for n in names if n.rsplit("/", 1)[-1].isdigit()]
     return max(ids) + 1 if ids else 0
+
+
+def transaction_log_records(bootstrap: str, transactional_id: str) -> list[CoordinatorRecord]:
+    """Every record of the id in `__transaction_state`, read to the end offsets asked now, oldest first."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        parts = [
+            TopicPartition(TRANSACTION_LOG_TOPIC, p)
+            for p in consumer.partitions_for_topic(TRANSACTION_LOG_TOPIC)
+        ]
+        ends = consumer.end_offsets(parts)
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        found: list[CoordinatorRecord] = []
+        deadline = time.monotonic() + 30
+        while any(consumer.position(p) < ends[p] for p in parts):
+            assert time.monotonic() < deadline, "could not read __transaction_state to its end"
+            for records in consumer.poll(timeout_ms=500).values():
+                for r in records:
+                    with contextlib.suppress(DecodeError):
+                        if decode_key(r.key).transactional_id == transactional_id:
+                            found.append(
+                                CoordinatorRecord.from_log_value(
+                                    transactional_id,
+                                    decode_value(r.value),
+                                    source_partition=r.partition,
+                                    source_offset=r.offset,
+                                    source_timestamp_ms=r.timestamp,
+                                )
+                            )
+        return sorted(found, key=lambda r: r.source_offset)
+    finally:
+        consumer.close()

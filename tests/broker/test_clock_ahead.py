@@ -19,15 +19,14 @@ import time
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.structs import TopicPartition
+from workloads import transaction_log_records
 
 from admin.collector import Collector
 from admin.seams import wall_clock_ms
 from admin.wire import KafkaWire
 from common.settings import CollectorSettings
-from detectors.codec import DecodeError, decode_key, decode_value
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
 from detectors.models import (
@@ -54,39 +53,6 @@ SETTINGS = CollectorSettings(retry_backoff_ms=100, request_timeout_ms=10_000)
 
 def ahead_ms() -> int:
     return wall_clock_ms() + AHEAD_MS
-
-
-def records_of(bootstrap: str, transactional_id: str) -> list[CoordinatorRecord]:
-    """Every record of the id in `__transaction_state`, read to the end offsets asked now, oldest first."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    try:
-        parts = [
-            TopicPartition(TRANSACTION_LOG_TOPIC, p)
-            for p in consumer.partitions_for_topic(TRANSACTION_LOG_TOPIC)
-        ]
-        ends = consumer.end_offsets(parts)
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        found: list[CoordinatorRecord] = []
-        deadline = time.monotonic() + 30
-        while any(consumer.position(p) < ends[p] for p in parts):
-            assert time.monotonic() < deadline, "could not read __transaction_state to its end"
-            for records in consumer.poll(timeout_ms=500).values():
-                for r in records:
-                    with contextlib.suppress(DecodeError):
-                        if decode_key(r.key).transactional_id == transactional_id:
-                            found.append(
-                                CoordinatorRecord.from_log_value(
-                                    transactional_id,
-                                    decode_value(r.value),
-                                    source_partition=r.partition,
-                                    source_offset=r.offset,
-                                    source_timestamp_ms=r.timestamp,
-                                )
-                            )
-        return sorted(found, key=lambda r: r.source_offset)
-    finally:
-        consumer.close()
 
 
 def row(**values: Any) -> list[Any]:
@@ -161,7 +127,9 @@ def test_a_commit_after_the_report_of_a_collector_whose_clock_runs_ahead_is_not_
         second = collector.sweep()
         producer.commit_transaction()  # after the second sweep measured the log
         deadline = time.monotonic() + 30
-        while (records := records_of(bootstrap, tid))[-1].state is not CoordinatorState.COMPLETE_COMMIT:
+        while (records := transaction_log_records(bootstrap, tid))[
+            -1
+        ].state is not CoordinatorState.COMPLETE_COMMIT:
             assert time.monotonic() < deadline, records
             time.sleep(0.2)
         third = collector.sweep()  # the leader no longer reports it; the log measured after the commit

@@ -27,17 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.structs import TopicPartition
 from kafka_frames import close, frames, send
+from workloads import transaction_log_records
 
 from admin.collector import Collector
 from admin.seams import SweepResult, wall_clock_ms
 from admin.wire import KafkaWire
 from common.settings import CollectorSettings
-from detectors.codec import DecodeError, decode_key, decode_value
-from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import CoordinatorRecord, CoordinatorState, DetectionLimits, VerdictKind
 from detectors.rules import classify
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster
@@ -153,33 +151,8 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
 
 def last_record(bootstrap: str, transactional_id: str) -> CoordinatorRecord | None:
     """The id's last record in `__transaction_state`, read to the end offsets asked now."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    try:
-        parts = [
-            TopicPartition(TRANSACTION_LOG_TOPIC, p)
-            for p in consumer.partitions_for_topic(TRANSACTION_LOG_TOPIC)
-        ]
-        ends = consumer.end_offsets(parts)
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        found: CoordinatorRecord | None = None
-        deadline = time.monotonic() + 30
-        while any(consumer.position(p) < ends[p] for p in parts):
-            assert time.monotonic() < deadline, "could not read __transaction_state to its end"
-            for records in consumer.poll(timeout_ms=500).values():
-                for r in records:
-                    with contextlib.suppress(DecodeError):
-                        if decode_key(r.key).transactional_id == transactional_id:
-                            found = CoordinatorRecord.from_log_value(
-                                transactional_id,
-                                decode_value(r.value),
-                                source_partition=r.partition,
-                                source_offset=r.offset,
-                                source_timestamp_ms=r.timestamp,
-                            )
-        return found
-    finally:
-        consumer.close()
+    records = transaction_log_records(bootstrap, transactional_id)
+    return records[-1] if records else None
 
 
 def snapshot_of(result: SweepResult, topic: str) -> Any:
