@@ -166,9 +166,7 @@ class MskIamTokenProvider(AbstractTokenProvider):  # type: ignore[misc]
     def __init__(self, region: str) -> None:
         super().__init__()
         try:
-            from aws_msk_iam_sasl_signer import (  # type: ignore[import-not-found,unused-ignore]
-                MSKAuthTokenProvider,
-            )
+            from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
         except ImportError as exc:
             raise OAuthError(
                 "Amazon MSK IAM (IAMOAuthBearerLoginCallbackHandler) needs the aws-msk-iam-sasl-signer-python "
