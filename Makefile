@@ -9,6 +9,9 @@ PY     := $(VENV)/bin/python
 JARS   := .cache/jars
 MVN    := mvn -q -B -s dev/jvm/settings.xml
 PYTEST_ARGS ?=
+# make test's pytest workers. Each has its own broker and Spark session; a test file stays on one worker, so its
+# module fixtures (a broker of its own, a running job) are built once. 1 runs the files one after the other.
+PYTEST_WORKERS ?= 2
 
 .PHONY: help deps venv jars tools image lint typecheck test test-unit testbed-up testbed-down clean demo bench faults-long
 
@@ -82,7 +85,7 @@ typecheck: venv
 # Every tier: unit, spark, broker, e2e. The broker is started by the session fixture (tests/conftest.py).
 # Two cells of the compatibility matrix run here (3.9 ZooKeeper, 4.0 at transaction version 0); `make compat` runs all.
 test: deps venv jars $(JARS)/kafka-3.9.2/.resolved $(JARS)/kafka-4.0.2/.resolved tools image lint typecheck
-	$(VENV)/bin/pytest tests -m "not long and not compat" --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests -m "not long and not compat" -n $(PYTEST_WORKERS) --dist loadfile --durations=40 $(PYTEST_ARGS)
 
 # Any Apache Kafka release's broker and tools, from a POM dev/kafka_versions.py writes for it (Maven Central).
 $(JARS)/kafka-%/.resolved: dev/kafka_versions.py dev/jvm/settings.xml | deps venv
