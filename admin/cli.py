@@ -17,14 +17,13 @@ import logging
 import os
 import signal
 import sys
-import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, get_args
+from typing import Any, get_args
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
@@ -69,11 +68,18 @@ from admin.text import format_table
 from admin.watch import PolicyError, Watch, load_policy, policy_summary, printer
 from admin.wire import KafkaWire
 from common.cli_options import (
+    EXIT_CANDIDATES_LISTED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
     FlagTargets,
+    KeepLines,
     SettingsError,
+    StoreSeconds,
     add_common_flags,
     default_text,
+    exit_codes_epilog,
     output_format,
+    positive_ms,
     settings_from,
 )
 from common.redaction import hide_secrets_in_logs
@@ -92,121 +98,8 @@ from detectors.policy import AbortPolicy, abort_times
 
 log = logging.getLogger("txnwatch")
 
-# Exit codes of every admin command, besides `proposals abort`/`commit`'s (admin/proposals.py).
-EXIT_USAGE = 2  # bad flags, settings, client.properties or policy (argparse's own code for bad flags)
-EXIT_CANDIDATES_LISTED = 6  # `proposals list --fail-if-any` listed at least one candidate
-EXIT_INTERRUPTED = 130  # Ctrl-C (for the long-running commands, a second one), as a shell reports SIGINT
-
-ALL_COMMANDS = (
-    "collect",
-    "inspect partition",
-    "inspect coordinator-log",
-    "proposals list",
-    "proposals show",
-    "proposals abort",
-    "proposals commit",
-    "proposals watch",
-)
-_MARKER_COMMANDS = ("proposals abort", "proposals commit")
-
-
-class ExitCode(NamedTuple):
-    """One exit code: its number, a short name, the commands that may end with it, and what it means."""
-
-    code: int
-    name: str
-    commands: tuple[str, ...]
-    meaning: str
-
-
-# The one table of exit codes: each command's --help epilog is made from it, and docs/proposals.md ("Exit codes")
-# holds the same rows (tests/unit/test_cli_conventions.py compares them).
-EXIT_CODE_TABLE: tuple[ExitCode, ...] = (
-    ExitCode(EXIT_DONE, "ok", ALL_COMMANDS, "done"),
-    ExitCode(
-        EXIT_ERROR,
-        "error",
-        ALL_COMMANDS,
-        "error: the cluster unreachable (within --timeout-ms, where the command has it), an ACL missing, a topic "
-        "unreadable, or a request failed (the message says which and what to do)",
-    ),
-    ExitCode(
-        EXIT_USAGE,
-        "usage",
-        ALL_COMMANDS,
-        "bad flags, settings, client.properties or (watch) policy: nothing was tried",
-    ),
-    ExitCode(EXIT_REFUSED, "refused", _MARKER_COMMANDS, "refused: no marker written"),
-    ExitCode(
-        EXIT_ALREADY_RESOLVED,
-        "already-resolved",
-        _MARKER_COMMANDS,
-        "nothing to do: an earlier (or concurrent) run of txnwatch wrote the marker",
-    ),
-    ExitCode(
-        EXIT_COLLISION,
-        "collision",
-        _MARKER_COMMANDS,
-        "the marker was written, but the producer id's live owner moved between verify and marker",
-    ),
-    ExitCode(
-        EXIT_CANDIDATES_LISTED,
-        "candidates-listed",
-        ("proposals list",),
-        "with --fail-if-any: at least one pending candidate was listed",
-    ),
-    ExitCode(
-        EXIT_INTERRUPTED,
-        "interrupted",
-        ALL_COMMANDS,
-        "interrupted by Ctrl-C (collect, inspect coordinator-log and proposals watch stop cleanly on the first "
-        "one, exit 0, and are interrupted by a second)",
-    ),
-)
-
-
-def exit_codes_epilog(command: str, detail: Mapping[int, str] | None = None) -> str:
-    """The `exit codes:` lines of `command`'s --help, from `EXIT_CODE_TABLE` (`detail`: a command's own wording
-    of some codes)."""
-    lines = ["exit codes:"]
-    for e in EXIT_CODE_TABLE:
-        if command in e.commands:
-            text = (detail or {}).get(e.code, e.meaning)
-            lines += textwrap.wrap(
-                text, width=110, initial_indent=f"  {e.code:<3} ", subsequent_indent=" " * 6
-            )
-    return "\n".join(lines)
-
-
-class _KeepLines(argparse.HelpFormatter):
-    """Wraps one-line texts (the descriptions) as argparse does, and keeps texts of several lines (the epilogs:
-    exit codes, an example policy) as written."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if "\n" in text:
-            return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
-
-
-def _positive_ms(text: str) -> int:
-    """A duration flag's value: whole milliseconds, more than 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number of milliseconds: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 milliseconds (got {value})")
-    return value
-
-
-class _StoreSeconds(argparse.Action):
-    """A `-ms` flag that sets the same seconds as the old spelling it replaces (kept as a hidden alias with the
-    same dest): the settings and the code behind them stay in seconds."""
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any
-    ) -> None:
-        setattr(namespace, self.dest, int(values) / 1000)
+# Exit codes: each command's --help shows its rows of common.cli_options.EXIT_CODE_TABLE, one table for every
+# txnwatch command (docs/proposals.md, "Exit codes"); `proposals abort`/`commit` return admin/proposals.py's.
 
 
 def _default(field: str) -> str:
@@ -226,15 +119,15 @@ def register(subparsers: Any) -> None:
         epilog=exit_codes_epilog(
             "collect", {EXIT_DONE: "stopped (Ctrl-C, SIGTERM, --max-sweeps) or --once done"}
         ),
-        formatter_class=_KeepLines,
+        formatter_class=KeepLines,
     )
     add_common_flags(collect)
     interval = collect.add_mutually_exclusive_group()
     interval.add_argument(
         "--interval-ms",
         dest="interval",
-        type=_positive_ms,
-        action=_StoreSeconds,
+        type=positive_ms,
+        action=StoreSeconds,
         metavar="MS",
         help=f"milliseconds between sweeps (default {round(float(_default('interval_s')) * 1000)})",
     )
@@ -297,14 +190,14 @@ def register(subparsers: Any) -> None:
         "partition",
         help="open transactions of one partition: start time, age, LSO lag, and the coordinator's view",
         epilog=exit_codes_epilog("inspect partition"),
-        formatter_class=_KeepLines,
+        formatter_class=KeepLines,
     )
     add_common_flags(part)
     part.add_argument("--topic", required=True)
     part.add_argument("--partition", type=int, required=True)
     part.add_argument(
         "--timeout-ms",
-        type=_positive_ms,
+        type=positive_ms,
         default=CONNECT_TIMEOUT_MS,
         help=f"reaching the cluster (default {CONNECT_TIMEOUT_MS})",
     )
@@ -315,7 +208,7 @@ def register(subparsers: Any) -> None:
         epilog=exit_codes_epilog(
             "inspect coordinator-log", {EXIT_DONE: "stopped (Ctrl-C, SIGTERM, --max-records or --timeout-ms)"}
         ),
-        formatter_class=_KeepLines,
+        formatter_class=KeepLines,
     )
     add_common_flags(txlog)
     txlog.add_argument("--transactional-id", help="only this transactional id (reads only its partition)")
@@ -325,7 +218,7 @@ def register(subparsers: Any) -> None:
     txlog.add_argument("--max-records", type=int, help="exit after this many records")
     txlog.add_argument(
         "--timeout-ms",
-        type=_positive_ms,
+        type=positive_ms,
         help=f"exit when no record arrived for this long; also bounds reaching the cluster (default: follow for "
         f"ever, {CONNECT_TIMEOUT_MS} to reach it)",
     )
@@ -427,10 +320,10 @@ def _register_proposals(subparsers: Any) -> None:
         epilog=exit_codes_epilog(
             "proposals list", {EXIT_DONE: "listed (none, or any without --fail-if-any)"}
         ),
-        formatter_class=_KeepLines,
+        formatter_class=KeepLines,
     )
     add_common_flags(plist)
-    plist.add_argument("--timeout-ms", type=_positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
+    plist.add_argument("--timeout-ms", type=positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
     plist.add_argument(
         "--fail-if-any",
         action="store_true",
@@ -439,13 +332,13 @@ def _register_proposals(subparsers: Any) -> None:
     plist.set_defaults(func=_interruptible(cmd_proposals_list))
     show = psub.add_parser(
         "show",
-        help="one candidate's evidence refreshed live, and both ways to act on it",
+        help="one candidate's evidence refreshed live, and how to act on it",
         epilog=exit_codes_epilog("proposals show"),
-        formatter_class=_KeepLines,
+        formatter_class=KeepLines,
     )
     add_common_flags(show)
     show.add_argument("candidate_id", metavar="ID")
-    show.add_argument("--timeout-ms", type=_positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
+    show.add_argument("--timeout-ms", type=positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
     show.set_defaults(func=_interruptible(cmd_proposals_show))
     ab = psub.add_parser(
         "abort",
@@ -457,7 +350,7 @@ def _register_proposals(subparsers: Any) -> None:
         "the LSO moved past it; the owner did not move meanwhile) -> audit record. Dry run by default. A "
         "lost-commit-marker candidate is refused (its remedy is `proposals commit`).",
         epilog=ABORT_EPILOG,
-        formatter_class=_KeepLines,
+        formatter_class=KeepLines,
     )
     _marker_flags(ab, "abort")
     ab.set_defaults(func=_interruptible(cmd_proposals_abort))
@@ -474,7 +367,7 @@ def _register_proposals(subparsers: Any) -> None:
         "read_committed reader gets its records; the owner did not move meanwhile) -> audit record. Dry run by "
         "default.",
         epilog=COMMIT_EPILOG,
-        formatter_class=_KeepLines,
+        formatter_class=KeepLines,
     )
     _marker_flags(co, "commit")
     co.set_defaults(func=_interruptible(cmd_proposals_commit))
@@ -487,7 +380,7 @@ def _register_proposals(subparsers: Any) -> None:
         "as `proposals abort --execute` (claim, verify live, marker, post-check, audit), once per run. Off by "
         "default.",
         epilog=WATCH_EPILOG,
-        formatter_class=_KeepLines,
+        formatter_class=KeepLines,
     )
     add_common_flags(watch)
     watch.add_argument(
@@ -501,14 +394,14 @@ def _register_proposals(subparsers: Any) -> None:
     duration.add_argument(
         "--duration-ms",
         dest="duration_s",
-        type=_positive_ms,
-        action=_StoreSeconds,
+        type=positive_ms,
+        action=StoreSeconds,
         metavar="MS",
         help="stop after this long (default: until Ctrl-C)",
     )
     # The old spelling, in seconds: hidden, still honoured.
     duration.add_argument("--duration-s", type=float, help=argparse.SUPPRESS)
-    watch.add_argument("--timeout-ms", type=_positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
+    watch.add_argument("--timeout-ms", type=positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
     watch.set_defaults(func=_interruptible(cmd_proposals_watch))
 
 
@@ -548,7 +441,7 @@ def _marker_flags(parser: argparse.ArgumentParser, act: str) -> None:
         "never writes here). The flag is recorded in the audit record; a collision is still reported "
         f"(COLLISION, exit {EXIT_COLLISION})",
     )
-    parser.add_argument("--timeout-ms", type=_positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
+    parser.add_argument("--timeout-ms", type=positive_ms, default=TOPICS_TIMEOUT_MS, help=_TIMEOUT_HELP)
 
 
 # `txnwatch collect` flags → the fields of Settings.collector they set (the topic flags set both output topics).

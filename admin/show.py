@@ -185,6 +185,14 @@ def refused_only_for_a_live_owner(verify: VerifyResult) -> bool:
     )
 
 
+def kafka_tool_offered(verify: VerifyResult) -> bool:
+    """Kafka's `kafka-transactions.sh abort` line is shown only while verification says SAFE: the tool re-checks
+    nothing, so on a refusal (the coordinator owns the transaction, the owner is live at the orphan's epoch, it
+    changed since the plan) it would write the very marker txnwatch refused. Even then it is the second way, for
+    whoever holds the cluster permission without txnwatch (docs/runbook.md, step 4)."""
+    return verify.outcome is VerifyOutcome.SAFE
+
+
 def stuck_groups(live: LiveEvidence, groups: GroupOffsets) -> dict[str, int]:
     """The consumer groups whose committed offset on the partition is at or past its LSO: a `read_committed`
     member gets nothing beyond the LSO, so these wait on the hanging transaction (who is stuck)."""
@@ -227,7 +235,8 @@ def show_json(
             "txnwatch_allow_live_owner": act.txnwatch(c, allow_live_owner=True)
             if refused_only_for_a_live_owner(verify)
             else None,
-            "kafka_cli": act.kafka_cli(c),
+            # Only while verification says SAFE (`kafka_tool_offered`); else null.
+            "kafka_cli": act.kafka_cli(c) if kafka_tool_offered(verify) else None,
         },
     }
 
@@ -348,8 +357,8 @@ def render_show(
             f"  act (only if {owner} no longer writes to {c.topic}-{c.partition}):  "
             + act.txnwatch(c, allow_live_owner=True)
         )
-        lines.append("  act (Kafka's tool, re-checks nothing):      " + act.kafka_cli(c))
     else:
         lines.append("  act (verified, dry run without --execute):  " + act.txnwatch(c))
-        lines.append("  act (Kafka's tool, re-checks nothing):      " + act.kafka_cli(c))
+        if kafka_tool_offered(verify):
+            lines.append("  act (Kafka's tool, re-checks nothing):      " + act.kafka_cli(c))
     return "\n".join(lines)
