@@ -111,6 +111,30 @@ STUCK_PREPARE_TRANSACTIONS = Metric(
     "Transactions whose coordinator is in PrepareCommit/PrepareAbort with markers overdue (alert only).",
     ("cluster",),
 )
+STUCK_PREPARE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS = Metric(
+    "txnwatch_stuck_prepare_transaction_open_since_timestamp_seconds",
+    "gauge",
+    "Each partition with a STUCK_PREPARE transaction (its coordinator decided, its marker is overdue), by "
+    "transactional id: when the oldest such transaction opened (Unix time, within one snapshot's delay). Only "
+    "while it is stuck.",
+    ("cluster", "topic", "partition", "transactional_id"),
+)
+COORDINATOR_OVERDUE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS = Metric(
+    "txnwatch_coordinator_overdue_transaction_open_since_timestamp_seconds",
+    "gauge",
+    "Each partition with a COORDINATOR_OVERDUE transaction (Ongoing past its timeout and the coordinator's abort "
+    "interval), by transactional id: when the oldest such transaction opened (Unix time, within one snapshot's "
+    "delay). Only while it is overdue.",
+    ("cluster", "topic", "partition", "transactional_id"),
+)
+WITHHELD_VERDICT_OPEN_SINCE_TIMESTAMP_SECONDS = Metric(
+    "txnwatch_withheld_verdict_open_since_timestamp_seconds",
+    "gauge",
+    "Each partition with a transaction withheld as UNCONFIRMED, by transactional id (empty when no coordinator "
+    "record names one), why (reason) and the HANGING reason it would have (would_be): when the oldest such "
+    "transaction opened (Unix time, within one snapshot's delay). Only while it is withheld.",
+    ("cluster", "topic", "partition", "transactional_id", "reason", "would_be"),
+)
 OPEN_TRANSACTIONS = Metric(
     "txnwatch_open_transactions",
     "gauge",
@@ -322,6 +346,9 @@ STREAM: tuple[Metric, ...] = (
     ABORT_CANDIDATES,
     HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
     STUCK_PREPARE_TRANSACTIONS,
+    STUCK_PREPARE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
+    COORDINATOR_OVERDUE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
+    WITHHELD_VERDICT_OPEN_SINCE_TIMESTAMP_SECONDS,
     OPEN_TRANSACTIONS,
     LAST_STABLE_OFFSET_LAG,
     WITHHELD_VERDICTS,

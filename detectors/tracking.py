@@ -416,6 +416,9 @@ EVENT_FIELDS = (
     EventField("withheld", "string", True),  # UNCONFIRMED: why the HANGING proof was withheld
     # VERDICT, OPENED, RESOLVED: the coordinator owns it as KIP-939 2PC (rules.two_phase_commit)
     EventField("two_phase_commit", "boolean", True),
+    # VERDICT, OPENED, RESOLVED, WITHDRAWN: the transactional id of the coordinator record the verdict was judged
+    # against, None without one; the driver's per-partition series name it, so a page says whose transaction it is
+    EventField("transactional_id", "string", True),
 )
 EVENT_COLUMNS = tuple(f.name for f in EVENT_FIELDS)
 Event = tuple[Any, ...]  # EVENT_COLUMNS
@@ -682,7 +685,11 @@ class BucketState:
     def view_event(self, now_ms: int) -> Event:
         """The view's lag, for the driver's metrics and console (one stage-2 bucket emits it)."""
         lag = self.currency.lag()
-        return ("VIEW", -1, "", -1, None, -1) + (None,) * 6 + (json.dumps(lag._asdict()), now_ms, None, None)
+        return (
+            ("VIEW", -1, "", -1, None, -1)
+            + (None,) * 6
+            + (json.dumps(lag._asdict()), now_ms, None, None, None)
+        )
 
     def apply_fact(
         self,
@@ -876,6 +883,7 @@ class BucketState:
                 now_ms,
                 decision.withheld.value if decision.withheld else None,
                 two_phase_commit(t, c),
+                transactional_id,
             )
         )
         return events
@@ -899,6 +907,7 @@ class BucketState:
             now_ms,
             None,
             c.two_phase_commit,
+            c.evidence.coordinator.transactional_id if c.evidence.coordinator is not None else None,
         )
 
     # -- forgetting
@@ -908,7 +917,7 @@ class BucketState:
         events: list[Event] = [
             ("GONE", producer_id, topic, partition, entry.leader, entry.start_offset)
             + (None,) * 7
-            + (now_ms, None, None)
+            + (now_ms, None, None, None)
         ]
         if entry.candidate_json is not None:
             resolved = AbortCandidate.model_validate_json(entry.candidate_json).resolved(

@@ -5,7 +5,9 @@ nothing needs deleting. While the queries are stopped for a Kafka outage, or wai
 serving what they last knew, with `txnwatch_stream_state_stale` 1 (`StateStaleness`): a hanging transaction's
 series, and its page, end only when the job sees the transaction end, never because Kafka went away. Query health comes from a StreamingQueryListener, which also
 feeds the /healthz and /readyz probes served beside /metrics (`DriverHealth`); `txnwatch_build_info` says what
-runs. Producer ids and transactional ids never become labels. Every family's name, help and labels come from
+runs. Producer ids never become labels; transactional ids only on the per-partition series of transactions
+stuck in prepare, overdue at their coordinator or withheld (bounded by those transactions, each a page or a
+question for on-call, and gone when it leaves that state). Every family's name, help and labels come from
 common/metric_descriptors.py, where the dashboard and the alert checks read them too.
 """
 
@@ -78,6 +80,8 @@ class VerdictState:
     # transaction younger than proven, OPEN for a while, and its candidate stays OPENED; so does its page.
     proven_reason: str | None = None
     proven_open_since_ms: int | None = None
+    # The transactional id of the coordinator record it was judged against (None without one).
+    transactional_id: str | None = None
 
 
 @dataclass
@@ -121,6 +125,7 @@ class LiveState:
                         int(r.event_time_ms) - int(r.age_ms),
                         bool(r.two_phase_commit),
                         int(r.start_offset),
+                        transactional_id=r.transactional_id,
                     )
                     self.verdicts[key] = _with_proof(verdict, known)
                 elif r.event == "GONE":
@@ -235,6 +240,18 @@ class VerdictCollector(Collector):
         stuck = _gauge(metrics.STUCK_PREPARE_TRANSACTIONS)
         stuck.add_metric([c], sum(1 for v in verdicts if v.kind == "STUCK_PREPARE"))
         yield stuck
+        # Per partition, so the stuck-prepare and overdue pages name the partition and the transactional id to
+        # look at: only the transactions in that state (each one a page), gone when it leaves it.
+        yield _open_since_each(
+            metrics.STUCK_PREPARE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
+            (v for v in verdicts if v.kind == "STUCK_PREPARE"),
+            lambda v: (c, v.topic, str(v.partition), v.transactional_id or ""),
+        )
+        yield _open_since_each(
+            metrics.COORDINATOR_OVERDUE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
+            (v for v in verdicts if v.kind == "COORDINATOR_OVERDUE"),
+            lambda v: (c, v.topic, str(v.partition), v.transactional_id or ""),
+        )
         kinds = _gauge(metrics.OPEN_TRANSACTIONS)
         for (kind, two_pc), n in sorted(Counter((v.kind, v.two_phase_commit) for v in verdicts).items()):
             kinds.add_metric([c, kind, "true" if two_pc else "false"], n)
@@ -258,6 +275,18 @@ class VerdictCollector(Collector):
         for (why, would_be), n in sorted(counts.items(), key=str):
             withheld.add_metric([c, why or "", would_be or ""], n)
         yield withheld
+        yield _open_since_each(
+            metrics.WITHHELD_VERDICT_OPEN_SINCE_TIMESTAMP_SECONDS,
+            (v for v in verdicts if v.kind == "UNCONFIRMED"),
+            lambda v: (
+                c,
+                v.topic,
+                str(v.partition),
+                v.transactional_id or "",
+                v.withheld or "",
+                v.reason or "",
+            ),
+        )
         view = self.state.view_lag()
         lag = _gauge(metrics.COORDINATOR_VIEW_LAG_SECONDS)
         behind = _gauge(metrics.COORDINATOR_VIEW_RECORDS_BEHIND)
@@ -295,6 +324,23 @@ class StateStaleness(Collector):
         stale = _gauge(metrics.STREAM_STATE_STALE)
         stale.add_metric([self.cluster], 0 if self.driver.ready().ok else 1)
         yield stale
+
+
+def _open_since_each(
+    d: metrics.Metric, verdicts: Iterable[VerdictState], labels: Callable[[VerdictState], tuple[str, ...]]
+) -> GaugeMetricFamily:
+    """One series per label set of `verdicts`: when the oldest of its transactions opened (Unix seconds). Two
+    transactions can share a label set (two producers of one partition whose coordinator record is unknown have
+    the same empty transactional id), and an exposition may carry each label set only once."""
+    oldest_ms: dict[tuple[str, ...], int] = {}
+    for v in verdicts:
+        if v.open_since_ms is not None:
+            key = labels(v)
+            oldest_ms[key] = min(oldest_ms.get(key, v.open_since_ms), v.open_since_ms)
+    family = _gauge(d)
+    for key, open_since_ms in sorted(oldest_ms.items()):
+        family.add_metric(list(key), open_since_ms / 1000)
+    return family
 
 
 def _oldest_is_two_phase_commit(verdicts: Iterable[VerdictState]) -> dict[tuple[str, int], bool]:

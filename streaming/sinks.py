@@ -54,6 +54,7 @@ class EventRow(NamedTuple):
     event_time_ms: int
     withheld: str | None
     two_phase_commit: bool | None
+    transactional_id: str | None
 
 
 def collect_events(df: DataFrame) -> list[EventRow]:

@@ -29,12 +29,13 @@ def event(event: str, producer_id: int, kind: str | None = None, **over: Any) ->
         "payload": None,
         "start_offset": 10,
         "two_phase_commit": False,
+        "transactional_id": None,
     }
     return SimpleNamespace(**{**row, **over})
 
 
-def series(state: LiveState) -> list[tuple[dict[str, str], float]]:
-    (family,) = [f for f in VerdictCollector(state, "prod").collect() if f.name == NAME]
+def series(state: LiveState, name: str = NAME) -> list[tuple[dict[str, str], float]]:
+    (family,) = [f for f in VerdictCollector(state, "prod").collect() if f.name == name]
     return [(s.labels, s.value) for s in family.samples]
 
 
@@ -104,3 +105,29 @@ def test_the_series_stays_while_the_candidate_waits_and_goes_when_it_is_withdraw
     # name, and the reason picks abort or commit in the page, so no series until HANGING again.
     state.apply_events([event("VERDICT", 7, "OPEN", candidate_id="c8", age_ms=50_000)])
     assert series(state) == []
+
+
+def test_transactions_sharing_a_partitions_labels_give_one_series_the_oldest() -> None:
+    # Two producers withheld on one partition, neither with a coordinator record (no transactional id): one label
+    # set, which an exposition may carry once; it says since when the partition has had one.
+    state = LiveState()
+    withheld = {"reason": "no-coordinator-state", "withheld": "coordinator-view-behind"}
+    state.apply_events(
+        [
+            event("VERDICT", 7, "UNCONFIRMED", age_ms=100_000, **withheld),
+            event("VERDICT", 8, "UNCONFIRMED", age_ms=300_000, **withheld),
+            event("VERDICT", 9, "UNCONFIRMED", age_ms=50_000, transactional_id="tx-9", **withheld),
+        ]
+    )
+    name = "txnwatch_withheld_verdict_open_since_timestamp_seconds"
+    assert [(labels["transactional_id"], value) for labels, value in series(state, name)] == [
+        ("", 1_699_999_800.0),
+        ("tx-9", 1_700_000_050.0),
+    ]
+    # The oldest judged again, not withheld any more (its view is current and it is plainly open): the
+    # partition's series now says when the other one opened.
+    state.apply_events([event("VERDICT", 8, "OPEN", age_ms=310_000, event_time_ms=1_700_000_110_000)])
+    assert [(labels["transactional_id"], value) for labels, value in series(state, name)] == [
+        ("", 1_700_000_000.0),
+        ("tx-9", 1_700_000_050.0),
+    ]

@@ -73,6 +73,7 @@ def hanging_verdict() -> SimpleNamespace:
         payload=None,
         start_offset=10,
         two_phase_commit=False,
+        transactional_id=None,
     )
 
 

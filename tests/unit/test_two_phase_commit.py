@@ -255,6 +255,7 @@ def event(producer_id: int, partition: int, start_offset: int, kind: str, two_pc
         event_time_ms=T0 + OLD,
         payload=None,
         two_phase_commit=two_pc,
+        transactional_id=None,
     )
 
 
