@@ -1,11 +1,11 @@
 # syntax=docker/dockerfile:1.7
 # The images helm/txnwatch runs, two targets of one build:
-#   stream     (the default: the last stage) Python, a JRE, txnwatch with pyspark, and Spark's Kafka connector
+#   stream     (the default: the last stage) Python, a JRE, txnwatch[stream] (pyspark), and Spark's Kafka connector
 #              jars (with Amazon MSK's IAM login, aws-msk-iam-auth) resolved at build time with the same POM and
 #              Maven settings as `make jars`. It serves the collector, the Spark driver and the executors; the
 #              chart runs it everywhere.
-#   collector  txnwatch without Spark (no JRE, pyspark, pyarrow or pandas): `txnwatch collect` and
-#              `txnwatch proposals`, neither of which imports Spark. About a tenth of the size.
+#   collector  txnwatch, the core package without the stream extra (no JRE, pyspark, pyarrow or pandas):
+#              `txnwatch collect`, `inspect` and `proposals`, none of which imports Spark. About a tenth of the size.
 # The base images are build arguments. They default to the public ones; `make image` (dev/image.py) builds both
 # targets with buildah from bases it makes out of Debian's packages, where no container registry is reachable.
 #
@@ -25,7 +25,7 @@ COPY dev/jvm/ dev/jvm/
 RUN mvn -q -B -s dev/jvm/settings.xml -f dev/jvm/spark/pom.xml dependency:copy-dependencies \
         -DoutputDirectory=/jars/spark
 
-# --- pyproject.toml's runtime dependencies: the collector's, then the Spark side on top ----------------------
+# --- pyproject.toml's runtime dependencies: the core package's, then the stream extra's on top ---------------
 # The collector's include the extras both images carry (requirements.py's IMAGE_EXTRAS: msk, Amazon MSK IAM login).
 FROM ${PYTHON_IMAGE} AS collector-deps
 WORKDIR /src
@@ -55,7 +55,10 @@ RUN groupadd --gid 10001 txnwatch \
     && useradd --uid 10001 --gid 10001 --home-dir /home/txnwatch --create-home --shell /usr/sbin/nologin txnwatch
 COPY --from=collector-deps /opt/venv /opt/venv
 COPY --from=wheel /wheels /tmp/wheels
-RUN /opt/venv/bin/pip install --no-cache-dir --no-deps /tmp/wheels/*.whl && rm -rf /tmp/wheels
+# `pip install txnwatch[msk]`, from what collector-deps installed: --no-index fails the build if the wheel declares a
+# dependency the venv lacks.
+RUN whl="$(echo /tmp/wheels/*.whl)" \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index "${whl}[msk]" && rm -rf /tmp/wheels
 COPY --chmod=0755 deploy/image/entrypoint.sh /opt/txnwatch/entrypoint.sh
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -89,7 +92,9 @@ RUN apt-get update \
 COPY --from=jars /jars/spark /opt/txnwatch/jars/spark
 COPY --from=stream-deps /opt/venv /opt/venv
 COPY --from=wheel /wheels /tmp/wheels
-RUN /opt/venv/bin/pip install --no-cache-dir --no-deps /tmp/wheels/*.whl && rm -rf /tmp/wheels
+# `pip install txnwatch[stream,msk]`, from what stream-deps installed (--no-index: as in the collector target).
+RUN whl="$(echo /tmp/wheels/*.whl)" \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index "${whl}[stream,msk]" && rm -rf /tmp/wheels
 # The SparkApplication's mainApplicationFile (local:///opt/txnwatch/txnwatch_cli.py).
 COPY txnwatch_cli.py /opt/txnwatch/txnwatch_cli.py
 COPY --chmod=0755 deploy/image/entrypoint.sh /opt/txnwatch/entrypoint.sh

@@ -165,6 +165,12 @@ def register(subparsers: Any) -> None:
         type=int,
         help=f"per-request timeout (default {_default('request_timeout_ms')})",
     )
+    collect.add_argument(
+        "--timeout-ms",
+        type=positive_ms,
+        help="reaching the cluster at start-up; an unreachable one fails after this long (exit 1) (default: "
+        f"--request-timeout-ms, at least {CONNECT_TIMEOUT_MS})",
+    )
     collect.add_argument("--topic-partitions", type=int, help="partitions of output topics created")
     collect.add_argument("--topic-replication-factor", type=int, help="replication of output topics created")
     collect.add_argument("--topic-retention-ms", type=int, help="retention.ms of output topics created")
@@ -582,7 +588,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
     metrics = CollectorMetrics()
     requests = RequestLog(metrics)
     try:
-        admin = connect_admin(kafka, request_timeout_ms=cs.request_timeout_ms)
+        admin = connect_admin(
+            kafka, request_timeout_ms=cs.request_timeout_ms, bootstrap_timeout_ms=args.timeout_ms
+        )
     except AdminError as exc:
         return _fail("collect", str(exc))
     publisher: Publisher | None = None

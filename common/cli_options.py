@@ -8,9 +8,10 @@ stdout is a terminal.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,6 +25,184 @@ from common.settings import (
     overlay,
 )
 from common.topics import TopicSettings
+
+# ------------------------------------------------------------------------------------------ exit codes
+
+# Exit codes of every txnwatch command. admin/proposals.py returns the same numbers for the markers' outcomes
+# (EXIT_DONE ... EXIT_COLLISION); tests/unit/test_cli_conventions.py holds them to this table.
+EXIT_DONE = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2  # argparse's own code for bad flags
+EXIT_REFUSED = 3
+EXIT_ALREADY_RESOLVED = 4
+EXIT_COLLISION = 5
+EXIT_CANDIDATES_LISTED = 6
+EXIT_INTERRUPTED = 130  # as a shell reports SIGINT
+
+ALL_COMMANDS = (
+    "collect",
+    "stream",
+    "inspect partition",
+    "inspect coordinator-log",
+    "proposals list",
+    "proposals show",
+    "proposals abort",
+    "proposals commit",
+    "proposals watch",
+)
+_MARKER_COMMANDS = ("proposals abort", "proposals commit")
+
+
+class ExitCode(NamedTuple):
+    """One exit code: its number, a short name, the commands that may end with it, and what it means."""
+
+    code: int
+    name: str
+    commands: tuple[str, ...]
+    meaning: str
+
+
+# The one table of exit codes: each command's --help epilog is made from it, and docs/proposals.md ("Exit codes")
+# holds the same rows (tests/unit/test_cli_conventions.py compares them).
+EXIT_CODE_TABLE: tuple[ExitCode, ...] = (
+    ExitCode(EXIT_DONE, "ok", ALL_COMMANDS, "done"),
+    ExitCode(
+        EXIT_ERROR,
+        "error",
+        ALL_COMMANDS,
+        "error: the cluster unreachable within --timeout-ms, an ACL missing, a topic unreadable, a request "
+        "failed, or (stream) the stream extra not installed or a query failed: the message says which and what "
+        "to do",
+    ),
+    ExitCode(
+        EXIT_USAGE,
+        "usage",
+        ALL_COMMANDS,
+        "bad flags, settings, client.properties or (watch) policy, or (stream) an interval Spark refuses when it "
+        "plans the query",
+    ),
+    ExitCode(EXIT_REFUSED, "refused", _MARKER_COMMANDS, "refused: no marker written"),
+    ExitCode(
+        EXIT_ALREADY_RESOLVED,
+        "already-resolved",
+        _MARKER_COMMANDS,
+        "nothing to do: an earlier (or concurrent) run of txnwatch wrote the marker",
+    ),
+    ExitCode(
+        EXIT_COLLISION,
+        "collision",
+        _MARKER_COMMANDS,
+        "the marker was written, but the producer id's live owner moved between verify and marker",
+    ),
+    ExitCode(
+        EXIT_CANDIDATES_LISTED,
+        "candidates-listed",
+        ("proposals list",),
+        "with --fail-if-any: at least one pending candidate was listed",
+    ),
+    ExitCode(
+        EXIT_INTERRUPTED,
+        "interrupted",
+        ALL_COMMANDS,
+        "interrupted by Ctrl-C (collect, stream, inspect coordinator-log and proposals watch stop cleanly on the "
+        "first one, exit 0, and are interrupted by a second)",
+    ),
+)
+
+
+def exit_codes_epilog(command: str, detail: Mapping[int, str] | None = None) -> str:
+    """The `exit codes:` lines of `command`'s --help, from `EXIT_CODE_TABLE` (`detail`: a command's own wording
+    of some codes)."""
+    lines = ["exit codes:"]
+    for e in EXIT_CODE_TABLE:
+        if command in e.commands:
+            text = (detail or {}).get(e.code, e.meaning)
+            lines += textwrap.wrap(
+                text,
+                width=110,
+                initial_indent=f"  {e.code:<3} ",
+                subsequent_indent=" " * 6,
+                break_on_hyphens=False,  # a flag's name stays on one line
+            )
+    return "\n".join(lines)
+
+
+class KeepLines(argparse.HelpFormatter):
+    """Wraps one-line texts (the descriptions) as argparse does, and keeps texts of several lines (the epilogs:
+    exit codes, an example policy) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+# ------------------------------------------------------------------------------------ duration flags
+
+# Durations in flag names end in `-ms`, as in Kafka's tools. A flag whose settings field is in seconds or a Spark
+# interval keeps that field: the `-ms` flag's action converts, and the old spelling stays as a hidden alias with
+# the same dest (charts and scripts pass it).
+
+
+def positive_ms(text: str) -> int:
+    """A duration flag's value: whole milliseconds, more than 0."""
+    value = _whole_ms(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 milliseconds (got {value})")
+    return value
+
+
+def non_negative_ms(text: str) -> int:
+    """A duration flag's value where 0 means "never": whole milliseconds, 0 or more."""
+    value = _whole_ms(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more milliseconds (got {value})")
+    return value
+
+
+def _whole_ms(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of milliseconds: {text!r}") from None
+
+
+class StoreSeconds(argparse.Action):
+    """A `-ms` flag that sets the same seconds as the old spelling it replaces (a hidden alias with the same
+    dest): the settings and the code behind them stay in seconds."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any
+    ) -> None:
+        setattr(namespace, self.dest, int(values) / 1000)
+
+
+class StoreSparkInterval(argparse.Action):
+    """A `-ms` flag that sets the Spark interval string its old spelling took ("5000 milliseconds"): Spark reads
+    the settings field, and TXNWATCH_STREAM__* may still give any interval Spark reads ("5 seconds")."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any
+    ) -> None:
+        setattr(namespace, self.dest, f"{int(values)} milliseconds")
+
+
+def add_duration_flag(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    *,
+    dest: str,
+    old: str,
+    old_type: Callable[[str], Any],
+    action: type[argparse.Action],
+    help_text: str,
+    ms_type: Callable[[str], int] = positive_ms,
+) -> None:
+    """Add the `-ms` flag `flag` and its old spelling `old` (hidden, same dest; not both at once)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(flag, dest=dest, type=ms_type, action=action, metavar="MS", help=help_text)
+    group.add_argument(old, dest=dest, type=old_type, help=argparse.SUPPRESS)
+
 
 # argparse dest → the Settings field it overrides ("section.field"), for the flags of add_common_flags.
 COMMON_FLAGS: dict[str, str] = {

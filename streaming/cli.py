@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,17 +21,29 @@ from kafka.errors import KafkaError
 from pydantic import ValidationError
 
 from common.cli_options import (
+    EXIT_DONE,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
     FlagTargets,
+    KeepLines,
     SettingsError,
+    StoreSeconds,
+    StoreSparkInterval,
     add_common_flags,
+    add_duration_flag,
     default_text,
+    exit_codes_epilog,
+    non_negative_ms,
     output_format,
+    positive_ms,
     settings_from,
 )
 from common.client_properties import parse_properties
 from common.redaction import hide_secrets_in_logs
 from common.settings import Settings, StreamCoordinatorSource, StreamSettings, overlay
 from common.topics import stream_output_topics
+from detectors.health import interval_ms
 
 if TYPE_CHECKING:
     from streaming.job import StreamOptions
@@ -41,6 +54,10 @@ log = logging.getLogger("txnwatch.stream")
 # a traceback after kafka-python's 30 s default (topic creation), or as JVM stack traces from Spark's Kafka source;
 # a reachable cluster answers well within this, SASL_SSL handshakes included.
 BOOTSTRAP_TIMEOUT_MS = 10_000
+
+# The top-level modules of the stream extra (pyproject.toml: pyspark and py4j, pandas, pyarrow, protobuf): the
+# core package (`pip install txnwatch`) has none of them, and this module imports them only to run the job.
+STREAM_EXTRA_MODULES = frozenset({"pyspark", "py4j", "pandas", "pyarrow", "google"})
 
 # `txnwatch stream` flags → the fields of Settings.stream they set (each flag is named after its field).
 STREAM_FLAGS: FlagTargets = {
@@ -71,6 +88,25 @@ def _default(field: str) -> str:
     return f"(default: {default_text(StreamSettings, field)})"
 
 
+def _default_interval(field: str) -> str:
+    """The help text's `(default: ...)` of a Spark interval field, in ms as its flag takes it."""
+    text = default_text(StreamSettings, field)
+    return f"(default: {interval_ms(text)}, {text})"
+
+
+def extra_not_installed(missing: str) -> str:
+    """What to install when a module of the stream extra is missing (one line for operators)."""
+    return (
+        f"the streaming job needs the stream extra (pyspark, pandas, pyarrow, protobuf), and {missing} is not "
+        "installed: pip install 'txnwatch[stream]' (or run the stream image)"
+    )
+
+
+def is_stream_extra(missing: str | None) -> bool:
+    """A missing module that comes with the stream extra (a missing module of its own is a bug, not this)."""
+    return (missing or "").split(".")[0] in STREAM_EXTRA_MODULES
+
+
 def spark_conf_pair(text: str) -> tuple[str, str]:
     """argparse type of `--conf KEY=VALUE`: a malformed one is a usage error (one line, exit 2), not a traceback."""
     key, sep, value = text.partition("=")
@@ -87,10 +123,8 @@ def register(subparsers: Any) -> None:
         "records (__transaction_state, or <prefix>.coordinator-state in fallback mode) in a long-running Spark "
         "Structured Streaming job. Writes abort candidates to <prefix>.abort-candidates (compacted), malformed "
         "input to <prefix>.dead-letter, serves Prometheus metrics, and prints verdict changes for people.",
-        epilog="The options from --checkpoint-location to --restart-queries-every-s also come from the environment as "
-        "TXNWATCH_STREAM__<OPTION> (TXNWATCH_STREAM__CHECKPOINT_LOCATION, TXNWATCH_STREAM__STATE_BUCKETS, ...); "
-        "flags win. Example: txnwatch stream --bootstrap-server broker:9092 --command-config client.properties "
-        "--checkpoint-location /var/lib/txnwatch/checkpoints",
+        epilog=STREAM_EPILOG,
+        formatter_class=KeepLines,
     )
     add_common_flags(p)
     p.add_argument(
@@ -107,7 +141,15 @@ def register(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="extra Spark conf (repeatable)",
     )
-    p.add_argument("--trigger", help=f"micro-batch interval {_default('trigger')}")
+    add_duration_flag(
+        p,
+        "--trigger-ms",
+        dest="trigger",
+        old="--trigger",
+        old_type=str,
+        action=StoreSparkInterval,
+        help_text=f"micro-batch interval {_default_interval('trigger')}",
+    )
     p.add_argument(
         "--starting-offsets",
         help="where a new checkpoint starts reading snapshots: latest|earliest (the transaction log is always read "
@@ -121,8 +163,24 @@ def register(subparsers: Any) -> None:
         "__transaction_state: smaller batches without holding snapshots back; HANGING verdicts wait until the "
         "job has caught up) (default: --max-offsets-per-trigger)",
     )
-    p.add_argument("--window", help=f"KIP-664 metrics window {_default('window')}")
-    p.add_argument("--watermark", help=f"lateness allowed for snapshots {_default('watermark')}")
+    add_duration_flag(
+        p,
+        "--window-ms",
+        dest="window",
+        old="--window",
+        old_type=str,
+        action=StoreSparkInterval,
+        help_text=f"KIP-664 metrics window {_default_interval('window')}",
+    )
+    add_duration_flag(
+        p,
+        "--watermark-ms",
+        dest="watermark",
+        old="--watermark",
+        old_type=str,
+        action=StoreSparkInterval,
+        help_text=f"lateness allowed for snapshots {_default_interval('watermark')}",
+    )
     p.add_argument(
         "--expire-after-ms",
         type=int,
@@ -154,15 +212,63 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--metrics-host", help=f"Prometheus endpoint address {_default('metrics_host')}")
     p.add_argument("--metrics-port", type=int, help=f"Prometheus endpoint port {_default('metrics_port')}")
-    p.add_argument(
-        "--restart-queries-every-s",
-        type=float,
-        help="restart the queries from their checkpoints this often, between two batches, so that RocksDB "
+    restart_every_s = float(default_text(StreamSettings, "restart_queries_every_s"))
+    add_duration_flag(
+        p,
+        "--restart-queries-every-ms",
+        dest="restart_queries_every_s",
+        old="--restart-queries-every-s",
+        old_type=float,
+        action=StoreSeconds,
+        ms_type=non_negative_ms,
+        help_text="restart the queries from their checkpoints this often, between two batches, so that RocksDB "
         "rewrites the MANIFEST each state snapshot carries (it does only when a store opens); 0: never "
-        f"{_default('restart_queries_every_s')[:-1]}, 6 h)",
+        f"(default: {round(restart_every_s * 1000)}, 6 h)",
     )
-    p.add_argument("--seconds", type=float, help="stop after this long (default: run until Ctrl-C)")
+    add_duration_flag(
+        p,
+        "--duration-ms",
+        dest="seconds",
+        old="--seconds",
+        old_type=float,
+        action=StoreSeconds,
+        help_text="stop after this long (default: run until Ctrl-C)",
+    )
+    p.add_argument(
+        "--timeout-ms",
+        type=positive_ms,
+        default=BOOTSTRAP_TIMEOUT_MS,
+        metavar="MS",
+        help="reaching the cluster before Spark starts; an unreachable one fails after this long (exit 1) "
+        f"(default {BOOTSTRAP_TIMEOUT_MS})",
+    )
     p.set_defaults(func=run_stream)
+
+
+STREAM_EPILOG = (
+    "\n".join(
+        textwrap.wrap(
+            "The options from --checkpoint-location to --restart-queries-every-ms also come from the environment "
+            "as TXNWATCH_STREAM__<FIELD> (TXNWATCH_STREAM__CHECKPOINT_LOCATION, TXNWATCH_STREAM__STATE_BUCKETS, "
+            "TXNWATCH_STREAM__TRIGGER='5 seconds', TXNWATCH_STREAM__RESTART_QUERIES_EVERY_S, ...); flags win. "
+            "Example: txnwatch stream --bootstrap-server broker:9092 --command-config client.properties "
+            "--checkpoint-location /var/lib/txnwatch/checkpoints",
+            width=110,
+        )
+    )
+    + "\n\n"
+    + exit_codes_epilog(
+        "stream",
+        {
+            EXIT_DONE: "stopped (Ctrl-C, SIGTERM or --duration-ms)",
+            EXIT_ERROR: "error: the cluster unreachable within --timeout-ms, an ACL missing, the stream extra not "
+            "installed (pip install 'txnwatch[stream]'), the connector jars missing, the output topics not "
+            "created, or a query failed (the message says which and what to do)",
+            EXIT_USAGE: "bad flags, settings or client.properties, or a --trigger-ms, --window-ms or --watermark-ms "
+            "Spark refuses when it plans the query",
+        },
+    )
+)
 
 
 def load_settings(args: argparse.Namespace) -> tuple[Settings, tuple[str, ...], dict[str, str]]:
@@ -345,16 +451,22 @@ def create_problem(exc: BaseException, topics: Sequence[str]) -> str:
 
 
 def run_stream(args: argparse.Namespace) -> int:
-    from pyspark.errors import AnalysisException, IllegalArgumentException
+    try:
+        from pyspark.errors import AnalysisException, IllegalArgumentException
 
-    from streaming import job
-    from streaming.session import build_session, connector_jars
+        from streaming import job
+        from streaming.session import build_session, connector_jars
+    except ModuleNotFoundError as exc:
+        if not is_stream_extra(exc.name):
+            raise
+        print(f"txnwatch stream: {extra_not_installed(str(exc.name))}", file=sys.stderr)
+        return EXIT_ERROR
 
     try:
         settings, ignored, java_props = load_settings(args)
     except (SettingsError, ValidationError) as exc:
         print(f"txnwatch stream: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     logging.basicConfig(
         level=settings.log_level or "INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -365,10 +477,10 @@ def run_stream(args: argparse.Namespace) -> int:
         settings, java_props, command_config=args.command_config, is_terminal=sys.stdout.isatty()
     )
     client_kwargs = settings.kafka.client_kwargs()
-    problem = bootstrap_problem(client_kwargs)
+    problem = bootstrap_problem(client_kwargs, args.timeout_ms)
     if problem is not None:
         print(f"txnwatch stream: {problem}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     stream, topics = settings.stream, settings.topics
     reads = [topics.producer_state]
     if stream.coordinator_source in ("log", "both"):
@@ -380,17 +492,17 @@ def run_stream(args: argparse.Namespace) -> int:
     for line in problems:
         print(f"txnwatch stream: {line}", file=sys.stderr)
     if problems:
-        return 1
+        return EXIT_ERROR
     try:
         jars = connector_jars(settings.stream.jars_dir)
     except RuntimeError as exc:
         print(f"txnwatch stream: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     try:
         job.ensure_topics(opts, client_kwargs)
     except KafkaError as exc:
         print(f"txnwatch stream: {create_problem(exc, outputs)}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     # Each shuffle partition is a RocksDB instance and a Python worker in both stateful stages: Spark's default
     # of 200 makes every micro-batch slow for a job whose state is thousands of keys. Fixed by the first
     # checkpoint; --conf spark.sql.shuffle.partitions=N for large clusters.
@@ -406,8 +518,8 @@ def run_stream(args: argparse.Namespace) -> int:
         # A --trigger, --window or --watermark Spark cannot read is refused when the query is planned.
         reason = str(exc).strip().splitlines()[0]
         print(f"txnwatch stream: Spark refused the query: {reason}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
         # Ctrl-C while the queries start (job.run handles it once they run): no traceback; Spark ends with us.
         print("txnwatch stream: interrupted while starting", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

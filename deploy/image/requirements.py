@@ -1,10 +1,12 @@
 """Which of pyproject.toml's runtime dependencies each image target installs (the top-level Dockerfile).
 
-The `collector` target runs `txnwatch collect` and `txnwatch proposals`, which never import Spark: it gets every
-dependency except the Spark side (pyspark and the libraries only the streaming job's Python code uses). The
-`stream` target gets the Spark side on top. Both also get the optional extras in IMAGE_EXTRAS (`extras`): an
-image cannot be pip-installed into later, so what an operator may switch on by configuration alone must be in it.
-Standard library only: it runs in the base image before anything is installed.
+The `collector` target runs `txnwatch collect`, `inspect` and `proposals`, which never import Spark: it gets the
+core package's dependencies (`pip install txnwatch`). The `stream` target gets the stream extra on top (`spark`:
+`pip install 'txnwatch[stream]'`, pyspark and the libraries only the streaming job's Python code uses). Both also
+get the optional extras in IMAGE_EXTRAS (`extras`): an image cannot be pip-installed into later, so what an operator
+may switch on by configuration alone must be in it. Standard library only: it runs in the base image before
+anything is installed. The Dockerfile then installs the wheel with these extras from the index-less venv, so a
+dependency the wheel declares and these lists missed fails the build.
 
     python requirements.py collector|spark|extras < pyproject.toml > requirements.txt
 """
@@ -15,8 +17,9 @@ import re
 import sys
 import tomllib
 
-# pyspark itself; pyarrow and pandas for the job's Arrow/pandas UDFs; protobuf for transformWithState's
-# generated code.
+# The extra `txnwatch stream` needs, and what it holds: pyspark itself; pyarrow and pandas for the job's
+# Arrow/pandas UDFs; protobuf for transformWithState's generated code.
+STREAM_EXTRA = "stream"
 SPARK_SIDE = frozenset({"pyspark", "pyarrow", "pandas", "protobuf"})
 
 # msk: Amazon MSK IAM login for kafka-python (common/oauth.py), chosen by the Kafka client properties alone.
@@ -31,11 +34,14 @@ def distribution_name(requirement: str) -> str:
 
 
 def requirements(pyproject: str, side: str) -> list[str]:
-    """The runtime requirements of one side (`collector` or `spark`), as pyproject.toml writes them."""
-    if side not in ("collector", "spark"):
-        raise ValueError(f"side must be collector or spark, not {side!r}")
-    deps: list[str] = tomllib.loads(pyproject)["project"]["dependencies"]
-    return [d for d in deps if (distribution_name(d) in SPARK_SIDE) == (side == "spark")]
+    """The runtime requirements of one side, as pyproject.toml writes them: `collector` the core package's,
+    `spark` the stream extra's."""
+    project = tomllib.loads(pyproject)["project"]
+    if side == "collector":
+        return list(project["dependencies"])
+    if side == "spark":
+        return list(project["optional-dependencies"][STREAM_EXTRA])
+    raise ValueError(f"side must be collector or spark, not {side!r}")
 
 
 def extras_requirements(pyproject: str) -> list[str]:

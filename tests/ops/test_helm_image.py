@@ -198,12 +198,17 @@ def test_it_installs_the_project_without_dev_tools() -> None:
         "admin",
         "streaming",
     }
-    # Each target installs the wheel without dependencies, on the dependencies its deps stage installed.
-    for target, deps in ((BY_NAME["collector"], "collector-deps"), (FINAL, "stream-deps")):
+    # Each target installs the wheel with its extras (the collector the core package: no stream extra), index-less
+    # on the dependencies its deps stage installed: one the wheel declares and the stage lacks fails the build.
+    for target, deps, extras in (
+        (BY_NAME["collector"], "collector-deps", "[msk]"),
+        (FINAL, "stream-deps", "[stream,msk]"),
+    ):
         assert copy_target(target, "/opt/venv") == "/opt/venv"
         assert any(c.flags().get("from") == deps for c in target.all("COPY") if "/opt/venv" in c.words())
         assert any(
-            "pip install --no-cache-dir --no-deps /tmp/wheels/*.whl" in r.args for r in target.all("RUN")
+            "pip install --no-cache-dir --no-index" in r.args and f'"${{whl}}{extras}"' in r.args
+            for r in target.all("RUN")
         )
     # dev/ (the test bed) stays out: nothing the apps run imports it.
     for room in ("detectors", "common", "admin", "streaming"):
@@ -212,7 +217,8 @@ def test_it_installs_the_project_without_dev_tools() -> None:
 
 
 def test_the_collector_gets_every_dependency_but_the_spark_side() -> None:
-    deps = tomllib.loads(PYPROJECT)["project"]["dependencies"]
+    project = tomllib.loads(PYPROJECT)["project"]
+    deps = project["dependencies"] + project["optional-dependencies"]["stream"]
     collector, spark = requirements(PYPROJECT, "collector"), requirements(PYPROJECT, "spark")
     assert sorted(collector + spark) == sorted(deps) and not set(collector) & set(spark)
     assert {distribution_name(d) for d in spark} == SPARK_SIDE

@@ -1,8 +1,8 @@
-"""The admin commands' conventions (issue 33): durations in flag names end in `-ms` as in Kafka's tools, the old
-spellings still work (hidden); one exit-code table that each `--help` and docs/proposals.md agree with; errors as
-one JSON object on stderr when JSON is asked for; `proposals list --fail-if-any`; `proposals abort --topic
---partition --start-offset`; and `--timeout-ms` bounding how long an unreachable cluster is tried (a closed port
-on 127.0.0.1: no broker needed)."""
+"""Every command's conventions (collect, stream, inspect, proposals): durations in flag names end in `-ms` as in
+Kafka's tools, the old spellings still work (hidden); one exit-code table that each `--help` and docs/proposals.md
+agree with; errors as one JSON object on stderr when JSON is asked for; `proposals list --fail-if-any`; `proposals
+abort --topic --partition --start-offset`; and `--timeout-ms` bounding how long an unreachable cluster is tried (a
+closed port on 127.0.0.1: no broker needed)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ import pytest
 from builders import open_txn, snapshot
 
 import admin.cli
+import streaming.cli
 import txnwatch_cli
-from admin.cli import ALL_COMMANDS, EXIT_CANDIDATES_LISTED, EXIT_CODE_TABLE, EXIT_USAGE
 from admin.client import AdminError
 from admin.proposals import EXIT_ERROR, EXIT_REFUSED, NOT_PROPOSED, candidate_at
+from common.cli_options import ALL_COMMANDS, EXIT_CANDIDATES_LISTED, EXIT_CODE_TABLE, EXIT_USAGE
 from detectors.abort import plan_abort
+from detectors.health import interval_ms
 from detectors.models import AbortCandidate, CandidateStatus, DetectionLimits
 from detectors.rules import classify
 
@@ -42,7 +44,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def subcommand(path: str) -> argparse.ArgumentParser:
-    """The argparse parser of an admin command ("proposals abort")."""
+    """The argparse parser of a command ("stream", "proposals abort")."""
     parser = txnwatch_cli.build_parser()
     for word in path.split():
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -52,9 +54,11 @@ def subcommand(path: str) -> argparse.ArgumentParser:
 
 # --------------------------------------------------------------------------------------------- flags
 
-# A flag that takes a span of time: its name says so (interval, duration, timeout, ...) or ends in a unit.
+# A flag that takes a span of time: its name says so (interval, duration, timeout, a Spark trigger, window or
+# watermark, a TTL, ...) or ends in a unit. (`--max-offsets-per-trigger` is a count.)
 _DURATION = re.compile(
-    r"interval|duration|timeout|wait|delay|linger|period|lease|seconds|-s$|-secs?$|-minutes?$"
+    r"interval|duration|timeout|wait|delay|linger|period|lease|seconds|every|ttl|expire|"
+    r"^--(trigger|window|watermark)|-s$|-secs?$|-minutes?$"
 )
 
 
@@ -82,6 +86,26 @@ def test_every_visible_duration_flag_ends_in_ms(command: str) -> None:
         pytest.param(
             ["proposals", "watch", "--duration-s", "8"], "duration_s", 8.0, id="watch-old-duration-s"
         ),
+        pytest.param(["stream", "--duration-ms", "1500"], "seconds", 1.5, id="stream-duration-ms"),
+        pytest.param(["stream", "--seconds", "3"], "seconds", 3.0, id="stream-old-seconds"),
+        pytest.param(
+            ["stream", "--restart-queries-every-ms", "0"],
+            "restart_queries_every_s",
+            0.0,
+            id="stream-restart-every-ms-never",
+        ),
+        pytest.param(
+            ["stream", "--restart-queries-every-ms", "90000"],
+            "restart_queries_every_s",
+            90.0,
+            id="stream-restart-every-ms",
+        ),
+        pytest.param(
+            ["stream", "--restart-queries-every-s", "60"],
+            "restart_queries_every_s",
+            60.0,
+            id="stream-old-restart-every-s",
+        ),
     ],
 )
 def test_old_spellings_still_work_and_mean_the_same(
@@ -89,6 +113,23 @@ def test_old_spellings_still_work_and_mean_the_same(
 ) -> None:
     args = txnwatch_cli.build_parser().parse_args(argv)
     assert getattr(args, dest) == seconds
+
+
+@pytest.mark.parametrize("field", ["trigger", "window", "watermark"])
+def test_stream_interval_flags_in_ms_and_their_old_spelling_reach_the_settings(field: str) -> None:
+    """`--trigger-ms 2500` sets the Spark interval the settings hold ("2500 milliseconds", which Spark and the
+    job's own reading of it take as 2.5 s); `--trigger '3 seconds'` still sets what it always did."""
+    from common.cli_options import settings_from
+    from common.settings import Settings
+
+    flag = f"--{field}-ms"
+    args = txnwatch_cli.build_parser().parse_args(["stream", flag, "2500"])
+    settings, _ = settings_from(args, flags=streaming.cli.STREAM_FLAGS, environment=Settings())
+    assert getattr(settings.stream, field) == "2500 milliseconds"
+    assert interval_ms(getattr(settings.stream, field)) == 2500
+    args = txnwatch_cli.build_parser().parse_args(["stream", f"--{field}", "3 seconds"])
+    settings, _ = settings_from(args, flags=streaming.cli.STREAM_FLAGS, environment=Settings())
+    assert getattr(settings.stream, field) == "3 seconds"
 
 
 def test_collect_interval_ms_reaches_the_settings() -> None:
@@ -107,6 +148,12 @@ def test_collect_interval_ms_reaches_the_settings() -> None:
         pytest.param(["collect", "--interval-ms", "0"], id="collect-zero-ms"),
         pytest.param(["collect", "--interval-ms", "1.5"], id="collect-fractional-ms"),
         pytest.param(["proposals", "watch", "--duration-s", "1", "--duration-ms", "1000"], id="watch-both"),
+        pytest.param(["stream", "--trigger", "5 seconds", "--trigger-ms", "5000"], id="stream-trigger-both"),
+        pytest.param(["stream", "--seconds", "1", "--duration-ms", "1000"], id="stream-duration-both"),
+        pytest.param(["stream", "--window-ms", "1 minute"], id="stream-window-not-ms"),
+        pytest.param(["stream", "--duration-ms", "0"], id="stream-zero-duration"),
+        pytest.param(["stream", "--restart-queries-every-ms", "-1"], id="stream-negative-restart"),
+        pytest.param(["collect", "--timeout-ms", "0"], id="collect-zero-timeout"),
     ],
 )
 def test_a_bad_duration_flag_is_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,7 +198,8 @@ def test_the_table_holds_the_constants_the_commands_return() -> None:
         for k, v in vars(proposals).items()
         if k.startswith("EXIT_") and k != "EXIT_CODES" and isinstance(v, int)
     }
-    constants |= {v for k, v in vars(admin.cli).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    for module in (admin.cli, streaming.cli):
+        constants |= {v for k, v in vars(module).items() if k.startswith("EXIT_") and isinstance(v, int)}
     assert constants == {e.code for e in EXIT_CODE_TABLE}
     assert set(proposals.EXIT_CODES.values()) <= constants
 
@@ -404,6 +452,9 @@ MARGIN_S = 2.5
 @pytest.mark.parametrize(
     "argv",
     [
+        pytest.param(["collect", "--once"], id="collect"),
+        pytest.param(["collect", "--once", "--publish"], id="collect-publish"),
+        pytest.param(["stream", "--metrics-port", "0"], id="stream"),
         pytest.param(["proposals", "list"], id="list"),
         pytest.param(["proposals", "show", "c-1"], id="show"),
         pytest.param(["proposals", "abort", "c-1"], id="abort"),
@@ -415,9 +466,11 @@ MARGIN_S = 2.5
         pytest.param(["inspect", "coordinator-log"], id="inspect-coordinator-log"),
     ],
 )
-def test_an_unreachable_cluster_fails_within_the_timeout(argv: list[str]) -> None:
-    # What starting the command costs before it tries the cluster: the same command with a usage error.
-    usage, startup_s = txnwatch([*argv, "--output", "xml"])
+def test_an_unreachable_cluster_fails_within_the_timeout(argv: list[str], tmp_path: Path) -> None:
+    # What starting the command costs before it tries the cluster: the same command with a client.properties
+    # that is not there, refused once the command has loaded what it runs with (stream: Spark's Python side).
+    missing = tmp_path / "missing.properties"
+    usage, startup_s = txnwatch([*argv, "--command-config", str(missing)])
     assert usage.returncode == EXIT_USAGE, usage.stderr
     bootstrap = f"127.0.0.1:{closed_port()}"
     done, took_s = txnwatch([*argv, "--bootstrap-server", bootstrap, "--timeout-ms", str(TIMEOUT_MS)])
