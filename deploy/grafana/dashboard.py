@@ -2,13 +2,11 @@
 
     python deploy/grafana/dashboard.py            # (re)write txnwatch.json
     python deploy/grafana/dashboard.py --check    # exit 1 if txnwatch.json is not what this file builds
-    python deploy/grafana/dashboard.py render --prometheus http://127.0.0.1:9090 --out docs/dashboard.png
 
 Every query names its metrics through common/metric_descriptors.py (declared once, as the exporters declare
 them), so a renamed metric changes the queries and `--check` asks for the JSON to be written again.
 
-`render` draws every panel from a live Prometheus (/api/v1/query_range) at its gridPos with matplotlib: a
-picture of what Grafana would show, for people without a Grafana (docs/alerting.md).
+deploy/grafana/render.py draws the written JSON from a live Prometheus (docs/alerting.md).
 """
 
 from __future__ import annotations
@@ -17,9 +15,6 @@ import argparse
 import json
 import re
 import sys
-import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -96,7 +91,9 @@ def _stat(
     color: str,
     runbook: tuple[str, str],
     mappings: Sequence[dm.ValueMapping] = (),
+    drill: tuple[int, str] | None = None,
 ) -> stat.Panel:
+    """A stat; `drill` (panel id, what it lists): clicking its value opens that table."""
     return (
         stat.Panel()
         .title(title)
@@ -112,6 +109,7 @@ def _stat(
         .color_mode(common.BigValueColorMode.BACKGROUND)
         .graph_mode(common.BigValueGraphMode.AREA)
         .reduce_options(gc.ReduceDataOptions().calcs(["lastNotNull"]))
+        .data_links([_viewed(*drill)] if drill else [])
     )
 
 
@@ -141,47 +139,170 @@ def _series(
     return panel
 
 
-def build() -> dict[str, Any]:
-    """The dashboard as Grafana JSON (a plain dict)."""
-    each = (
-        "max by (cluster, topic, partition, reason, candidate_id) "
-        f"({metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS.name}{{{C}}})"
+def _viewed(panel_id: int, what: str) -> gd.DashboardLink:
+    """A data link that opens panel `panel_id` of this dashboard alone, keeping the time range and variables."""
+    return (
+        gd.DashboardLink(f"Show {what}")
+        .type(dm.DashboardLinkType.LINK)
+        .url(f"/d/${{__dashboard.uid}}?${{__url_time_range}}&${{__all_variables}}&viewPanel={panel_id}")
     )
-    hanging_table = (
+
+
+# The columns the per-transaction tables share after their labels: how long it has been open, since when, and how
+# many records read_committed consumers of the partition cannot read yet (the partition's LSO lag).
+OPEN_FOR, OPEN_SINCE, LSO_LAG = "open for", "open since", "LSO lag (records)"
+NO_TRANSACTIONAL_ID = "(none named)"
+
+
+def _partition_table(
+    title: str,
+    desc: str,
+    metric: metrics.Metric,
+    columns: Sequence[tuple[str, str]],
+    pos: dm.GridPos,
+    runbook: tuple[str, str],
+    no_value: str,
+    last: Sequence[tuple[str, str]] = (),
+) -> table.Panel:
+    """One row per series of an `<x>_open_since_timestamp_seconds` metric (one per transaction or partition in
+    that state): its labels as `columns` (label, header), then open for, open since and the LSO lag, then `last`.
+    Three instant queries over the same label set, merged row by row on those labels."""
+    labels = ["cluster", *(label for label, _ in columns), *(label for label, _ in last)]
+    each = f"max by ({', '.join(labels)}) ({metric.name}{{{C}}})"
+    if "transactional_id" in labels:
+        # Empty when no coordinator record names one, and Prometheus drops an empty label: a frame whose rows all
+        # lack it (the LSO lag's, on such a partition only) would not merge with the others on equal labels.
+        each = f'label_replace({each}, "transactional_id", "{NO_TRANSACTIONAL_ID}", "transactional_id", "")'
+    lso = f"max by (cluster, topic, partition) ({metrics.LAST_STABLE_OFFSET_LAG.name}{{{C}}})"
+    order = [
+        "cluster",
+        *(label for label, _ in columns),
+        "Value #B",
+        "Value #A",
+        "Value #C",
+        *(x for x, _ in last),
+    ]
+    return (
         table.Panel()
-        .title("Hanging transactions now: which partition, why, since when, what to run")
-        .description(
-            "One row per HANGING transaction with an open abort candidate. The last column is the id for "
-            "`txnwatch proposals show <id>` (docs/runbook.md)."
-        )
+        .title(title)
+        .description(desc)
         .datasource(DATASOURCE)
         .with_target(_query(f"{each} * 1000", ref="A", instant=True))
         .with_target(_query(f"time() - {each}", ref="B", instant=True))
+        # the partition's lag on each row: the same labels as A and B (merge joins rows on equal labels)
+        .with_target(
+            _query(f"0 * {each} + on (cluster, topic, partition) group_left {lso}", ref="C", instant=True)
+        )
         .unit("s")
-        .override_by_name("open since", [dm.DynamicConfigValue(id_val="unit", value="dateTimeAsIso")])
-        .no_value("no hanging transaction")
-        .links([_runbook("hanging-transaction", "hanging transaction")])
-        .sort_by([gc.TableSortByFieldState().display_name("hanging for").desc(True)])
-        .grid_pos(_pos(0, 4, 12, 8))
+        .override_by_name(OPEN_SINCE, [dm.DynamicConfigValue(id_val="unit", value="dateTimeAsIso")])
+        .override_by_name(LSO_LAG, [dm.DynamicConfigValue(id_val="unit", value="short")])
+        .no_value(no_value)
+        .links([_runbook(*runbook)])
+        .sort_by([gc.TableSortByFieldState().display_name(OPEN_FOR).desc(True)])
+        .grid_pos(pos)
         .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(
             dm.DataTransformerConfig(
                 id_val="organize",
                 options={
-                    "excludeByName": {"Time": True, "cluster": True},
-                    "indexByName": {
-                        "topic": 0,
-                        "partition": 1,
-                        "reason": 2,
-                        "Value #B": 3,
-                        "Value #A": 4,
-                        "candidate_id": 5,
-                    },
+                    "excludeByName": {"Time": True},
+                    "indexByName": {name: i for i, name in enumerate(order)},
                     "renameByName": {
-                        "Value #A": "open since",
-                        "Value #B": "hanging for",
-                        "candidate_id": "txnwatch proposals show",
+                        **dict(columns),
+                        **dict(last),
+                        "Value #A": OPEN_SINCE,
+                        "Value #B": OPEN_FOR,
+                        "Value #C": LSO_LAG,
                     },
+                },
+            )
+        )
+    )
+
+
+TOPIC_PARTITION = (("topic", "topic"), ("partition", "partition"))
+# Panel ids, fixed: the stats' data links open the drill-down tables by id (viewPanel).
+HANGING_TABLE_ID, STUCK_TABLE_ID, OVERDUE_TABLE_ID, WITHHELD_TABLE_ID, UNCOVERED_TABLE_ID = 9, 10, 11, 12, 13
+
+
+def build() -> dict[str, Any]:
+    """The dashboard as Grafana JSON (a plain dict)."""
+    hanging_table = _partition_table(
+        "Hanging transactions now: which partition, why, since when, what to run",
+        "One row per HANGING transaction with an open abort candidate, longest open first: its partition, the reason "
+        "it was proven on, how long and since when it is open, the partition's LSO lag, and the id for "
+        "`txnwatch proposals show <id>`, which names its transactional id, producer id and the consumer groups it "
+        "blocks (read live from the cluster; no series carries them) (docs/runbook.md).",
+        metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
+        [*TOPIC_PARTITION, ("reason", "reason")],
+        _pos(0, 4, 12, 8),
+        ("hanging-transaction", "hanging transaction"),
+        "no hanging transaction",
+        last=[("candidate_id", "txnwatch proposals show")],
+    )
+    stuck_table = _partition_table(
+        "Stuck in prepare: which partition, which transactional id",
+        "Partitions whose transaction's coordinator decided (PrepareCommit/PrepareAbort) and whose marker is "
+        "overdue, by transactional id: never abort these, the brokers must finish them (docs/runbook.md).",
+        metrics.STUCK_PREPARE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
+        [*TOPIC_PARTITION, ("transactional_id", "transactional id")],
+        _pos(0, 12, 12, 6),
+        ("stuck-prepare", "stuck prepare"),
+        "nothing stuck in prepare",
+    )
+    overdue_table = _partition_table(
+        "Coordinator overdue: which partition, which transactional id",
+        "Partitions with a transaction still Ongoing at its coordinator past its timeout and the coordinator's "
+        "abort interval, by transactional id: the coordinator should have aborted it (docs/runbook.md).",
+        metrics.COORDINATOR_OVERDUE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
+        [*TOPIC_PARTITION, ("transactional_id", "transactional id")],
+        _pos(12, 12, 12, 6),
+        ("coordinator-overdue", "coordinator overdue"),
+        "no coordinator overdue",
+    )
+    withheld_table = _partition_table(
+        "Withheld (UNCONFIRMED): which partition, why, what it would be",
+        "Partitions with a transaction a HANGING rule holds for, withheld as UNCONFIRMED: why (the view is not "
+        "current, a record did not decode, ...) and the HANGING reason it would have. No proof yet: judged again "
+        "once the evidence is current (docs/runbook.md).",
+        metrics.WITHHELD_VERDICT_OPEN_SINCE_TIMESTAMP_SECONDS,
+        [
+            *TOPIC_PARTITION,
+            ("transactional_id", "transactional id"),
+            ("reason", "withheld: why"),
+            ("would_be", "would be"),
+        ],
+        _pos(0, 18, 16, 6),
+        ("view-behind", "view behind"),
+        "no verdict withheld",
+    )
+    uncovered_table = (
+        table.Panel()
+        .title("Uncovered partitions: why the last sweep could not describe them")
+        .description(
+            "Partitions the collector's last sweep could not describe (DescribeProducers), by reason: blind spots, "
+            "where no verdict is made. The collector counts them by reason only, not by partition; its log names "
+            "the partitions (docs/runbook.md)."
+        )
+        .datasource(DATASOURCE)
+        .with_target(
+            _query(
+                f"sum by (cluster, reason) ({metrics.COLLECTOR_PARTITIONS_UNCOVERED.name}{{{C}}}) > 0",
+                instant=True,
+            )
+        )
+        .unit("none")
+        .no_value("every partition described")
+        .links([_runbook("collector-down", "collector down")])
+        .sort_by([gc.TableSortByFieldState().display_name("partitions").desc(True)])
+        .grid_pos(_pos(16, 18, 8, 6))
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "indexByName": {"cluster": 0, "reason": 1, "Value": 2},
+                    "renameByName": {"Value": "partitions"},
                 },
             )
         )
@@ -199,6 +320,7 @@ def build() -> dict[str, Any]:
             1,
             "red",
             ("hanging-transaction", "hanging transaction"),
+            drill=(HANGING_TABLE_ID, "the hanging transactions"),
         ),
         _stat(
             "Partitions with late transactions",
@@ -219,6 +341,7 @@ def build() -> dict[str, Any]:
             1,
             "red",
             ("stuck-prepare", "stuck prepare"),
+            drill=(STUCK_TABLE_ID, "the partitions stuck in prepare"),
         ),
         _stat(
             "Withheld (UNCONFIRMED)",
@@ -230,6 +353,7 @@ def build() -> dict[str, Any]:
             1,
             "orange",
             ("view-behind", "view behind"),
+            drill=(WITHHELD_TABLE_ID, "the withheld verdicts"),
         ),
         _stat(
             "Coordinator view lag",
@@ -283,6 +407,10 @@ def build() -> dict[str, Any]:
             ],
         ),
         hanging_table,
+        stuck_table,
+        overdue_table,
+        withheld_table,
+        uncovered_table,
         _series(
             "MaxActiveTransactionDuration (KIP-664): top 10 partitions",
             [
@@ -310,7 +438,7 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "none",
-            _pos(0, 12, 8, 8),
+            _pos(0, 24, 8, 8),
             "Leader partitions whose oldest open transaction is older than transaction.max.timeout.ms; the "
             "two-phase commit series counts those whose late transaction is a KIP-939 two-phase-commit one (no "
             "timeout: its transaction manager ends it; the late alert leaves them out).",
@@ -324,14 +452,14 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(8, 12, 8, 8),
+            _pos(8, 24, 8, 8),
             "High watermark minus last stable offset: what read_committed consumers cannot read yet.",
         ),
         _series(
             "Open transactions by verdict (stacked)",
             [_query(f"sum by (kind) ({metrics.OPEN_TRANSACTIONS.name}{{{C}}})", "{{kind}}")],
             "none",
-            _pos(16, 12, 8, 8),
+            _pos(16, 24, 8, 8),
             "OPEN, LATE, HANGING, STUCK_PREPARE, COORDINATOR_OVERDUE, UNCONFIRMED (docs/detection.md).",
         )
         .stacking(gc.StackingConfig().mode(common.StackingMode.NORMAL))
@@ -347,14 +475,14 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "none",
-            _pos(0, 20, 8, 7),
+            _pos(0, 32, 8, 7),
             "HANGING verdicts by reason, and those withheld as UNCONFIRMED by the reason they would have.",
         ),
         _series(
             "Coordinator view lag",
             [_query(f"max by (cluster) ({metrics.COORDINATOR_VIEW_LAG_SECONDS.name}{{{C}}})", "{{cluster}}")],
             "s",
-            _pos(8, 20, 8, 7),
+            _pos(8, 32, 8, 7),
             "0 when the view of __transaction_state is current; HANGING is withheld while it is not.",
         ),
         _series(
@@ -365,7 +493,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(16, 20, 8, 7),
+            _pos(16, 32, 8, 7),
             "Coordinator log records below the collector's newest positions the job has not applied yet.",
         ),
         _series(
@@ -384,7 +512,7 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "s",
-            _pos(0, 27, 6, 7),
+            _pos(0, 39, 6, 7),
             "One sweep of every partition leader (DescribeProducers, start batches, publish).",
         ),
         _series(
@@ -397,7 +525,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "s",
-            _pos(6, 27, 6, 7),
+            _pos(6, 39, 6, 7),
             "Micro-batch duration per query.",
         ),
         _series(
@@ -415,7 +543,7 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "cps",
-            _pos(12, 27, 6, 7),
+            _pos(12, 39, 6, 7),
             "Rows the job reads per source, records the collector publishes per type.",
         ),
         _series(
@@ -427,7 +555,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(18, 27, 6, 7),
+            _pos(18, 39, 6, 7),
             "Input records the job could not parse or decode (kept in the dead-letter topic).",
         ),
         _series(
@@ -439,7 +567,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(0, 34, 12, 7),
+            _pos(0, 46, 12, 7),
             "Offsets behind the end of each source after the last batch.",
         ),
         _series(
@@ -451,7 +579,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "reqps",
-            _pos(12, 34, 12, 7),
+            _pos(12, 46, 12, 7),
             "Request failures and per-partition errors by API and Kafka error name (ACLs are named here).",
         ),
     ]
@@ -477,6 +605,11 @@ def build() -> dict[str, Any]:
             .current(dm.VariableOption(selected=True, text="All", value="$__all"))
         )
     )
+    # the data links' ids (viewPanel) are the tables' places in this list
+    tables = [hanging_table, stuck_table, overdue_table, withheld_table, uncovered_table]
+    ids = [HANGING_TABLE_ID, STUCK_TABLE_ID, OVERDUE_TABLE_ID, WITHHELD_TABLE_ID, UNCOVERED_TABLE_ID]
+    if [panels.index(t) + 1 for t in tables] != ids:
+        raise RuntimeError("a drill-down table moved: the stats' data links would open another panel")
     for i, panel in enumerate(panels, start=1):
         board = board.with_panel(panel.id(i))
     return json.loads(json.dumps(board.build(), cls=JSONEncoder))  # type: ignore[no-any-return]
@@ -516,283 +649,11 @@ def recording_rules(board: dict[str, Any], **subst: str) -> dict[str, Any]:
     return {"groups": [{"name": "txnwatch-dashboard-queries", "rules": rules}]}
 
 
-# --------------------------------------------------------------------------------------------------------- render
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        body = json.load(response)
-    if body.get("status") != "success":
-        raise RuntimeError(f"{url}: {body}")
-    return body["data"]
-
-
-def _legend(fmt: str, labels: dict[str, str]) -> str:
-    if not fmt:
-        return ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "value"
-    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt)
-
-
-def _fmt(value: float, unit: str) -> str:
-    if unit == "s":
-        if value == 0:
-            return "0 s"
-        if value >= 3600:
-            return f"{value / 3600:.1f} h"
-        if value >= 120:
-            return f"{value / 60:.0f} min" if value % 60 == 0 else f"{value / 60:.1f} min"
-        if value < 1:
-            return f"{value * 1000:.0f} ms"
-        return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
-    if unit == "dateTimeAsIso":
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value / 1000))
-    if unit in ("cps", "reqps"):
-        return f"{value:.1f}/s" if value < 100 else f"{value:,.0f}/s"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
-
-
-def _mapped(mappings: list[dict[str, Any]], value: float | None) -> dict[str, Any] | None:
-    """The result of the panel's value mapping for `value` (None: no series), as Grafana applies the two kinds
-    the dashboard uses (a special value `null`, and exact values); None when none applies."""
-    for m in mappings:
-        if m["type"] == "special" and value is None and m["options"]["match"] == "null":
-            return m["options"]["result"]  # type: ignore[no-any-return]
-        if m["type"] == "value" and value is not None:
-            hit = m["options"].get(_fmt(value, "none"))
-            if hit is not None:
-                return hit  # type: ignore[no-any-return]
-    return None
-
-
-def _unit(panel: dict[str, Any], field: str | None = None) -> str:
-    """The unit Grafana would use for `field` (overrides by name first, then the panel default)."""
-    config = panel.get("fieldConfig", {})
-    for override in config.get("overrides", []):
-        if override["matcher"] == {"id": "byName", "options": field}:
-            for prop in override["properties"]:
-                if prop["id"] == "unit":
-                    return str(prop["value"])
-    return str(config.get("defaults", {}).get("unit", ""))
-
-
-def _table_rows(panel: dict[str, Any], query: Any) -> tuple[list[str], list[list[str]]]:
-    """Instant table targets merged on their labels, organised as the panel's transformations say."""
-    merged: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
-    for t in panel["targets"]:
-        for s in query(t["expr"]):
-            key = tuple(sorted(s["metric"].items()))
-            merged.setdefault(key, dict(key))[f"Value #{t['refId']}"] = s["value"][1]
-    options = next(x["options"] for x in panel.get("transformations", []) if x["id"] == "organize")
-    order, rename = options["indexByName"], options["renameByName"]
-    columns = sorted(order, key=order.get)
-    names = [rename.get(c, c) for c in columns]
-    sort = (panel.get("options", {}).get("sortBy") or [{}])[0]
-    if sort.get("displayName") in names:
-        by = columns[names.index(sort["displayName"])]
-        merged = dict(
-            sorted(merged.items(), key=lambda kv: float(kv[1].get(by) or 0), reverse=bool(sort.get("desc")))
-        )
-    rows = []
-    for row in merged.values():
-        cells = []
-        for c, n in zip(columns, names, strict=True):
-            v = row.get(c, "")
-            cells.append(_fmt(float(v), _unit(panel, n)) if c.startswith("Value") and v else v)
-        rows.append(cells)
-    return names, rows
-
-
-def render(
-    board: dict[str, Any],
-    prometheus_url: str,
-    out: Path,
-    *,
-    start: float,
-    end: float,
-    step: float = 5.0,
-    rate_interval: str = "30s",
-) -> list[str]:
-    """Query every panel from Prometheus and draw the dashboard into `out` (PNG); returns one line per panel
-    saying what it showed."""
-    from datetime import UTC, datetime
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.dates as mdates
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
-
-    def instant(expr: str) -> list[dict[str, Any]]:
-        q = substitute(expr, rate_interval=rate_interval)
-        data = _get(f"{prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": q, "time": end}))
-        return data["result"]  # type: ignore[no-any-return]
-
-    def ranged(expr: str) -> list[dict[str, Any]]:
-        q = substitute(expr, rate_interval=rate_interval)
-        params = {"query": q, "start": start, "end": end, "step": step}
-        return _get(f"{prometheus_url}/api/v1/query_range?" + urllib.parse.urlencode(params))["result"]  # type: ignore[no-any-return]
-
-    panels = sorted(board["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
-    rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
-    row_in, head_in = 0.45, 0.7  # inches per grid row; the title line
-    height_in = rows * row_in + head_in
-    fig = plt.figure(figsize=(24 * 0.85, height_in), facecolor="#111217")
-    span = f"{datetime.fromtimestamp(start, UTC):%H:%M:%S}-{datetime.fromtimestamp(end, UTC):%H:%M:%S} UTC"
-    fig.text(
-        0.005,
-        1 - 0.45 / height_in,
-        f"{board['title']}   ·   {span}   ·   cluster: All   ·   drawn from Prometheus by deploy/grafana/dashboard.py",
-        color="#d8d9da",
-        fontsize=15,
-    )
-    summary: list[str] = []
-    for p in panels:
-        g = p["gridPos"]
-        # panel box in inches from the top; leave room for the title above and the tick labels below
-        box_top = head_in + g["y"] * row_in + 0.32
-        box_bottom = head_in + (g["y"] + g["h"]) * row_in - (0.08 if p["type"] != "timeseries" else 0.3)
-        left = g["x"] / 24 + (0.004 if p["type"] != "timeseries" else 0.03)
-        width = g["w"] / 24 - 0.008 if p["type"] != "timeseries" else (g["w"] / 24 - 0.034) * 0.62
-        ax = fig.add_axes(
-            (left, 1 - box_bottom / height_in, width, (box_bottom - box_top) / height_in), facecolor="#181b1f"
-        )
-        for side in ax.spines.values():
-            side.set_color("#2c3235")
-        ax.tick_params(colors="#9fa7b3", labelsize=8)
-        unit = _unit(p)
-        fig.text(
-            g["x"] / 24 + 0.004, 1 - (box_top - 0.08) / height_in, p["title"], color="#d8d9da", fontsize=10.5
-        )
-        if p["type"] == "timeseries":
-            drawn, peak = 0, 0.0
-            found = [(t, s) for t in p["targets"] for s in ranged(t["expr"])]
-            stacked = (
-                p["fieldConfig"]["defaults"].get("custom", {}).get("stacking", {}).get("mode") == "normal"
-            )
-            if stacked and found:
-                stamps = sorted({float(ts) for _, s in found for ts, _ in s["values"]})
-                layers = [{float(ts): float(v) for ts, v in s["values"]} for _, s in found]
-                ys_all = [[layer.get(ts, 0.0) for ts in stamps] for layer in layers]
-                # matplotlib's stubs list floats only; its date converter takes datetimes (as used here)
-                ax.stackplot(
-                    [datetime.fromtimestamp(ts, UTC) for ts in stamps],  # type: ignore[arg-type]
-                    ys_all,
-                    labels=[_legend(t.get("legendFormat", ""), s["metric"]) for t, s in found],
-                    alpha=0.75,
-                )
-                drawn, peak = len(found), max(sum(col) for col in zip(*ys_all, strict=True))
-            for t, s in [] if stacked else found:
-                xs = [datetime.fromtimestamp(float(ts), UTC) for ts, _ in s["values"]]
-                ys = [float(v) for _, v in s["values"]]
-                ax.plot(xs, ys, linewidth=1.8, label=_legend(t.get("legendFormat", ""), s["metric"]))  # type: ignore[arg-type]
-                drawn += 1
-                peak = max([peak, *ys])
-            # matplotlib.dates is unannotated, and set_xlim's stubs omit the datetimes its converter takes
-            locator = mdates.AutoDateLocator(minticks=2, maxticks=max(3, g["w"] // 2))  # type: ignore[no-untyped-call]
-            ax.xaxis.set_major_locator(locator)
-            ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))  # type: ignore[no-untyped-call]
-            ax.set_xlim(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC))  # type: ignore[arg-type]
-            ax.set_ylim(0, peak * 1.15 if peak > 0 else 1)
-            if unit == "s" and peak > 120:  # whole minutes, hours
-                nice = [60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400]
-                ax.yaxis.set_major_locator(
-                    MultipleLocator(next((n for n in nice if peak / n <= 5), nice[-1]))
-                )
-            else:
-                ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=unit in ("none", "short")))
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos, u=unit: _fmt(v, u)))
-            ax.grid(color="#2c3235", linewidth=0.6)
-            if drawn:
-                leg = ax.legend(
-                    loc="upper left",
-                    bbox_to_anchor=(1.01, 1.0),
-                    fontsize=7.5,
-                    facecolor="#181b1f",
-                    edgecolor="#2c3235",
-                    borderaxespad=0,
-                )
-                for text in leg.get_texts():
-                    text.set_color("#d8d9da")
-            else:
-                ax.text(
-                    0.5, 0.5, "No data", color="#9fa7b3", ha="center", va="center", transform=ax.transAxes
-                )
-            summary.append(f"{p['title']}: {drawn} series, max {_fmt(peak, unit)}")
-            continue
-        ax.set_xticks([])
-        ax.set_yticks([])
-        if p["type"] == "stat":
-            result = instant(p["targets"][0]["expr"])
-            value = float(result[0]["value"][1]) if result else None
-            defaults = p["fieldConfig"]["defaults"]
-            steps = defaults["thresholds"]["steps"]
-            color = steps[0]["color"]
-            for st in steps[1:]:
-                if value is not None and value >= st["value"]:
-                    color = st["color"]
-            shown = defaults.get("noValue", "No data") if value is None else _fmt(value, unit)
-            mapped = _mapped(defaults.get("mappings", []), value)
-            if mapped is not None:  # as Grafana: a value mapping's text and color win over the thresholds
-                shown, color = mapped.get("text", shown), mapped.get("color", color)
-            ax.set_facecolor(
-                {"green": "#1a7f37", "orange": "#b35c00", "red": "#a51d2d"}.get(color, "#181b1f")
-            )
-            ax.text(
-                0.5, 0.45, shown, color="white", fontsize=28, ha="center", va="center", transform=ax.transAxes
-            )
-            summary.append(f"{p['title']}: {shown}")
-            continue
-        names, cells = _table_rows(p, instant)
-        if cells:
-            # columns as wide as their longest text, the whole table as wide as the panel
-            chars = [max(len(str(x)) for x in [n, *(r[i] for r in cells)]) + 2 for i, n in enumerate(names)]
-            tbl = ax.table(
-                cellText=cells,
-                colLabels=names,
-                colWidths=[c / sum(chars) for c in chars],
-                loc="upper center",
-                cellLoc="left",
-                colLoc="left",
-            )
-            tbl.auto_set_font_size(False)
-            # a character of a font of size f points is about 0.6 f points wide
-            tbl.set_fontsize(max(8.0, min(10.5, width * 24 * 0.85 * 72 / (sum(chars) * 0.65))))
-            tbl.scale(1, 1.9)
-            for (r, _c), cell in tbl.get_celld().items():
-                cell.set_edgecolor("#2c3235")
-                cell.set_facecolor("#22252b" if r == 0 else "#3b1219")
-                cell.get_text().set_color("#ffffff" if r else "#9fa7b3")
-        else:
-            none = p["fieldConfig"]["defaults"].get("noValue", "No data")
-            ax.text(0.5, 0.5, none, color="#9fa7b3", ha="center", va="center", transform=ax.transAxes)
-        summary.append(f"{p['title']}: {len(cells)} row(s) {cells}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80, facecolor=fig.get_facecolor())
-    plt.close(fig)
-    return summary
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if txnwatch.json is out of date")
-    sub = parser.add_subparsers(dest="command")
-    r = sub.add_parser("render", help="draw the dashboard from a live Prometheus into a PNG")
-    r.add_argument("--prometheus", required=True, help="base URL, e.g. http://127.0.0.1:9090")
-    r.add_argument("--out", type=Path, default=Path("docs/dashboard.png"))
-    r.add_argument("--minutes", type=float, default=10.0, help="time range ending now")
     args = parser.parse_args(argv)
-    board = build()
-    if args.command == "render":
-        end = time.time()
-        for line in render(
-            board, args.prometheus.rstrip("/"), args.out, start=end - args.minutes * 60, end=end
-        ):
-            print(line)
-        return 0
-    text = dumps(board)
+    text = dumps(build())
     if args.check:
         if not JSON_PATH.exists() or JSON_PATH.read_text() != text:
             print(f"{JSON_PATH} is out of date: run python deploy/grafana/dashboard.py", file=sys.stderr)

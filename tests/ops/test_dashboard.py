@@ -5,6 +5,7 @@ stats that say NO DATA in red when their component is not scraped (never a green
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 import yaml
 from metric_contract import documented
 
@@ -21,6 +23,7 @@ from dev.gotools import ensure
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "deploy" / "grafana" / "dashboard.py"
+RENDERER = ROOT / "deploy" / "grafana" / "render.py"
 JSON_PATH = ROOT / "deploy" / "grafana" / "txnwatch.json"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Grafana unit ids the panels may use (Grafana's valueFormats): seconds, plain numbers, counts and requests per
@@ -28,12 +31,21 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 UNITS = {"s", "none", "short", "cps", "reqps", "dateTimeAsIso"}
 
 
-def generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("txnwatch_dashboard", GENERATOR)
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"txnwatch_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def generator() -> ModuleType:
+    return load(GENERATOR)
+
+
+def renderer() -> ModuleType:
+    return load(RENDERER)
 
 
 def board() -> dict[str, Any]:
@@ -166,11 +178,11 @@ def test_the_stats_the_pipeline_needs_and_their_drawing_without_data() -> None:
     assert "txnwatch_stream_last_batch_timestamp_seconds" in batch and 'query="txnwatch-reconcile"' in batch
     assert "up{" in by_title["Targets up"]["targets"][0]["expr"]
     # the renderer draws what Grafana would: the null mapping's red NO DATA, UP/DOWN for the up stat
-    g = generator()
+    r = renderer()
     mappings = by_title["Targets up"]["fieldConfig"]["defaults"]["mappings"]
-    assert g._mapped(mappings, None) == {"text": "NO DATA: not scraped", "color": "red", "index": 0}
-    assert g._mapped(mappings, 0.0)["text"] == "DOWN"
-    assert g._mapped(mappings, 1.0)["text"] == "UP"
+    assert r.mapped(mappings, None) == {"text": "NO DATA: not scraped", "color": "red", "index": 0}
+    assert r.mapped(mappings, 0.0)["text"] == "DOWN"
+    assert r.mapped(mappings, 1.0)["text"] == "UP"
 
 
 def test_stats_and_the_hanging_table_link_to_runbook_sections_that_exist() -> None:
@@ -186,3 +198,170 @@ def test_stats_and_the_hanging_table_link_to_runbook_sections_that_exist() -> No
         page, _, anchor = link["url"].partition("#")
         assert page == base and anchor in headings, (panel["title"], link["url"])
         assert link["targetBlank"] is True
+
+
+def tables() -> dict[str, dict[str, Any]]:
+    """The tables by the words before the colon of their title."""
+    return {p["title"].split(":")[0]: p for p in board()["panels"] if p["type"] == "table"}
+
+
+def columns(panel: dict[str, Any]) -> list[str]:
+    """A table's columns as its organize transformation orders and names them."""
+    (organize,) = [t["options"] for t in panel["transformations"] if t["id"] == "organize"]
+    order = sorted(organize["indexByName"], key=organize["indexByName"].get)
+    return [organize["renameByName"].get(field, field) for field in order]
+
+
+def test_the_hanging_table_names_the_partition_how_long_its_lso_lag_and_the_candidate() -> None:
+    hanging = tables()["Hanging transactions now"]
+    assert columns(hanging) == [
+        "cluster",
+        "topic",
+        "partition",
+        "reason",
+        "open for",
+        "open since",
+        "LSO lag (records)",
+        "txnwatch proposals show",
+    ]
+    exprs = [t["expr"] for t in hanging["targets"]]
+    assert all("txnwatch_hanging_transaction_open_since_timestamp_seconds" in e for e in exprs)
+    # the LSO lag joins each row on its partition, keeping the row's labels (merge joins rows on equal labels)
+    assert "group_left max by (cluster, topic, partition) (txnwatch_last_stable_offset_lag" in exprs[2]
+    # what no series carries is named where it is: proposals show reads it live
+    for words in ("transactional id", "producer id", "consumer groups"):
+        assert words in hanging["description"], words
+
+
+def test_drill_down_tables_name_the_partitions_of_each_state() -> None:
+    t = tables()
+    expected = {
+        "Stuck in prepare": (
+            "txnwatch_stuck_prepare_transaction_open_since_timestamp_seconds",
+            "transactional id",
+        ),
+        "Coordinator overdue": (
+            "txnwatch_coordinator_overdue_transaction_open_since_timestamp_seconds",
+            "transactional id",
+        ),
+        "Withheld (UNCONFIRMED)": ("txnwatch_withheld_verdict_open_since_timestamp_seconds", "would be"),
+        "Uncovered partitions": ("txnwatch_collector_partitions_uncovered", "reason"),
+    }
+    for title, (metric, column) in expected.items():
+        panel = t[title]
+        assert all(metric in target["expr"] for target in panel["targets"]), title
+        assert column in columns(panel), title
+        assert all(target["instant"] and target["format"] == "table" for target in panel["targets"]), title
+    for title in ("Stuck in prepare", "Coordinator overdue", "Withheld (UNCONFIRMED)"):
+        assert {"topic", "partition", "open for", "open since", "LSO lag (records)"} <= set(columns(t[title]))
+
+
+def test_the_stats_open_their_tables() -> None:
+    b = board()
+    by_id = {p["id"]: p for p in b["panels"]}
+    opened = {}
+    for panel in stats():
+        for link in panel["fieldConfig"]["defaults"].get("links", []):
+            url = link["url"]
+            assert url.startswith(
+                "/d/${__dashboard.uid}?${__url_time_range}&${__all_variables}&viewPanel="
+            ), url
+            target = by_id[int(url.rpartition("=")[2])]
+            assert target["type"] == "table"
+            opened[panel["title"]] = target["title"].split(":")[0]
+    assert opened == {
+        "Hanging transactions": "Hanging transactions now",
+        "Stuck in prepare": "Stuck in prepare",
+        "Withheld (UNCONFIRMED)": "Withheld (UNCONFIRMED)",
+    }
+
+
+def test_the_json_is_in_grafanas_dashboard_model() -> None:
+    r = renderer()
+    assert r.schema_problems(board()) == []
+    # a key Grafana's model does not know is found
+    b = board()
+    b["panels"][0]["gridPos"]["width"] = 3
+    b["panels"][8]["fieldConfig"]["defaults"]["colour"] = "red"
+    assert r.schema_problems(b) == ["/panels[0]/gridPos/width", "/panels[8]/fieldConfig/defaults/colour"]
+
+
+def test_the_renderer_can_draw_every_panel_and_names_what_it_cannot() -> None:
+    r = renderer()
+    panels = board()["panels"]
+    assert [problem for panel in panels for problem in r.undrawable(panel)] == []
+    hanging = copy.deepcopy(panels[8])
+    hanging["type"] = "bargauge"
+    assert r.undrawable(hanging) == [
+        f"{hanging['title']}: panel type 'bargauge' (drawn: stat, table, timeseries)"
+    ]
+    table = copy.deepcopy(panels[8])
+    table["transformations"].insert(0, {"id": "joinByField", "options": {}})
+    table["fieldConfig"]["overrides"][0]["properties"][0]["value"] = "bytes"
+    table["targets"][0]["instant"] = False
+    assert r.undrawable(table) == [
+        f"{table['title']}: table target A is not an instant query in table format",
+        f"{table['title']}: unit 'bytes'",
+        f"{table['title']}: transformation joinByField",
+    ]
+
+
+class Answers:
+    """Prometheus's instant answers for a table's queries (a fake: the table logic is pure)."""
+
+    step = 15.0
+
+    def __init__(self, answers: dict[str, list[dict[str, Any]]]) -> None:
+        self.answers = answers
+
+    def instant(self, expr: str) -> list[dict[str, Any]]:
+        return next(a for prefix, a in self.answers.items() if expr.startswith(prefix))
+
+    def ranged(self, expr: str) -> list[dict[str, Any]]:
+        raise AssertionError("a table asks for instant answers")
+
+
+def test_a_table_merges_its_queries_row_by_row_as_grafana_does() -> None:
+    r = renderer()
+    withheld = tables()["Withheld (UNCONFIRMED)"]
+    one = {
+        "cluster": "c",
+        "topic": "t",
+        "partition": "0",
+        "transactional_id": "a",
+        "reason": "r",
+        "would_be": "w",
+    }
+    # the second has no transactional id label: Grafana's table leaves the cell empty
+    two = {"cluster": "c", "topic": "t", "partition": "1", "reason": "r", "would_be": "w"}
+    answers = Answers(
+        {
+            "label_replace(max by": [
+                {"metric": one, "value": [0, "1700000000000"]},
+                {"metric": two, "value": [0, "1700000600000"]},
+            ],
+            "time() -": [{"metric": one, "value": [0, "900"]}, {"metric": two, "value": [0, "300"]}],
+            "0 *": [{"metric": one, "value": [0, "5"]}],
+        }
+    )
+    t = r.table(withheld, answers, 1700000900000)
+    assert t.columns == [
+        "cluster",
+        "topic",
+        "partition",
+        "transactional id",
+        "withheld: why",
+        "would be",
+        "open for",
+        "open since",
+        "LSO lag (records)",
+    ]
+    assert t.rows == [  # longest open first, as saved
+        ["c", "t", "0", "a", "r", "w", "15 min", "2023-11-14 22:13:20", "5"],
+        ["c", "t", "1", "", "r", "w", "5 min", "2023-11-14 22:23:20", ""],
+    ]
+    # frames with different labels (here the lag's, whose rows all lack the transactional id) are not merged
+    # as Grafana might: refused, not drawn wrong (the dashboard's label_replace keeps the label in every row)
+    answers.answers["0 *"] = [{"metric": two, "value": [0, "5"]}]
+    with pytest.raises(r.Unsupported, match="merge of frames with different labels"):
+        r.table(withheld, answers, 1700000900000)
