@@ -69,16 +69,62 @@ def test_promtool_test_rules_passes() -> None:
     assert "SUCCESS" in done.stdout
 
 
-def test_every_alert_is_tested_firing_and_quiet() -> None:
+def test_every_alert_is_tested_firing_at_each_severity_and_quiet() -> None:
     tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
-    fired: set[str] = set()
+    fired: set[tuple[str, str]] = set()
     quiet: set[str] = set()
     for t in tests:
         for case in t.get("alert_rule_test", []):
-            (fired if case.get("exp_alerts") else quiet).add(case["alertname"])
-    names = {a["alert"] for a in alerts()}
-    assert names - fired == set(), "alerts never seen firing in txnwatch-rules.test.yaml"
-    assert names - quiet == set(), "alerts never seen staying quiet in txnwatch-rules.test.yaml"
+            for expected in case.get("exp_alerts") or []:
+                fired.add((case["alertname"], expected["exp_labels"]["severity"]))
+            if not case.get("exp_alerts"):
+                quiet.add(case["alertname"])
+    rules = {(a["alert"], a["labels"]["severity"]) for a in alerts()}
+    assert rules - fired == set(), "alerts never seen firing at that severity in txnwatch-rules.test.yaml"
+    assert {name for name, _ in rules} - quiet == set(), "alerts never seen staying quiet"
+
+
+# The alerts about a transaction that pins a partition page at once; everything else warns.
+PAGES = {"TxnwatchHangingTransaction", "TxnwatchStuckPrepare"}
+# txnwatch's own health: a warning, and the same alert critical with a longer `for` when it lasts.
+HEALTH = {
+    "TxnwatchCollectorDown",
+    "TxnwatchCollectorAbsent",
+    "TxnwatchCollectorStale",
+    "TxnwatchStreamDown",
+    "TxnwatchStreamAbsent",
+    "TxnwatchStreamStalled",
+    "TxnwatchStreamStateStale",
+    "TxnwatchStreamFallingBehind",
+    "TxnwatchCoordinatorViewBehind",
+}
+
+
+def seconds(duration: str) -> int:
+    """A Prometheus duration of one unit (`90s`, `15m`, `1h`) in seconds."""
+    m = re.fullmatch(r"(\d+)([smh])", duration)
+    assert m, duration
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def test_only_a_pinned_partition_pages_at_once_and_txnwatchs_own_health_pages_when_it_lasts() -> None:
+    by_name: dict[str, dict[str, dict[str, Any]]] = {}
+    for a in alerts():
+        severity = a["labels"]["severity"]
+        assert severity not in by_name.setdefault(a["alert"], {}), f"{a['alert']}: two {severity} rules"
+        by_name[a["alert"]][severity] = a
+    assert {n for n, tiers in by_name.items() if set(tiers) == {"critical"}} == PAGES
+    assert {n for n, tiers in by_name.items() if set(tiers) == {"warning", "critical"}} == HEALTH
+    for name in HEALTH:
+        warning, critical = by_name[name]["warning"], by_name[name]["critical"]
+        # the same condition, held longer: Alertmanager's inhibition (same alertname) then keeps one notification
+        assert critical["expr"] == warning["expr"], name
+        assert seconds(critical["for"]) > seconds(warning["for"]) >= 60, name
+        assert critical["annotations"]["runbook_url"] == warning["annotations"]["runbook_url"], name
+    # every other alert warns, with a `for`
+    for name, tiers in by_name.items():
+        if name not in PAGES | HEALTH:
+            assert set(tiers) == {"warning"} and seconds(tiers["warning"]["for"]) >= 60, name
 
 
 @pytest.mark.parametrize("alert", alerts(), ids=lambda a: a["alert"])
@@ -102,6 +148,9 @@ def test_alert_uses_only_documented_metrics(alert: dict[str, Any]) -> None:
 def test_the_hanging_alert_names_partition_reason_and_the_command() -> None:
     (hanging,) = [a for a in alerts() if a["alert"] == "TxnwatchHangingTransaction"]
     assert hanging["labels"]["severity"] == "critical"
+    # the summary (what a pager shows) names the cluster and how long it has been open, from the series' value
+    summary = hanging["annotations"]["summary"]
+    assert "{{ $labels.cluster }}" in summary and 'printf "time() - %f" $value | query' in summary
     text = hanging["annotations"]["description"]
     for needle in (
         "{{ $labels.topic }}-{{ $labels.partition }}",
@@ -114,17 +163,51 @@ def test_the_hanging_alert_names_partition_reason_and_the_command() -> None:
         assert label in hanging["expr"]
 
 
+@pytest.mark.parametrize(
+    ("name", "series", "labels"),
+    [
+        (
+            "TxnwatchStuckPrepare",
+            "txnwatch_stuck_prepare_transaction_open_since_timestamp_seconds",
+            ("cluster", "topic", "partition", "transactional_id"),
+        ),
+        (
+            "TxnwatchCoordinatorOverdue",
+            "txnwatch_coordinator_overdue_transaction_open_since_timestamp_seconds",
+            ("cluster", "topic", "partition", "transactional_id"),
+        ),
+        (
+            "TxnwatchVerdictsWithheld",
+            "txnwatch_withheld_verdict_open_since_timestamp_seconds",
+            ("cluster", "topic", "partition", "transactional_id", "reason", "would_be"),
+        ),
+    ],
+)
+def test_the_alerts_about_a_transaction_name_its_partition_and_transactional_id(
+    name: str, series: str, labels: tuple[str, ...]
+) -> None:
+    (alert,) = [a for a in alerts() if a["alert"] == name]
+    # per partition first: the series of the partitions in that state, aggregated by every label it has
+    assert alert["expr"].startswith(f"max by ({', '.join(labels)}) ({series}) > 0\n")
+    for text in (alert["annotations"]["summary"], alert["annotations"]["description"]):
+        assert "{{ $labels.topic }}-{{" in text and "$labels.partition }}" in text
+        assert "$labels.transactional_id" in text
+
+
 def test_every_component_has_a_vanished_target_alert_beside_its_down_alert() -> None:
     # `up == 0` needs an `up` series: a target no Prometheus scrapes any more has none, so only absent() fires.
-    down = {
-        m.group(1): a
+    down: dict[tuple[str, str], dict[str, Any]] = {
+        (m.group(1), a["labels"]["severity"]): a
         for a in alerts()
         if (m := re.fullmatch(r'up\{job=~"([^"]+)"\} == 0', a["expr"].strip()))
     }
-    assert len(down) == 2, down  # the collector's and the stream's
-    for pattern, down_alert in down.items():
-        (vanished,) = [a for a in alerts() if f'absent(up{{job=~"{pattern}"}})' in a["expr"]]
-        assert vanished["labels"]["severity"] == down_alert["labels"]["severity"] == "critical"
-        # long enough to ride out a Prometheus restart or a redeploy, short enough for a night shift
-        assert vanished["for"] == "5m"
+    assert len(down) == 4, down  # the collector's and the stream's, each warning and critical
+    for (pattern, severity), down_alert in down.items():
+        (vanished,) = [
+            a
+            for a in alerts()
+            if f'absent(up{{job=~"{pattern}"}})' in a["expr"] and a["labels"]["severity"] == severity
+        ]
+        # the warning: long enough to ride out a Prometheus restart or a redeploy; it pages as long as down does
+        assert vanished["for"] == ("5m" if severity == "warning" else down_alert["for"])
         assert vanished["annotations"]["runbook_url"].endswith("#target-vanished")
