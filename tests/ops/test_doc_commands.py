@@ -278,29 +278,37 @@ def test_every_documented_block_runs(block: Block, h: Helm, tmp_path: Path) -> N
                 f"{key} did not reach the SparkApplication"
             )
         return
-    created: list[dict[str, Any]] = []
+    run_shell_block(block, h, tmp_path)
+
+
+def check_helm_install(
+    block: Block, argv: list[str], created: list[dict[str, Any]], h: Helm, tmp: Path
+) -> None:
+    """Rendered with its values, valid together with the block's kubectl objects, each Secret of them in the
+    release's namespace and mounted, and the whole bootstrap list reaching the apps (`--set` splits at a comma)."""
+    namespace, r = helm_template(h, argv)
+    assert_valid(yaml.safe_dump_all([*created, *r.objects]), tmp / "rendered.yaml")
+    for secret in (o for o in created if o["kind"] == "Secret"):
+        name, where = secret["metadata"]["name"], secret["metadata"]["namespace"]
+        assert where == namespace, f"{block}: Secret {name} is created in {where}, the release in {namespace}"
+        assert name in collector_secret_volumes(r), f"{block}: the chart never mounts Secret {name}"
+    for word in argv:
+        if word.startswith("kafka.bootstrapServers="):
+            documented = word.split("=", 1)[1].replace("\\,", ",")
+            assert set(bootstrap_settings(r.objects)) == {documented}, (
+                f"{block}: {documented} not passed whole"
+            )
+
+
+def run_shell_block(block: Block, h: Helm, tmp: Path) -> None:
+    created: list[dict[str, Any]] = []  # kubectl's objects, validated with the release that follows them
     built: set[str] = set()
-    checked = 0
-    for argv in commands(block):
-        checked += 1
+    argvs = list(commands(block))
+    assert argvs, f"{block}: no command found"
+    for argv in argvs:
         tool = argv[0]
         if tool == "helm":
-            namespace, r = helm_template(h, argv)
-            bootstrap = next(
-                (s.split("=", 1)[1] for s in argv if s.startswith("kafka.bootstrapServers=")), None
-            )
-            if (
-                bootstrap is not None
-            ):  # the whole list reaches the apps (`--set` splits at an unescaped comma)
-                assert set(bootstrap_settings(r.objects)) == {bootstrap.replace("\\,", ",")}, block
-            objects = [*created, *r.objects]
-            assert_valid(yaml.safe_dump_all(objects), tmp_path / "rendered.yaml")
-            for secret in (o for o in created if o["kind"] == "Secret"):
-                name = secret["metadata"]["name"]
-                assert secret["metadata"]["namespace"] == namespace, (
-                    f"{block}: Secret {name} is created in {secret['metadata']['namespace']}, the release in {namespace}"
-                )
-                assert name in collector_secret_volumes(r), f"{block}: the chart never mounts Secret {name}"
+            check_helm_install(block, argv, created, h, tmp)
         elif tool == "kubectl":
             created.append(kubectl_object(argv))
         elif tool == "txnwatch":
@@ -315,11 +323,8 @@ def test_every_documented_block_runs(block: Block, h: Helm, tmp_path: Path) -> N
             check_pytest(argv)
         else:
             raise AssertionError(f"{block}: no check for `{shlex.join(argv)}` yet: give it one here")
-    assert checked, f"{block}: no command found"
     if created:
-        assert not [o for o in created if o["kind"] == "Secret"] or any(
-            a[0] == "helm" for a in commands(block)
-        ), f"{block}: a Secret is created but no release uses it"
+        assert any(a[0] == "helm" for a in argvs), f"{block}: kubectl objects that no release uses"
 
 
 def test_the_secret_check_catches_the_old_install(h: Helm, tmp_path: Path) -> None:
