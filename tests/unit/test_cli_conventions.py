@@ -188,6 +188,10 @@ def documented_exit_codes() -> dict[int, tuple[str, frozenset[str]]]:
 def test_the_documented_exit_codes_are_the_codes_table() -> None:
     in_code = {e.code: (e.name, frozenset(e.commands)) for e in EXIT_CODE_TABLE}
     assert documented_exit_codes() == in_code
+    # "all" is every command: the section says which those are.
+    text = (ROOT / "docs" / "proposals.md").read_text()
+    intro = text.split("\n## Exit codes", 1)[1].split("\n| code", 1)[0]
+    assert {f"`{c.split()[0]}`" for c in ALL_COMMANDS} <= set(re.findall(r"`[a-z]+`", intro)), intro
 
 
 def test_the_table_holds_the_constants_the_commands_return() -> None:
