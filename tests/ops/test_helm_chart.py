@@ -53,8 +53,6 @@ MODES: dict[str, list[str]] = {
         "ConfigMap",  # dashboard
         "Deployment",  # collector
         "Pod",  # the `helm test` hook
-        "PodDisruptionBudget",
-        "PodDisruptionBudget",
         "PrometheusRule",
         "Role",
         "RoleBinding",
@@ -69,8 +67,6 @@ MODES: dict[str, list[str]] = {
         "Deployment",
         "PersistentVolumeClaim",
         "Pod",  # the `helm test` hook
-        "PodDisruptionBudget",
-        "PodDisruptionBudget",
         "PrometheusRule",
         "Role",
         "RoleBinding",
@@ -86,8 +82,6 @@ MODES: dict[str, list[str]] = {
         "Deployment",
         "Deployment",
         "Pod",  # the `helm test` hook
-        "PodDisruptionBudget",
-        "PodDisruptionBudget",
         "PrometheusRule",
         "Service",
         "Service",
@@ -100,8 +94,6 @@ MODES: dict[str, list[str]] = {
         "Deployment",
         "Deployment",
         "Pod",  # the `helm test` hook
-        "PodDisruptionBudget",
-        "PodDisruptionBudget",
         "PrometheusRule",
         "Role",
         "RoleBinding",
@@ -111,6 +103,20 @@ MODES: dict[str, list[str]] = {
         "ServiceMonitor",
     ],
     "sasl-values.yaml": [
+        "ConfigMap",
+        "Deployment",
+        "Pod",  # the `helm test` hook
+        "PrometheusRule",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Service",
+        "ServiceAccount",
+        "ServiceMonitor",
+        "SparkApplication",
+    ],
+    # The optional values set: budgets on, extraEnv from a Secret, the monitoring objects' namespaces.
+    "overrides-values.yaml": [
         "ConfigMap",
         "Deployment",
         "Pod",  # the `helm test` hook
@@ -276,15 +282,27 @@ def test_spark_application_streams_from_the_image_with_restart_always(
     assert svc["spec"]["selector"]["spark-role"] == "driver"
 
 
-@pytest.mark.jars
-def test_connector_jars_are_the_ones_the_pom_resolves(renders: dict[str, Rendered]) -> None:
-    # The image resolves dev/jvm/spark/pom.xml as `make jars` does; the SparkApplication names those files.
+def test_spark_application_runs_the_jars_of_its_image_through_a_class_path_wildcard(
+    renders: dict[str, Rendered],
+) -> None:
+    # Both JVMs get the image's jars folder as a Java class path wildcard: no jar file is named, so values can no
+    # longer pin the jars of an older image (tests/ops/test_helm_image.py runs the form through spark-submit).
     spec = renders["spark-application-values.yaml"].one("SparkApplication")["spec"]
-    named = sorted(Path(j.removeprefix("local://")).name for j in spec["deps"]["jars"])
-    resolved = sorted(p.name for p in SPARK_JARS.glob("*.jar"))
-    assert resolved, f"no jars in {SPARK_JARS}: run `make jars`"
-    assert named == resolved
-    assert all(j.startswith("local:///opt/txnwatch/jars/spark/") for j in spec["deps"]["jars"])
+    assert "deps" not in spec
+    conf = spec["sparkConf"]
+    assert (
+        conf["spark.driver.extraClassPath"]
+        == conf["spark.executor.extraClassPath"]
+        == "/opt/txnwatch/jars/spark/*"
+    )
+    assert conf["spark.jars.ivy"] == "/tmp/.ivy2"
+
+
+@pytest.mark.parametrize("values", sorted(MODES))
+def test_no_render_names_a_versioned_jar(renders: dict[str, Rendered], values: str) -> None:
+    # A jar named with its version (spark-sql-kafka-0-10_2.13-4.2.0.jar) pins one Spark build in values while
+    # sparkVersion and the image say another.
+    assert not re.findall(r"[\w.-]+-[0-9][\w.]*\.jar\b", renders[values].text)
 
 
 def test_spark_application_with_a_claim_mounts_it_on_driver_and_executors(
@@ -701,3 +719,318 @@ def test_helm_test_pod_asks_each_components_readyz_and_waits_for_it(renders: dic
         assert "/readyz: not ready: HTTP 503: not ready: no sweep published yet" in done.stderr
     finally:
         server.shutdown()
+
+
+# ------------------------------------------------------------------------------------ values of the chart's own
+
+
+def render_with(
+    h: Helm, tmp_path: Path, values: dict[str, Any], base: str = "spark-application-values.yaml"
+) -> Rendered:
+    """The render of a ci/ values file with `values` on top (a file, so dotted keys and lists stay as written)."""
+    extra = tmp_path / "extra-values.yaml"
+    extra.write_text(yaml.safe_dump(values))
+    return rendered(h.template(CI_VALUES / base, extra))
+
+
+def render_error(
+    h: Helm, tmp_path: Path, values: dict[str, Any], base: str = "spark-application-values.yaml"
+) -> str:
+    extra = tmp_path / "bad-values.yaml"
+    extra.write_text(yaml.safe_dump(values))
+    done = h.template(CI_VALUES / base, extra)
+    assert done.returncode != 0, done.stdout[:2000]
+    return done.stderr
+
+
+def test_a_users_spark_conf_wins_over_the_charts_as_one_key(h: Helm, tmp_path: Path) -> None:
+    cp = "/opt/txnwatch/jars/spark/*:/opt/extra/*"
+    r = render_with(
+        h, tmp_path, {"job": {"sparkApplication": {"sparkConf": {"spark.executor.extraClassPath": cp}}}}
+    )
+    conf = r.one("SparkApplication")["spec"]["sparkConf"]
+    assert conf["spark.executor.extraClassPath"] == cp
+    assert conf["spark.driver.extraClassPath"] == "/opt/txnwatch/jars/spark/*"
+    assert r.text.count("spark.executor.extraClassPath:") == 1
+
+
+def test_the_collector_runs_the_small_collector_image_and_the_job_the_stream_image(
+    renders: dict[str, Rendered],
+) -> None:
+    for values, r in renders.items():
+        collector = r.one("Deployment", "-collector")["spec"]["template"]["spec"]
+        assert container(collector, "collector")["image"] == "txnwatch-collector:0.2.0", values
+        (test,) = r.one("Pod", "-test-ready")["spec"]["containers"]
+        assert test["image"] == "txnwatch-collector:0.2.0", values  # it runs Python's urllib only
+        for d in r.all("Deployment"):
+            if d["metadata"]["name"].endswith("-stream"):
+                assert container(d["spec"]["template"]["spec"], "stream")["image"] == "txnwatch:0.2.0", values
+        for app in r.all("SparkApplication"):
+            assert app["spec"]["image"] == "txnwatch:0.2.0", values
+
+
+@pytest.mark.parametrize(
+    ("interval_s", "explicit_ms", "expected_ms"),
+    [(10, None, 30_000), (30, None, 90_000), (2.5, None, 7_500), (30, 600_000, 600_000)],
+)
+def test_expire_after_follows_the_collector_interval(
+    h: Helm,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    interval_s: float,
+    explicit_ms: int | None,
+    expected_ms: int,
+) -> None:
+    # The job forgets an open transaction no sweep confirmed for expire_after_ms: at a fixed 30 s, a 30 s sweep
+    # interval made every open candidate RESOLVED between two sweeps and OPENED again at the next.
+    values: dict[str, Any] = {
+        "collector": {"intervalSeconds": interval_s},
+        "job": {"expireAfterMs": explicit_ms},
+    }
+    for base in ("spark-application-values.yaml", "deployment-local-values.yaml"):
+        r = render_with(h, tmp_path, values, base)
+        collector = container(r.one("Deployment", "-collector")["spec"]["template"]["spec"], "collector")
+        assert float(env_map(collector)["TXNWATCH_COLLECTOR__INTERVAL_S"]) == interval_s
+        if base.startswith("spark"):
+            env = r.one("SparkApplication")["spec"]["driver"]["envVars"]
+        else:
+            env = env_map(container(r.one("Deployment", "-stream")["spec"]["template"]["spec"], "stream"))
+        settings = settings_from_env(env, monkeypatch)
+        assert settings.stream.expire_after_ms == expected_ms, base
+        assert settings.stream.expire_after_ms >= 2 * interval_s * 1000
+
+
+def test_the_default_expiry_is_the_jobs_own_default(renders: dict[str, Rendered]) -> None:
+    env = renders["spark-application-values.yaml"].one("SparkApplication")["spec"]["driver"]["envVars"]
+    assert int(env["TXNWATCH_STREAM__EXPIRE_AFTER_MS"]) == Settings().stream.expire_after_ms
+
+
+def test_extra_env_from_a_secret_reaches_the_driver_in_both_modes(
+    h: Helm, renders: dict[str, Rendered], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = {"secretKeyRef": {"name": "kafka-oauth", "key": "client-secret"}}
+    name = "TXNWATCH_KAFKA__SASL_OAUTH_CLIENT_SECRET"
+    # SparkApplication: plain values as spark.kubernetes.driverEnv.*, valueFrom in the driver's pod template
+    # container (whose env Spark keeps when it builds the driver container).
+    spec = renders["overrides-values.yaml"].one("SparkApplication")["spec"]
+    (driver,) = spec["driver"]["template"]["spec"]["containers"]
+    assert driver["env"] == [{"name": name, "valueFrom": secret}]
+    assert name not in spec["driver"]["envVars"]
+    assert settings_from_env(spec["driver"]["envVars"], monkeypatch).detection.grace_ms == 10_000
+    collector = container(
+        renders["overrides-values.yaml"].one("Deployment", "-collector")["spec"]["template"]["spec"],
+        "collector",
+    )
+    assert {"name": name, "valueFrom": secret} in collector["env"]
+    # A Deployment driver: as the collector, in its container's env.
+    extra = [{"name": name, "valueFrom": secret}, {"name": "TXNWATCH_DETECTION__GRACE_MS", "value": "9000"}]
+    r = render_with(
+        h, tmp_path, {"extraEnv": extra[:1], "job": {"extraEnv": extra[1:]}}, "deployment-local-values.yaml"
+    )
+    stream = container(r.one("Deployment", "-stream")["spec"]["template"]["spec"], "stream")
+    assert {"name": name, "valueFrom": secret} in stream["env"]
+    assert env_map(stream)["TXNWATCH_DETECTION__GRACE_MS"] == "9000"
+    # the same name from a Secret replaces the chart's plain value, in a SparkApplication too
+    r = render_with(h, tmp_path, {"job": {"extraEnv": [{"name": "TXNWATCH_CLUSTER", "valueFrom": secret}]}})
+    spec = r.one("SparkApplication")["spec"]
+    assert "TXNWATCH_CLUSTER" not in spec["driver"]["envVars"]
+    assert spec["driver"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "TXNWATCH_CLUSTER", "valueFrom": secret}
+    ]
+
+
+def test_budgets_are_off_by_default_and_hold_evictions_when_on(renders: dict[str, Rendered]) -> None:
+    # One replica each: maxUnavailable 1 would allow every eviction (a budget meaning nothing), so an enabled one
+    # allows none of a ready pod.
+    assert not renders["spark-application-values.yaml"].all("PodDisruptionBudget")
+    r = renders["overrides-values.yaml"]
+    budgets = {b["metadata"]["name"]: b["spec"] for b in r.all("PodDisruptionBudget")}
+    assert sorted(budgets) == ["txnwatch-collector", "txnwatch-stream"]
+    for name, spec in budgets.items():
+        assert spec["maxUnavailable"] == 0 and spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow", name
+    # each selects exactly its component's one pod: the collector Deployment's, the driver's
+    collector = r.one("Deployment", "-collector")["spec"]["template"]["metadata"]["labels"]
+    assert budgets["txnwatch-collector"]["selector"]["matchLabels"].items() <= collector.items()
+    driver = r.one("SparkApplication")["spec"]["driver"]["labels"]
+    executor = r.one("SparkApplication")["spec"]["executor"]["labels"]
+    assert budgets["txnwatch-stream"]["selector"]["matchLabels"].items() <= driver.items()
+    assert not budgets["txnwatch-stream"]["selector"]["matchLabels"].items() <= executor.items()
+
+
+def test_service_monitor_and_dashboard_options(renders: dict[str, Rendered]) -> None:
+    default = renders["spark-application-values.yaml"]
+    (endpoint,) = default.one("ServiceMonitor")["spec"]["endpoints"]
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("30s", "10s")
+    assert "metricRelabelings" not in endpoint
+    assert default.one("ServiceMonitor")["metadata"]["namespace"] == "monitoring"
+    assert "annotations" not in default.one("ConfigMap", "-dashboard")["metadata"]
+
+    r = renders["overrides-values.yaml"]
+    sm = r.one("ServiceMonitor")
+    assert sm["metadata"]["namespace"] == "monitoring-system"
+    assert sm["spec"]["namespaceSelector"] == {
+        "matchNames": ["monitoring"]
+    }  # the Services stay where they are
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("1m", "20s")
+    assert endpoint["relabelings"] == [
+        {"action": "replace", "targetLabel": "cluster", "replacement": "prod-us"},
+        {"action": "replace", "targetLabel": "team", "replacement": "kafka-platform"},
+    ]
+    assert endpoint["metricRelabelings"] == [{"action": "labeldrop", "regex": "pod"}]
+    dash = r.one("ConfigMap", "-dashboard")["metadata"]
+    assert dash["namespace"] == "grafana"
+    assert dash["annotations"] == {"k8s-sidecar-target-directory": "Kafka"}
+    assert dash["labels"]["grafana_dashboard"] == "1"
+
+
+def test_the_test_pod_takes_its_resources_from_values(renders: dict[str, Rendered]) -> None:
+    (c,) = renders["overrides-values.yaml"].one("Pod", "-test-ready")["spec"]["containers"]
+    assert c["resources"] == {"requests": {"cpu": "20m", "memory": "48Mi"}, "limits": {"memory": "96Mi"}}
+    (c,) = renders["spark-application-values.yaml"].one("Pod", "-test-ready")["spec"]["containers"]
+    assert c["resources"]["limits"]["memory"] == "64Mi"
+
+
+def test_chart_metadata_says_where_it_comes_from_and_what_it_needs(h: Helm) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["home"].startswith("https://") and chart["sources"] and chart["kubeVersion"]
+    done = h.run(
+        "template",
+        "txnwatch",
+        str(CHART),
+        "-f",
+        str(CI_VALUES / "deployment-local-values.yaml"),
+        "--kube-version",
+        "1.26.0",
+    )
+    assert done.returncode != 0 and "incompatible with Kubernetes v1.26.0" in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------------------------ per-alert overrides
+
+
+def source_rules() -> list[tuple[str, dict[str, Any]]]:
+    """(group name, alerting rule) of the rules file, in order."""
+    return [
+        (group["name"], rule)
+        for group in yaml.safe_load(RULES.read_text())["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    ]
+
+
+THRESHOLD_AT_END = re.compile(r"^(.*?)\s*(>=|<=|>|<)\s*[-+]?[0-9][0-9.]*(?:[eE][-+]?[0-9]+)?\s*$", re.S)
+
+
+def test_alerts_are_disabled_and_overridden_by_name(h: Helm, tmp_path: Path) -> None:
+    """Picked from the rules file as it is (another change adds alerts and severities): an alert of one rule with a
+    threshold, an alert of several rules (one per severity) with a threshold, and one to disable."""
+    rules = source_rules()
+    names = [r["alert"] for _, r in rules]
+    single = next(
+        n for _, r in rules if names.count(n := r["alert"]) == 1 and THRESHOLD_AT_END.match(r["expr"])
+    )
+    several = next(
+        (n for _, r in rules if names.count(n := r["alert"]) > 1 and THRESHOLD_AT_END.match(r["expr"])), None
+    )
+    disabled = next(n for n in names if n not in (single, several))
+    overrides: dict[str, Any] = {
+        single: {"for": "17m", "severity": "info", "threshold": 1234567},
+        disabled: {"enabled": False},
+    }
+    if several is not None:
+        own = [r["labels"]["severity"] for _, r in rules if r["alert"] == several]
+        overrides[several] = {
+            "threshold": 42.5,
+            "bySeverity": {own[-1]: {"for": "3h"}, own[0]: {"enabled": False}},
+        }
+    r = render_with(
+        h,
+        tmp_path,
+        {
+            "alerting": {
+                "rules": overrides,
+                "additionalLabels": {"team": "kafka"},
+                "extraLabels": {"team": "old", "tier": "2"},
+            }
+        },
+    )
+    out = [(g["name"], rule) for g in r.one("PrometheusRule")["spec"]["groups"] for rule in g["rules"]]
+
+    expected = []
+    for group, rule in rules:
+        o = dict(overrides.get(rule["alert"], {}))
+        o.update(o.pop("bySeverity", {}).get(rule["labels"]["severity"], {}))
+        if o.get("enabled") is False:
+            continue
+        want = json.loads(json.dumps(rule))
+        want["labels"] = {"team": "kafka", "tier": "2", **rule["labels"]}  # additionalLabels over extraLabels
+        if "severity" in o:
+            want["labels"]["severity"] = o["severity"]
+        if "for" in o:
+            want["for"] = o["for"]
+        if "threshold" in o:
+            m = THRESHOLD_AT_END.match(rule["expr"])
+            assert m
+            want["expr"] = f"{m.group(1)} {m.group(2)} {o['threshold']}"
+        expected.append((group, want))
+    assert out == expected
+    assert disabled not in {rule["alert"] for _, rule in out}
+    # the new threshold is what Prometheus compares against
+    (single_rule,) = [rule for _, rule in out if rule["alert"] == single]
+    assert single_rule["expr"].endswith(" 1234567") and (
+        single_rule["for"],
+        single_rule["labels"]["severity"],
+    ) == ("17m", "info")
+
+
+def test_a_group_whose_alerts_are_all_disabled_is_left_out(h: Helm, tmp_path: Path) -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    first = groups[0]
+    off = {rule["alert"]: {"enabled": False} for rule in first["rules"] if "alert" in rule}
+    r = render_with(h, tmp_path, {"alerting": {"rules": off}})
+    assert [g["name"] for g in r.one("PrometheusRule")["spec"]["groups"]] == [g["name"] for g in groups[1:]]
+
+
+def test_alert_overrides_that_cannot_apply_fail_the_render_naming_why(h: Helm, tmp_path: Path) -> None:
+    rules = source_rules()
+    names = [r["alert"] for _, r in rules]
+    err = render_error(h, tmp_path, {"alerting": {"rules": {"TxnwatchNoSuchAlert": {"enabled": False}}}})
+    assert (
+        "alerting.rules.TxnwatchNoSuchAlert: no alert of that name in deploy/prometheus/txnwatch-rules.yaml"
+        in err
+    )
+    assert names[0] in err  # it lists the alerts there are
+    no_threshold = next(r["alert"] for _, r in rules if not THRESHOLD_AT_END.match(r["expr"]))
+    err = render_error(h, tmp_path, {"alerting": {"rules": {no_threshold: {"threshold": 5}}}})
+    assert f"alerting.rules.{no_threshold}.threshold: its expression does not end in a comparison" in err
+    err = render_error(
+        h, tmp_path, {"alerting": {"rules": {names[0]: {"bySeverity": {"nosuch": {"for": "1m"}}}}}}
+    )
+    assert f"alerting.rules.{names[0]}.bySeverity.nosuch: that alert has no nosuch rule" in err
+    several = next((n for n in names if names.count(n) > 1), None)
+    if several is not None:
+        err = render_error(h, tmp_path, {"alerting": {"rules": {several: {"for": "1m"}}}})
+        assert f"alerting.rules.{several}: it is {names.count(several)} rules, one per severity" in err
+    err = render_error(h, tmp_path, {"alerting": {"rules": {names[0]: {"for": "soon"}}}})
+    assert f"at '/alerting/rules/{names[0]}/for'" in err
+
+
+def test_other_bad_values_fail_the_render_naming_why(h: Helm, tmp_path: Path) -> None:
+    err = render_error(
+        h, tmp_path, {"metrics": {"serviceMonitor": {"interval": "15s", "scrapeTimeout": "20s"}}}
+    )
+    assert "metrics.serviceMonitor.scrapeTimeout (20s) is longer than its interval (15s)" in err
+    err = render_error(h, tmp_path, {"collector": {"intervalSeconds": 30}, "job": {"expireAfterMs": 45000}})
+    assert (
+        "job.expireAfterMs: 45000 ms is shorter than two collector intervals (collector.intervalSeconds 30)"
+        in err
+    )
+    err = render_error(h, tmp_path, {"job": {"sparkApplication": {"connectorJars": ["local:///x.jar"]}}})
+    assert "additional properties 'connectorJars' not allowed" in err
+    err = render_error(
+        h,
+        tmp_path,
+        {"extraEnv": [{"name": "A", "value": "1", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+    )
+    assert "at '/extraEnv/0'" in err

@@ -33,6 +33,36 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* The collector's image: txnwatch without Spark (the Dockerfile's `collector` target). */}}
+{{- define "txnwatch.collectorImage" -}}
+{{- printf "%s:%s" .Values.collector.image.repository (default .Chart.AppVersion .Values.collector.image.tag) -}}
+{{- end -}}
+
+{{/* A Prometheus duration of the values' form (30s, 1m, 500ms, 1h) in milliseconds, to compare two of them. */}}
+{{- define "txnwatch.durationMs" -}}
+{{- $unit := regexFind "(ms|s|m|h)$" . -}}
+{{- $n := int64 (trimSuffix $unit .) -}}
+{{- $perUnit := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 -}}
+{{- mul $n (get $perUnit $unit) -}}
+{{- end -}}
+
+{{/*
+How long the job keeps an open transaction no collector sweep confirmed (TXNWATCH_STREAM__EXPIRE_AFTER_MS): a multiple
+of the collector's interval unless set. Shorter than two intervals, one late sweep would forget every open candidate
+(RESOLVED) and the next would report it again (OPENED): the render fails instead.
+*/}}
+{{- define "txnwatch.expireAfterMs" -}}
+{{- $intervalMs := mulf .Values.collector.intervalSeconds 1000.0 -}}
+{{- $expireMs := .Values.job.expireAfterMs -}}
+{{- if kindIs "invalid" $expireMs -}}
+{{- $expireMs = ceil (mulf $intervalMs .Values.job.expireAfterCollectorIntervals) -}}
+{{- end -}}
+{{- if lt (float64 $expireMs) (mulf $intervalMs 2.0) -}}
+{{- fail (printf "job.expireAfterMs: %d ms is shorter than two collector intervals (collector.intervalSeconds %v): one late sweep would resolve every open candidate and the next would open it again; raise it or leave it null (derived from the interval)" (int64 $expireMs) .Values.collector.intervalSeconds) -}}
+{{- end -}}
+{{- int64 $expireMs -}}
+{{- end -}}
+
 {{- define "txnwatch.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "txnwatch.fullname" .) .Values.serviceAccount.name -}}
@@ -107,6 +137,7 @@ TXNWATCH_STREAM__MAX_OFFSETS_PER_TRIGGER: {{ int64 . | quote }}
 TXNWATCH_STREAM__COORDINATOR_MAX_OFFSETS_PER_TRIGGER: {{ int64 . | quote }}
 {{- end }}
 TXNWATCH_STREAM__RESTART_QUERIES_EVERY_S: {{ .Values.job.restartQueriesEverySeconds | quote }}
+TXNWATCH_STREAM__EXPIRE_AFTER_MS: {{ include "txnwatch.expireAfterMs" . | quote }}
 TXNWATCH_STREAM__METRICS_HOST: "0.0.0.0"
 {{- /* How malloc holds memory, from the process's start, for the driver's Python and a JVM spark-submit starts
 before it (txnwatch sets the same for the JVM it starts itself): with glibc's defaults the memory it holds free
