@@ -374,6 +374,12 @@ class Health:
         self.build_info: Gauge = declared(Gauge, metrics.BUILD_INFO)
         self.build_info.labels(**installed_versions()).set(1)
 
+    def count_dead_letters_from_zero(self, sources: Iterable[str]) -> None:
+        """Show each source's dead-letter count from 0 before its first: a series that first appears at 1 is no
+        increase to Prometheus, and the alert on dead letters (`increase()`) would miss a driver's first."""
+        for source in sources:
+            self.dead_letters.labels(source)
+
 
 def installed_versions() -> dict[str, str]:
     """The labels of txnwatch_build_info, from the installed distributions (detectors.health.build_info)."""

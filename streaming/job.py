@@ -446,10 +446,10 @@ def start(
             )
             _await_first_batch(started[-1], FIRST_BATCH_WAIT_S, driver)
         if "dead-letter" in queries:  # a separate read: a query has one sink
+            coordinator = _coordinator_inputs(spark, opts)
             dead = [sources.snapshot_dead_letters(_snapshots(spark, opts))]
-            dead += [
-                sources.coordinator_dead_letters(df, name) for name, df in _coordinator_inputs(spark, opts)
-            ]
+            dead += [sources.coordinator_dead_letters(df, name) for name, df in coordinator]
+            health.count_dead_letters_from_zero([sources.SNAPSHOT_SOURCE, *(name for name, _ in coordinator)])
             started.append(
                 start_query(
                     "txnwatch-dead-letter", _union(dead), sinks.dead_letters, "append", opts.secondary_trigger

@@ -226,9 +226,13 @@ def parse_snapshots(raw: DataFrame, *, cluster: str | None = None) -> DataFrame:
     )
 
 
+# The dead letters' `source` of a snapshot-topic record; a coordinator input's is its name (streaming.job).
+SNAPSHOT_SOURCE = "producer-state"
+
+
 def snapshot_dead_letters(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col("problem").isNotNull()).select(
-        F.lit("producer-state").alias("source"),
+        F.lit(SNAPSHOT_SOURCE).alias("source"),
         F.col("topic").alias("source_topic"),
         F.col("partition").alias("source_partition"),
         F.col("offset").alias("source_offset"),

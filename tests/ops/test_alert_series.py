@@ -8,7 +8,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from streaming.exporter import LiveState, VerdictCollector
+from prometheus_client import CollectorRegistry, generate_latest
+
+from streaming.exporter import Health, LiveState, VerdictCollector
 
 NAME = "txnwatch_hanging_transaction_open_since_timestamp_seconds"
 
@@ -131,3 +133,19 @@ def test_transactions_sharing_a_partitions_labels_give_one_series_the_oldest() -
         ("", 1_700_000_000.0),
         ("tx-9", 1_700_000_050.0),
     ]
+
+
+def test_each_dead_letter_source_is_counted_from_zero_so_its_first_dead_letter_is_an_increase() -> None:
+    # DeadLettersGrowing is `increase()` of this counter: a series that first shows at 1 is no increase, and a
+    # driver's first dead letter (often its only one) would never alert.
+    registry = CollectorRegistry()
+    health = Health(registry)
+    health.count_dead_letters_from_zero(["producer-state", "transaction-log"])
+    body = generate_latest(registry).decode()
+    assert 'txnwatch_dead_letter_records_total{source="producer-state"} 0.0' in body
+    assert 'txnwatch_dead_letter_records_total{source="transaction-log"} 0.0' in body
+    health.dead_letters.labels("transaction-log").inc()
+    assert (
+        'txnwatch_dead_letter_records_total{source="transaction-log"} 1.0'
+        in generate_latest(registry).decode()
+    )
