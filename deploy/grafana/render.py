@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -54,6 +55,7 @@ PANEL_TYPES = ("stat", "table", "timeseries")
 UNITS = ("s", "none", "short", "cps", "reqps", "dateTimeAsIso")
 REDUCERS = ("lastNotNull", "last", "max")
 TRANSFORMATIONS = ("merge", "organize")
+TICK_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 NICE_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400)
 CALC_NAMES = {"lastNotNull": "Last *", "last": "Last", "max": "Max"}
 
@@ -201,6 +203,13 @@ def _seconds(value: float) -> str:
     return f"{_number(value)} s"
 
 
+def sample(text: str) -> float | None:
+    """A sample value of Prometheus's answer; None for NaN (histogram_quantile of no rate), which Grafana's
+    reducers skip like a null and its graphs leave as a gap."""
+    value = float(text)
+    return None if math.isnan(value) else value
+
+
 def reduced(values: Sequence[float | None], calc: str) -> float | None:
     """One of Grafana's reducers over a series' values (None: no value)."""
     present = [v for v in values if v is not None]
@@ -339,6 +348,10 @@ class Drawn:
     title: str
     type: str
     shows: str  # what the panel showed, in words (the test and the console read it)
+    rows: list[dict[str, str]]  # a table's rows, column -> cell as drawn (empty for other panels)
+
+
+Shown = tuple[str, list[dict[str, str]]]  # what a panel showed in words, and a table's rows
 
 
 class Prometheus:
@@ -385,8 +398,8 @@ def render(board: dict[str, Any], source: Source, out: Path, *, start: float, en
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in board["panels"])
-    height_px = HEADER_PX + rows * (ROW_PX + GAP_PX)
+    grid_rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in board["panels"])
+    height_px = HEADER_PX + grid_rows * (ROW_PX + GAP_PX)
     fig = plt.figure(figsize=(WIDTH_PX / DPI, height_px / DPI), dpi=DPI, facecolor=CANVAS)
     span = f"{datetime.fromtimestamp(start, UTC):%Y-%m-%d %H:%M:%S} to {datetime.fromtimestamp(end, UTC):%H:%M:%S} UTC"
     fig.text(
@@ -400,7 +413,8 @@ def render(board: dict[str, Any], source: Source, out: Path, *, start: float, en
     for panel in board["panels"]:
         box = _Box(fig, panel, height_px)
         draw = DRAWERS[panel["type"]]
-        drawn.append(Drawn(panel["title"], panel["type"], draw(box, panel, source, start, end)))
+        shows, rows = draw(box, panel, source, start, end)
+        drawn.append(Drawn(panel["title"], panel["type"], shows, rows))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=DPI, facecolor=CANVAS)
     plt.close(fig)
@@ -461,12 +475,12 @@ class _Box:
 
 def _series(values: Sequence[Sequence[Any]], start: float, end: float, step: float) -> list[float | None]:
     """A range answer on the query's steps, None where Prometheus returned no sample (a gap)."""
-    by_ts = {round(float(ts), 3): float(v) for ts, v in values}
+    by_ts = {round(float(ts), 3): sample(v) for ts, v in values}
     n = round((end - start) / step) + 1
     return [by_ts.get(round(start + i * step, 3)) for i in range(n)]
 
 
-def draw_stat(box: _Box, panel: dict[str, Any], source: Source, start: float, end: float) -> str:
+def draw_stat(box: _Box, panel: dict[str, Any], source: Source, start: float, end: float) -> Shown:
     """Grafana's stat: the reduced value of each series, the background coloured by its value mapping or
     threshold, the sparkline of the range under it; noValue (and the `null` mapping) without any series."""
     defaults = panel["fieldConfig"]["defaults"]
@@ -476,7 +490,10 @@ def draw_stat(box: _Box, panel: dict[str, Any], source: Source, start: float, en
     unit = defaults.get("unit", "none")
     shown = []
     cells: list[tuple[float | None, list[tuple[float, float]]]] = [
-        (reduced([float(v) for _, v in s["values"]], calc), [(float(t), float(v)) for t, v in s["values"]])
+        (
+            reduced([sample(v) for _, v in s["values"]], calc),
+            [(float(t), float(v)) for t, v in s["values"] if sample(v) is not None],
+        )
         for s in found
     ] or [(None, [])]
     ax = box.body(left_pad=0, bottom_pad=0, right_pad=0)
@@ -501,10 +518,10 @@ def draw_stat(box: _Box, panel: dict[str, Any], source: Source, start: float, en
         size = 26 if len(text) <= 8 else max(9, int(26 * 8 / len(text)))
         ax.text(i + 0.5, 0.55, text, color="white", fontsize=size, ha="center", va="center", weight="bold")
         shown.append(text)
-    return ", ".join(shown)
+    return ", ".join(shown), []
 
 
-def draw_table(box: _Box, panel: dict[str, Any], source: Source, start: float, end: float) -> str:
+def draw_table(box: _Box, panel: dict[str, Any], source: Source, start: float, end: float) -> Shown:
     """Grafana's table: a header row and one row per merged result, columns as wide as their text; the
     panel's noValue when there is no row."""
     t = table(panel, source, end * 1000)
@@ -516,7 +533,7 @@ def draw_table(box: _Box, panel: dict[str, Any], source: Source, start: float, e
     if not t.rows:
         none = panel["fieldConfig"]["defaults"].get("noValue", "No data")
         ax.text(0.5, 0.5, none, color=WEAK, ha="center", va="center", fontsize=11)
-        return f"{len(t.columns)} columns {t.columns}, no row: {none}"
+        return f"{len(t.columns)} columns {t.columns}, no row: {none}", []
     chars = [max(len(x) for x in [n, *(r[i] for r in t.rows)]) + 3 for i, n in enumerate(t.columns)]
     total = sum(chars)
     line_px = 30
@@ -542,10 +559,11 @@ def draw_table(box: _Box, panel: dict[str, Any], source: Source, start: float, e
     hidden = len(t.rows) - visible
     if hidden > 0:  # Grafana scrolls; the picture says how many rows it leaves below
         ax.text(0.99, 0.02, f"{hidden} more row(s)", color=WEAK, ha="right", va="bottom", fontsize=8)
-    return f"{len(t.rows)} row(s) {[dict(zip(t.columns, r, strict=True)) for r in t.rows]}"
+    records = [dict(zip(t.columns, r, strict=True)) for r in t.rows]
+    return f"{len(t.rows)} row(s) {records}", records
 
 
-def draw_timeseries(box: _Box, panel: dict[str, Any], source: Source, start: float, end: float) -> str:
+def draw_timeseries(box: _Box, panel: dict[str, Any], source: Source, start: float, end: float) -> Shown:
     """Grafana's time series: each target's range series (stacked when saved so), y from the panel's min, the
     unit on the axis, the legend as a table on the right with its calcs."""
     import matplotlib.dates as mdates
@@ -590,10 +608,8 @@ def draw_timeseries(box: _Box, panel: dict[str, Any], source: Source, start: flo
     low = defaults.get("min", 0)
     ax.set_ylim(low, peak * 1.1 if peak > low else low + 1)
     ax.set_xlim(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC))
-    # matplotlib.dates is unannotated
-    locator = mdates.AutoDateLocator(minticks=2, maxticks=max(3, panel["gridPos"]["w"] // 2))  # type: ignore[no-untyped-call]
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))  # type: ignore[no-untyped-call]
+    ax.set_xticks(time_ticks(start, end, max(3, panel["gridPos"]["w"] // 2)))
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=UTC))  # type: ignore[no-untyped-call]  # unannotated
     if unit == "s" and peak > 120:  # Grafana's time axis steps: whole minutes and hours
         ax.yaxis.set_major_locator(MultipleLocator(next((n for n in NICE_S if peak / n <= 5), NICE_S[-1])))
     else:
@@ -606,11 +622,19 @@ def draw_timeseries(box: _Box, panel: dict[str, Any], source: Source, start: flo
         ax.text(
             0.5, 0.5, "No data", color=WEAK, ha="center", va="center", transform=ax.transAxes, fontsize=11
         )
-        return "no series"
+        return "no series", []
     rows = [[n, *(_calc(v, c, unit) for c in calcs)] for n, v in zip(names, ys, strict=True)]
     if on_right:
         _legend_table(box, legend_px, ["Name", *(CALC_NAMES[c] for c in calcs)], rows)
-    return f"{len(found)} series: " + "; ".join(" ".join(r) for r in rows)
+    return f"{len(found)} series: " + "; ".join(" ".join(r) for r in rows), []
+
+
+def time_ticks(start: float, end: float, most: int) -> list[datetime]:
+    """Round times across [start, end] as Grafana's time axis marks them: the smallest of its intervals that
+    leaves at most `most` marks."""
+    interval = next((i for i in TICK_S if (end - start) / i <= most), TICK_S[-1])
+    first = math.ceil(start / interval) * interval
+    return [datetime.fromtimestamp(t, UTC) for t in range(int(first), int(end) + 1, interval)]
 
 
 def _calc(values: Sequence[float | None], calc: str, unit: str) -> str:
@@ -652,7 +676,7 @@ def _swatch(box: _Box, left: float, y: float, color: str) -> Any:
     return Rectangle((x0, y0), 10 / WIDTH_PX, 3 / box.height_px, color=color, transform=box.fig.transFigure)
 
 
-DRAWERS: dict[str, Callable[[_Box, dict[str, Any], Source, float, float], str]] = {
+DRAWERS: dict[str, Callable[[_Box, dict[str, Any], Source, float, float], Shown]] = {
     "stat": draw_stat,
     "table": draw_table,
     "timeseries": draw_timeseries,

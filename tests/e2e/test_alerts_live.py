@@ -5,8 +5,8 @@ partition, the reason and the candidate.
 
 The rules Prometheus loads are the real file's, with every `for:` shortened to 10 s (a test-only override; the
 expressions are untouched). On the way, both /metrics bodies are checked against the documented contract and by
-`promtool check metrics`, and the dashboard (deploy/grafana/txnwatch.json) is drawn from this Prometheus with
-deploy/grafana/dashboard.py's `render`: into the test's tmp dir, and into docs/dashboard.png when
+`promtool check metrics`, and the dashboard (deploy/grafana/txnwatch.json itself) is drawn from this Prometheus by
+deploy/grafana/render.py, every panel of the JSON: into the test's tmp dir, and into docs/dashboard.png when
 TXNWATCH_UPDATE_DASHBOARD_PNG=1. Then the runbook's end: `txnwatch proposals abort ID --execute`, and the alert
 resolves. Last, the scrape targets vanish (each job's target list is emptied and Prometheus reloads its config,
 as service discovery drops the target of a deleted pod: Prometheus ends its series with a staleness marker):
@@ -65,7 +65,7 @@ def load(path: Path) -> ModuleType:
 
 
 contract = load(ROOT / "tests" / "ops" / "metric_contract.py")
-dashboard = load(ROOT / "deploy" / "grafana" / "dashboard.py")
+renderer = load(ROOT / "deploy" / "grafana" / "render.py")
 
 
 def free_port() -> int:
@@ -325,8 +325,8 @@ def test_hanging_alert_fires_in_a_real_prometheus(
         # The dashboard from this Prometheus.
         time.sleep(2 * SCRAPE_S)
         out = tmp_path / "dashboard.png"
-        lines = dashboard.render(
-            dashboard.build(),
+        drawn = renderer.render_file(
+            renderer.JSON_PATH,
             prom.base,
             out,
             start=window_start,
@@ -334,9 +334,11 @@ def test_hanging_alert_fires_in_a_real_prometheus(
             step=SCRAPE_S,
             rate_interval=f"{4 * SCRAPE_S}s",
         )
-        print("\n".join(lines))
-        table_line = next(line for line in lines if line.startswith("Hanging transactions now"))
-        assert h["topic"] in table_line and candidate.candidate_id in table_line
+        print("\n".join(f"{d.title} [{d.type}]: {d.shows}" for d in drawn))
+        (hanging_table,) = [d for d in drawn if d.title.startswith("Hanging transactions now")]
+        (row,) = [r for r in hanging_table.rows if r["topic"] == h["topic"]]
+        assert row["partition"] == str(h["partition"]) and row["reason"] == "coordinator-completed", row
+        assert row["txnwatch proposals show"] == candidate.candidate_id and row["LSO lag (records)"], row
         assert out.stat().st_size > 50_000
         if os.environ.get("TXNWATCH_UPDATE_DASHBOARD_PNG") == "1":
             shutil.copyfile(out, ROOT / "docs" / "dashboard.png")

@@ -365,3 +365,12 @@ def test_a_table_merges_its_queries_row_by_row_as_grafana_does() -> None:
     answers.answers["0 *"] = [{"metric": two, "value": [0, "5"]}]
     with pytest.raises(r.Unsupported, match="merge of frames with different labels"):
         r.table(withheld, answers, 1700000900000)
+
+
+def test_nan_is_no_value_as_grafanas_reducers_say() -> None:
+    r = renderer()
+    # histogram_quantile over no rate answers NaN: Grafana's Last * skips it, as it skips a null
+    values = [r.sample("0.5"), r.sample("NaN")]
+    assert values == [0.5, None]
+    assert r.reduced(values, "lastNotNull") == 0.5
+    assert r.reduced([r.sample("NaN")], "max") is None
