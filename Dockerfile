@@ -9,8 +9,8 @@
 # The base images are build arguments. They default to the public ones; `make image` (dev/image.py) builds both
 # targets with buildah from bases it makes out of Debian's packages, where no container registry is reachable.
 #
-#   docker build -t registry.example.com/txnwatch:0.1.0 .
-#   docker build --target collector -t registry.example.com/txnwatch-collector:0.1.0 .
+#   docker build -t registry.example.com/txnwatch:0.2.0 .
+#   docker build --target collector -t registry.example.com/txnwatch-collector:0.2.0 .
 #
 # Layers are ordered so that a source change reuses the jars, the Python dependencies and the JRE.
 
