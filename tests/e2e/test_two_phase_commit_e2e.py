@@ -174,6 +174,15 @@ def test_a_two_phase_commit_transaction_is_labelled_and_never_overdue(
             value(m, "txnwatch_open_transactions", kind="COORDINATOR_OVERDUE", two_phase_commit="true") == 0
         )
         assert value(m, "txnwatch_open_transactions", kind="LATE", two_phase_commit="true") == 1
+        # The overdue alert's series names the overdue transaction's partition and transactional id, and only it.
+        ((labels, opened),) = m["txnwatch_coordinator_overdue_transaction_open_since_timestamp_seconds"]
+        assert labels == {
+            "cluster": cluster,
+            "topic": TOPIC,
+            "partition": "1",
+            "transactional_id": "tx-plain",
+        }
+        assert abs(opened - since / 1000) < 60  # when it opened, within the snapshots' delay
         # KIP-664's count keeps both late partitions; the split lets the late alert leave the 2PC one out.
         assert value(m, "txnwatch_partitions_with_late_transactions", broker="1") == 2
         assert value(m, "txnwatch_late_partitions", broker="1", two_phase_commit="true") == 1
