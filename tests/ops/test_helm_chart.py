@@ -172,6 +172,10 @@ def test_the_chart_reads_the_alerting_files_from_deploy() -> None:
         assert target.exists(), f"{target} is missing: the chart cannot render its PrometheusRule/dashboard"
 
 
+def test_every_ci_values_file_is_rendered_here() -> None:
+    assert sorted(p.name for p in CI_VALUES.glob("*.yaml")) == sorted(MODES)
+
+
 @pytest.mark.parametrize("values", sorted(MODES))
 def test_lint_strict(h: Helm, values: str) -> None:
     done = h.run("lint", "--strict", str(CHART), "-f", str(CI_VALUES / values))
@@ -594,13 +598,15 @@ def test_every_component_has_startup_liveness_and_readiness_probes_on_its_health
     assert len(seen) == 2, seen
 
 
+@pytest.mark.parametrize("values", ["spark-application-values.yaml", "overrides-values.yaml"])
 def test_the_spark_application_pod_templates_are_valid_pods(
-    renders: dict[str, Rendered], tmp_path: Path
+    renders: dict[str, Rendered], tmp_path: Path, values: str
 ) -> None:
     # spark-operator's CRD keeps `driver.template` / `executor.template` unchecked
     # (x-kubernetes-preserve-unknown-fields), so the probes and security contexts in them are validated here as
     # the Pods Spark builds from them.
-    app = renders["spark-application-values.yaml"].one("SparkApplication")
+    # (overrides-values.yaml: the driver's template carries extraEnv's valueFrom entries)
+    app = renders[values].one("SparkApplication")
     pods = [
         {
             "apiVersion": "v1",
