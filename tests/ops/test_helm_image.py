@@ -467,6 +467,13 @@ def test_the_driver_gets_the_jars_folder_from_the_charts_class_path(
 def test_executors_get_the_jars_folder_from_the_charts_class_path() -> None:
     # Spark on Kubernetes hands an executor spark.executor.extraClassPath as SPARK_CLASSPATH
     # (BasicExecutorFeatureStep), which the entrypoint's executor branch appends to its java -cp.
+    # pyspark's own Kubernetes backend does so: the step names the conf and the variable, the constant's value is
+    # SPARK_CLASSPATH.
+    (k8s_jar,) = SPARK_HOME.glob("jars/spark-kubernetes_*.jar")
+    with zipfile.ZipFile(k8s_jar) as z:
+        step = z.read("org/apache/spark/deploy/k8s/features/BasicExecutorFeatureStep.class")
+        assert b"EXECUTOR_CLASS_PATH" in step and b"ENV_CLASSPATH" in step
+        assert b"SPARK_CLASSPATH" in z.read("org/apache/spark/deploy/k8s/Constants$.class")
     _, text = entrypoint_script()
     executor = text[text.index("executor)") :]
     cp_match = re.search(r'-cp "([^"]+)"', executor)
