@@ -82,6 +82,8 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench("catchup", "bench_catchup", ("--records", "1000000"), None),
     Bench("state1m", "bench_catchup", ("--records", "1000000", "--last-record-only", "--state"), None),
+    # A steady batch once the job remembers 10k, 100k and 1M ids, on a 50-partition log (about 20 minutes).
+    Bench("state", "bench_state", (), None),
     Bench("latency", "bench_latency", ("--per-kind", "20"), None),
     # What the margins cost (docs/BENCHMARKS.md, Detection latency): the defaults before this benchmark
     # (grace 10 s, skew 5 s), and a 2 s sweep and trigger on top of today's defaults.
@@ -423,6 +425,95 @@ def render_catchup(r: Json, state: Json | None) -> str:
     return "\n".join(lines)
 
 
+def _mb(v: Any) -> str:
+    return "n/a" if v is None else f"{v / 1e6:,.2f} MB"
+
+
+def _cpu_per_batch(x: Json) -> str:
+    cpu = x.get("cpu_s_per_batch") or {}
+    return f"{x.get('cpu_s_per_batch_total')} s ({' / '.join(str(cpu.get(k, 0)) for k in ('jvm', 'python_workers', 'driver'))})"
+
+
+# The RocksDB figures of the query progress's customMetrics that say where a commit's time and bytes go.
+STATE_METRICS = (
+    "rocksdbCommitWriteBatchLatency",
+    "rocksdbCommitFlushLatency",
+    "rocksdbCommitCompactLatency",
+    "rocksdbCommitCheckpointLatency",
+    "rocksdbCommitFileSyncLatencyMs",
+    "rocksdbGetCount",
+    "rocksdbPutCount",
+    "rocksdbTotalBytesWritten",
+    "rocksdbSstFileSize",
+)
+
+
+def render_state(r: Json) -> str:
+    """One row per N (`bench_state`), then where each N's steady batch went and the growth from the smallest N."""
+    s = r.get("settings") or {}
+    lines = [
+        "| ids | catch-up | steady batch p50 | p99 (trigger) | input rows per batch | CPU per batch (JVM / Python "
+        "workers / driver) | checkpoint written per batch | peak RSS: Spark JVM / largest Python worker | rows in "
+        "state | dead letters | view current after | load average before → after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for x in r.get("per_ids", []):
+        if "error" in x:
+            lines.append(f"| {_n(x.get('ids'))} | failed ({x['error']}) |" + " |" * 10)
+            continue
+        mem, dead = x.get("memory") or {}, x.get("dead_letters") or {}
+        lines.append(
+            f"| {_n(x.get('ids'))} | {x.get('catchup_s')} s | **{x.get('batch_s_p50')} s** | "
+            f"**{x.get('batch_s_p99')} s** ({x.get('trigger_s')} s) | {_n(x.get('input_rows_per_batch_p50'))} | "
+            f"{_cpu_per_batch(x)} | {_mb(x.get('checkpoint_bytes_per_batch'))} | "
+            f"{mem.get('spark_jvm_peak_rss_mb')} / {mem.get('python_worker_peak_rss_mb')} MB | "
+            f"{_n(x.get('rows_in_state'))} | {dead.get('snapshot_topic', 0) + dead.get('transaction_log', 0)} | "
+            f"{x.get('view_current_after_batches')} batches | {_load1(x.get('loadavg_steady_before'))} → "
+            f"{_load1(x.get('loadavg_steady_after'))} |"
+        )
+    g = r.get("growth") or {}
+    if g:
+        lines += [
+            "",
+            f"From {_n(g.get('from_ids'))} to {_n(g.get('to_ids'))} ids: steady batch p50 ×{g.get('batch_s_p50')}, "
+            f"p99 ×{g.get('batch_s_p99')}, checkpoint bytes per batch ×{g.get('checkpoint_bytes_per_batch')} "
+            f"(goal: at most ×{g.get('goal_at_most')} from 10k to 1M).",
+        ]
+    for x in r.get("per_ids", []):
+        if "error" in x:
+            continue
+        parts = ", ".join(f"{k} {v:,.0f}" for k, v in (x.get("duration_ms_median") or {}).items() if v)
+        lines += ["", f"{_n(x.get('ids'))} ids, median durationMs of a steady batch (ms): {parts}."]
+        for op in x.get("state_operators", []):
+            cm = op.get("custom_metrics_p50") or {}
+            metrics = ", ".join(f"{k} {_n(cm[k])}" for k in STATE_METRICS if cm.get(k) is not None)
+            lines.append(
+                f"- operator {op.get('operator_id')} ({op.get('operator_name')}): updates "
+                f"{_n(op.get('all_updates_ms_p50'))} ms, commit {_n(op.get('commit_ms_p50'))} ms (medians), rows "
+                f"{_n(op.get('rows_total'))}" + (f"; {metrics}" if metrics else "") + "."
+            )
+        by_kind = x.get("checkpoint_bytes_per_batch_by_kind") or {}
+        lines.append(
+            "- checkpoint per batch by file kind: "
+            + ", ".join(f"{k} {_mb(v)}" for k, v in by_kind.items())
+            + f"; python workers' peak RSS summed {(x.get('memory') or {}).get('python_workers_sum_peak_rss_mb')} MB."
+        )
+    feeds = [x.get("feeder") or {} for x in r.get("per_ids", []) if "error" not in x]
+    if feeds and feeds[0]:
+        f = feeds[0]
+        lines += [
+            "",
+            f"Steady input: {s.get('txn_per_s')} transactions/s of existing ids ({f.get('transactions_per_s')} "
+            f"measured), a sweep every {s.get('sweep_s')} s over {_n(s.get('sweep_partitions'))} partitions "
+            f"({f.get('snapshots_open_per_sweep')} snapshots with open transactions and "
+            f"{f.get('snapshots_empty_per_sweep')} empty ones per sweep, then the position), on a "
+            f"{s.get('log_partitions')}-partition log; trigger {s.get('trigger')}, {s.get('state_buckets')} state "
+            f"buckets, {s.get('shuffle_partitions')} shuffle partitions, local[2]. Load average "
+            f"{_load1(r.get('loadavg_start'))} at the start, {_load1(r.get('loadavg_end'))} at the end.",
+        ]
+    return "\n".join(lines)
+
+
 def render_codec(r: Json) -> str:
     lines = [
         "| records/s | `decode_value` | `decode_values` (batch) | engine `decode` | engine, compiled |",
@@ -491,6 +582,7 @@ RENDERERS: dict[str, Callable[[dict[str, Json]], str | None]] = {
         if ("catchup" in res or "state1m" in res)
         else None
     ),
+    "state": _one("state", render_state),
     "codec": _one("codec", render_codec),
     "rules": _one("rules", render_rules),
     "collector": _one("collector", render_collector),

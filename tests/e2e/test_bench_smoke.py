@@ -20,7 +20,7 @@ from kafka.structs import TopicPartition
 from dev.kafka import ROOT, Cluster
 
 sys.path.insert(0, str(ROOT))  # benchmarks/ is not an installed package: it runs from the checkout
-from benchmarks import bench_peers, make_bench
+from benchmarks import bench_peers, bench_state, make_bench
 from benchmarks.harness import ORPHAN_KINDS, make_orphans, percentile, summary
 
 pytestmark = [pytest.mark.e2e, pytest.mark.jars]
@@ -116,3 +116,42 @@ def test_tables_render_from_canned_figures(tmp_path: Path) -> None:
     text = doc.read_text()
     assert "old" not in text and "**21.0 s**" in text
     assert "found at 19 s" in text and "found at 4 s" in text and "**1 false**" in text
+
+
+def test_state_table_renders_from_canned_figures(tmp_path: Path) -> None:
+    """bench_state's table: one row per N with its figures, and the growth from the smallest N to the largest."""
+
+    def one(ids: int, p50: float, written: int) -> dict[str, object]:
+        return {
+            "ids": ids,
+            "catchup_s": 12.5,
+            "batch_s_p50": p50,
+            "batch_s_p99": p50 + 1,
+            "trigger_s": 5.0,
+            "input_rows_per_batch_p50": 3_000,
+            "cpu_s_per_batch": {"jvm": 2.0, "python_workers": 1.5, "driver": 0.25},
+            "cpu_s_per_batch_total": 3.75,
+            "checkpoint_bytes_per_batch": written,
+            "checkpoint_bytes_per_batch_by_kind": {"changelog": written},
+            "memory": {"spark_jvm_peak_rss_mb": 1500, "python_worker_peak_rss_mb": 170},
+            "rows_in_state": 160,
+            "dead_letters": {"snapshot_topic": 0, "transaction_log": 0},
+            "view_current_after_batches": "30/30",
+            "duration_ms_median": {"addBatch": 3000},
+            "state_operators": [{"operator_id": 0, "operator_name": "tws", "commit_ms_p50": 40.0}],
+        }
+
+    state = {"per_ids": [one(10_000, 3.0, 2_000_000), one(1_000_000, 6.0, 9_000_000)]}
+    state["growth"] = bench_state.growth(state["per_ids"])
+    assert state["growth"]["batch_s_p50"] == 2.0 and state["growth"]["checkpoint_bytes_per_batch"] == 4.5
+    results = tmp_path / "results"
+    results.mkdir()
+    meta = {"command": "python -m x", "started_utc": "2026-11-27 09:00:00", "wall_s": 1.0}
+    (results / "state.json").write_text(json.dumps({"meta": meta, "result": state}))
+    doc = tmp_path / "doc.md"
+    doc.write_text("a\n<!-- bench:state -->\nold\n<!-- /bench:state -->\nb\n")
+    assert make_bench.render(doc, results) == ["state"]
+    text = doc.read_text()
+    assert "old" not in text and "| 1,000,000 | 12.5 s | **6.0 s** | **7.0 s** (5.0 s) |" in text
+    assert "steady batch p50 ×2.0" in text and "checkpoint bytes per batch ×4.5" in text
+    assert "9.00 MB" in text and "commit 40.0 ms" in text
