@@ -63,7 +63,7 @@ class Position(NamedTuple):
 # first offset that may have lost a record and the newest time a gap was read (the reader's clock, after the
 # fetch). A position measured no later than that (within the clock skew) may have an end offset below a record that
 # superseded a cleaned one, so it cannot vouch for the partition beyond the gap. `gaps` and `rewound` are absent in
-# checkpoints from before issue 30.
+# checkpoints of v0.1.0 (they load empty).
 GapState = dict[tuple[str, int], tuple[int, int]]
 # Partitions whose records were read again at offsets below what had been applied (the log was truncated and
 # rewritten: an unclean leader election): the view holds records the log no longer has, so nothing that depends on

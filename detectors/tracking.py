@@ -96,7 +96,7 @@ class Owner(NamedTuple):
     source_offset: int
     undecodable: tuple[tuple[str, int], ...] = ()
     # When the id's newest record is PrepareCommit/PrepareAbort: (producer id, epoch, its partitions as JSON), to
-    # carry over to the Complete record after it (`with_prepared`). Added in issue 30; absent before.
+    # carry over to the Complete record after it (`with_prepared`). Added after v0.1.0; absent (None) before.
     prepared: tuple[int, int, str] | None = None
 
 

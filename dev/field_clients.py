@@ -1,4 +1,4 @@
-"""The field's transactional clients on the test bed, under their own faults (issue 31, item 3).
+"""The field's transactional clients on the test bed, under their own faults (docs/testbed.md).
 
 txnwatch's own workload (dev/workload.py) writes its transactions with kafka-python. The SREs it is for run
 Kafka Streams and librdkafka; this module runs both, for real, and hurts them the way the field does:

@@ -1,4 +1,4 @@
-"""Which Apache Kafka release the test bed runs, and what each release needs and accepts (issue 31, the matrix).
+"""Which Apache Kafka release the test bed runs, and what each release needs and accepts (the compatibility matrix).
 
 Every release comes from Maven Central: `ensure_jars(version)` writes a POM for that version (the broker `kafka_2.13`,
 `kafka-tools` for TransactionsCommand, and the logging binding the release's distribution ships) and has Maven copy

@@ -177,7 +177,8 @@ def _with_proof(verdict: VerdictState, known: VerdictState | None) -> VerdictSta
 
 
 class VerdictCollector(Collector):
-    """Builds the metric contract of ARCHITECTURE.md from LiveState on every scrape."""
+    """Builds the job's metrics (common.metric_descriptors; docs/streaming.md, Metrics) from LiveState on
+    every scrape."""
 
     def __init__(self, state: LiveState, cluster: str) -> None:
         self.state = state
