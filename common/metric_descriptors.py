@@ -102,8 +102,9 @@ HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS = Metric(
     "txnwatch_hanging_transaction_open_since_timestamp_seconds",
     "gauge",
     "Each HANGING transaction with an open abort candidate: when it opened (Unix time, within one "
-    "snapshot's delay), by partition, reason and candidate id (txnwatch proposals show <candidate_id>).",
-    ("cluster", "topic", "partition", "reason", "candidate_id"),
+    "snapshot's delay), by partition, transactional id (empty when no coordinator record names one), producer "
+    "id, reason and candidate id (txnwatch proposals show <candidate_id>), as proven.",
+    ("cluster", "topic", "partition", "transactional_id", "producer_id", "reason", "candidate_id"),
 )
 STUCK_PREPARE_TRANSACTIONS = Metric(
     "txnwatch_stuck_prepare_transactions",

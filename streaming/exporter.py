@@ -5,9 +5,9 @@ nothing needs deleting. While the queries are stopped for a Kafka outage, or wai
 serving what they last knew, with `txnwatch_stream_state_stale` 1 (`StateStaleness`): a hanging transaction's
 series, and its page, end only when the job sees the transaction end, never because Kafka went away. Query health comes from a StreamingQueryListener, which also
 feeds the /healthz and /readyz probes served beside /metrics (`DriverHealth`); `txnwatch_build_info` says what
-runs. Producer ids never become labels; transactional ids only on the per-partition series of transactions
-stuck in prepare, overdue at their coordinator or withheld (bounded by those transactions, each a page or a
-question for on-call, and gone when it leaves that state). Every family's name, help and labels come from
+runs. Transactional ids are labels only of the series of transactions that are hanging, stuck in prepare, overdue
+at their coordinator or withheld, producer ids only of the hanging one (bounded by those transactions, each a page
+or a question for on-call, and gone when it leaves that state). Every family's name, help and labels come from
 common/metric_descriptors.py, where the dashboard and the alert checks read them too.
 """
 
@@ -63,6 +63,7 @@ def _counter(d: metrics.Metric) -> CounterMetricFamily:
 class VerdictState:
     topic: str
     partition: int
+    producer_id: int
     kind: str
     reason: str | None
     lso_lag: int | None
@@ -82,6 +83,9 @@ class VerdictState:
     proven_open_since_ms: int | None = None
     # The transactional id of the coordinator record it was judged against (None without one).
     transactional_id: str | None = None
+    # The transactional id its candidate was proven against (as `proven_reason`): the page names the owner the
+    # proof named, and its labels do not change while the candidate is open (a record expiring meanwhile).
+    proven_transactional_id: str | None = None
 
 
 @dataclass
@@ -115,6 +119,7 @@ class LiveState:
                     verdict = VerdictState(
                         r.topic,
                         int(r.partition),
+                        int(r.producer_id),
                         r.kind,
                         r.reason,
                         r.lso_lag,
@@ -159,20 +164,26 @@ class LiveState:
 
 
 def _with_proof(verdict: VerdictState, known: VerdictState | None) -> VerdictState:
-    """The verdict with the proof its open candidate stands on: the reason it was first proven HANGING on (the
-    candidate's own, so the page's labels hold for the candidate's life) and when the transaction opened as the
-    newest HANGING verdict says; kept while the same candidate stays open; none once it is withdrawn (or never
-    was proven here)."""
+    """The verdict with the proof its open candidate stands on: the reason and the transactional id it was first
+    proven HANGING on (the candidate's own, so the page's labels hold for the candidate's life) and when the
+    transaction opened as the newest HANGING verdict says; kept while the same candidate stays open; none once it
+    is withdrawn (or never was proven here)."""
     if verdict.candidate_id is None:
         return verdict
     same = (
         known is not None and known.candidate_id == verdict.candidate_id and known.proven_reason is not None
     )
     if verdict.kind == "HANGING":
-        verdict.proven_reason = known.proven_reason if same and known is not None else verdict.reason
+        if same and known is not None:
+            verdict.proven_reason = known.proven_reason
+            verdict.proven_transactional_id = known.proven_transactional_id
+        else:
+            verdict.proven_reason = verdict.reason
+            verdict.proven_transactional_id = verdict.transactional_id
         verdict.proven_open_since_ms = verdict.open_since_ms
     elif same and known is not None:
         verdict.proven_reason, verdict.proven_open_since_ms = known.proven_reason, known.proven_open_since_ms
+        verdict.proven_transactional_id = known.proven_transactional_id
     return verdict
 
 
@@ -222,10 +233,10 @@ class VerdictCollector(Collector):
         candidates = _gauge(metrics.ABORT_CANDIDATES)
         candidates.add_metric([c], sum(1 for v in verdicts if v.candidate))
         yield candidates
-        # One series per hanging transaction, so an alert can name its partition and the command to act on it:
-        # bounded by the hanging transactions (each an incident), there as long as its candidate is open (proven
-        # HANGING, not withdrawn, not resolved), labelled with the reason it was proven on. The candidate id is a
-        # hash, not a producer or transactional id.
+        # One series per hanging transaction, so an alert can name its partition, whose transaction it is and the
+        # command to act on it: bounded by the hanging transactions (each an incident), there as long as its
+        # candidate is open (proven HANGING, not withdrawn, not resolved), labelled with the transactional id and
+        # the reason it was proven on (the id empty without a coordinator record) and its producer id.
         each = _gauge(metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS)
         for v in sorted(verdicts, key=lambda v: (v.topic, v.partition, v.candidate_id or "")):
             if (
@@ -234,7 +245,15 @@ class VerdictCollector(Collector):
                 and v.proven_open_since_ms is not None
             ):
                 each.add_metric(
-                    [c, v.topic, str(v.partition), v.proven_reason, v.candidate_id],
+                    [
+                        c,
+                        v.topic,
+                        str(v.partition),
+                        v.proven_transactional_id or "",
+                        str(v.producer_id),
+                        v.proven_reason,
+                        v.candidate_id,
+                    ],
                     v.proven_open_since_ms / 1000,
                 )
         yield each

@@ -228,13 +228,19 @@ HANGING_TABLE_ID, STUCK_TABLE_ID, OVERDUE_TABLE_ID, WITHHELD_TABLE_ID, UNCOVERED
 def build() -> dict[str, Any]:
     """The dashboard as Grafana JSON (a plain dict)."""
     hanging_table = _partition_table(
-        "Hanging transactions now: which partition, why, since when, what to run",
-        "One row per HANGING transaction with an open abort candidate, longest open first: its partition, the reason "
-        "it was proven on, how long and since when it is open, the partition's LSO lag, and the id for "
-        "`txnwatch proposals show <id>`, which names its transactional id, producer id and the consumer groups it "
-        "blocks (read live from the cluster; no series carries them) (docs/runbook.md).",
+        "Hanging transactions now: which partition, whose, why, since when, what to run",
+        "One row per HANGING transaction with an open abort candidate, longest open first: its partition, its "
+        "transactional id (as the coordinator record it was proven against names it; (none named) without one) and "
+        "producer id, the reason it was proven on, how long and since when it is open, the partition's LSO lag, and "
+        "the id for `txnwatch proposals show <id>`, which also names the consumer groups it blocks (read live from "
+        "the cluster; no series carries them) (docs/runbook.md).",
         metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
-        [*TOPIC_PARTITION, ("reason", "reason")],
+        [
+            *TOPIC_PARTITION,
+            ("transactional_id", "transactional id"),
+            ("producer_id", "producer id"),
+            ("reason", "reason"),
+        ],
         _pos(0, 4, 12, 8),
         ("hanging-transaction", "hanging transaction"),
         "no hanging transaction",

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from metric_contract import documented
 
+from common import metric_descriptors as metrics
 from dev.gotools import ensure
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,22 +146,30 @@ def test_alert_uses_only_documented_metrics(alert: dict[str, Any]) -> None:
     assert names - set(documented()) - {"up"} == set()
 
 
-def test_the_hanging_alert_names_partition_reason_and_the_command() -> None:
+def test_the_hanging_alert_names_partition_owner_reason_and_the_command() -> None:
     (hanging,) = [a for a in alerts() if a["alert"] == "TxnwatchHangingTransaction"]
     assert hanging["labels"]["severity"] == "critical"
-    # the summary (what a pager shows) names the cluster and how long it has been open, from the series' value
+    # the summary (what a pager shows) names the cluster, how long it has been open (from the series' value) and
+    # whose transaction it is
     summary = hanging["annotations"]["summary"]
     assert "{{ $labels.cluster }}" in summary and 'printf "time() - %f" $value | query' in summary
+    assert "$labels.transactional_id" in summary and "{{ $labels.producer_id }}" in summary
     text = hanging["annotations"]["description"]
     for needle in (
         "{{ $labels.topic }}-{{ $labels.partition }}",
         "{{ $labels.reason }}",
+        "$labels.transactional_id",
+        "{{ $labels.producer_id }}",
         "`txnwatch proposals show {{ $labels.candidate_id }}`",
     ):
         assert needle in text
-    # the labels the annotation uses survive the aggregation
-    for label in ("topic", "partition", "reason", "candidate_id", "cluster"):
-        assert label in hanging["expr"]
+    # the labels the annotations use survive the aggregation: every label the series has, so each hanging
+    # transaction is one alert
+    labels = ", ".join(metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS.labels)
+    assert labels == "cluster, topic, partition, transactional_id, producer_id, reason, candidate_id"
+    assert hanging["expr"] == (
+        f"max by ({labels}) (txnwatch_hanging_transaction_open_since_timestamp_seconds) > 0"
+    )
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ def test_one_series_per_hanging_transaction_valued_at_when_it_opened() -> None:
                 reason="coordinator-completed",
                 candidate_id="c7",
                 age_ms=100_000,
+                transactional_id="orders-tx-1",
             ),
             event("VERDICT", 8, "LATE", age_ms=2_000_000),
             # withheld: a HANGING rule holds, but no proof, no candidate, no series
@@ -66,12 +67,51 @@ def test_one_series_per_hanging_transaction_valued_at_when_it_opened() -> None:
                 "cluster": "prod",
                 "topic": "orders",
                 "partition": "3",
+                "transactional_id": "orders-tx-1",
+                "producer_id": "7",
                 "reason": "coordinator-completed",
                 "candidate_id": "c7",
             },
             1_700_000_000.0,
         )
     ]
+
+
+def test_the_series_names_the_transactional_id_and_producer_id_it_was_proven_on() -> None:
+    """The page names whose transaction hangs: the producer id, and the transactional id of the coordinator
+    record the proof was judged against (empty without one), both kept while the candidate is open."""
+    state = LiveState()
+    state.apply_events(
+        [
+            event(
+                "VERDICT",
+                7,
+                "HANGING",
+                reason="coordinator-completed",
+                candidate_id="c7",
+                transactional_id="orders-tx-1",
+            ),
+            # no coordinator record names its owner: the label is empty (Prometheus then has none)
+            event("VERDICT", 8, "HANGING", reason="no-coordinator-state", candidate_id="c8", partition=4),
+        ]
+    )
+    named = [(labels["transactional_id"], labels["producer_id"]) for labels, _ in series(state)]
+    assert named == [("orders-tx-1", "7"), ("", "8")]
+    # The record expires while the candidate is open (HANGING again on another reason, no record now): the same
+    # candidate, the same page, named as proven.
+    state.apply_events(
+        [
+            event(
+                "VERDICT",
+                7,
+                "HANGING",
+                reason="no-coordinator-state",
+                candidate_id="c7",
+                transactional_id=None,
+            )
+        ]
+    )
+    assert [(labels["transactional_id"], labels["producer_id"]) for labels, _ in series(state)] == named
 
 
 def test_the_series_goes_with_the_transaction() -> None:

@@ -212,12 +212,14 @@ def columns(panel: dict[str, Any]) -> list[str]:
     return [organize["renameByName"].get(field, field) for field in order]
 
 
-def test_the_hanging_table_names_the_partition_how_long_its_lso_lag_and_the_candidate() -> None:
+def test_the_hanging_table_names_the_partition_whose_how_long_its_lso_lag_and_the_candidate() -> None:
     hanging = tables()["Hanging transactions now"]
     assert columns(hanging) == [
         "cluster",
         "topic",
         "partition",
+        "transactional id",
+        "producer id",
         "reason",
         "open for",
         "open since",
@@ -229,8 +231,9 @@ def test_the_hanging_table_names_the_partition_how_long_its_lso_lag_and_the_cand
     # the LSO lag joins each row on its partition, keeping the row's labels (merge joins rows on equal labels)
     assert "group_left max by (cluster, topic, partition) (txnwatch_last_stable_offset_lag" in exprs[2]
     # what no series carries is named where it is: proposals show reads it live
-    for words in ("transactional id", "producer id", "consumer groups"):
-        assert words in hanging["description"], words
+    assert "consumer groups" in hanging["description"]
+    # a transaction no coordinator record names shows (none named), and its row still merges
+    assert all('"transactional_id", "(none named)"' in e for e in exprs)
 
 
 def test_drill_down_tables_name_the_partitions_of_each_state() -> None:

@@ -59,8 +59,8 @@ def openmetrics(end: int) -> str:
             "gauge",
             [
                 (
-                    f'{c},topic="orders",partition="3",reason="coordinator-completed",'
-                    f'candidate_id="{HANGING_CANDIDATE}"',
+                    f'{c},topic="orders",partition="3",transactional_id="orders-tx-1",producer_id="4001",'
+                    f'reason="coordinator-completed",candidate_id="{HANGING_CANDIDATE}"',
                     since(hang_opened),
                 )
             ],
@@ -236,7 +236,7 @@ def test_every_panel_of_the_json_is_drawn_with_its_data(prometheus: tuple[str, i
     hanging = tables["Hanging transactions now"]
     for cell in (
         "'topic': 'orders'",
-        "'partition': '3'",
+        "'partition': '3', 'transactional id': 'orders-tx-1', 'producer id': '4001'",
         "coordinator-completed",
         "'LSO lag (records)': '42'",
     ):

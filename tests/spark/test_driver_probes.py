@@ -49,8 +49,10 @@ HANGING_SERIES = (
         ("candidate_id", "c7"),
         ("cluster", "prod"),
         ("partition", "3"),
+        ("producer_id", "7"),
         ("reason", "no-coordinator-state"),
         ("topic", "orders"),
+        ("transactional_id", ""),
     ),
 )
 STALE = ("txnwatch_stream_state_stale", (("cluster", "prod"),))
