@@ -3,8 +3,8 @@
 dev/image.py builds both targets (`make image`; skipped when the inputs did not change) and runs them with
 `buildah run` (no Docker engine here): chroot isolation, the host's network (the session's test-bed broker on
 127.0.0.1), user 10001, the root file system mounted read-only and a tmpfs on /tmp, as the Helm chart runs them.
-`txnwatch collect` runs from the collector image and `txnwatch stream` (Spark, its Kafka connector, the JRE)
-from the stream image; a real orphan (dev/workload.py --scenario hanging) must come out as an OPENED candidate,
+`txnwatch collect` runs from the collector image (the core package, `pip install txnwatch[msk]`: no Spark in it)
+and `txnwatch stream` (the stream extra, Spark's Kafka connector, the JRE) from the stream image; a real orphan (dev/workload.py --scenario hanging) must come out as an OPENED candidate,
 and `txnwatch proposals abort --execute` from the collector image must end it: the record behind it reaches a
 read_committed reader.
 """
@@ -112,6 +112,50 @@ def test_the_images_carry_their_version(images: dict[str, str]) -> None:
         assert (
             subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=image.ROOT).returncode == 0
         )
+
+
+# The stream extra's top-level modules (pyproject.toml: pyspark and py4j, pandas, pyarrow, protobuf).
+STREAM_EXTRA_MODULES = ("pyspark", "py4j", "pandas", "pyarrow", "google.protobuf")
+# Which of the modules named on the command line the image's Python finds (a dotted one whose parent is missing
+# raises instead of answering None).
+FIND_MODULES = """
+import importlib.util, sys
+def found(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+print(",".join(m for m in sys.argv[1:] if found(m)))
+"""
+
+
+def test_the_collector_image_is_the_core_package_without_spark(
+    containers: tuple[image.Container, image.Container],
+) -> None:
+    """The collector image installs `txnwatch` without the stream extra; the stream image installs it with. From
+    the collector image, `txnwatch stream` says what to install instead of a traceback."""
+    importable = []
+    for ctr in containers:
+        done = subprocess.run(
+            ctr.run("python", "-c", FIND_MODULES, *STREAM_EXTRA_MODULES),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        importable.append(done.stdout.strip())
+    assert importable == ["", ",".join(STREAM_EXTRA_MODULES)]  # collector, stream
+    collector_ctr, _ = containers
+    done = subprocess.run(
+        collector_ctr.run(ENTRYPOINT, "stream", "--bootstrap-server", "127.0.0.1:1"),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "pip install 'txnwatch[stream]'" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 # Amazon MSK IAM in the images: MSK's signer is local (SigV4 presigning of a kafka-cluster:Connect URL), so static
@@ -238,7 +282,14 @@ def test_collect_and_stream_from_the_images_find_and_abort_a_real_orphan(
     prefix = f"img{uuid.uuid4().hex[:8]}"
     common = ("--bootstrap-server", bootstrap, "--cluster", CLUSTER, "--topic-prefix", prefix)
     collector = start(
-        collector_ctr, tmp_path / "collect.log", "collect", *common, "--interval", "5", "--metrics-port", "0"
+        collector_ctr,
+        tmp_path / "collect.log",
+        "collect",
+        *common,
+        "--interval-ms",
+        "5000",
+        "--metrics-port",
+        "0",
     )
     stream = start(
         stream_ctr,
