@@ -247,6 +247,8 @@ class Feeder:
         return value.producer_epoch, value.transaction_timeout_ms
 
     def begin(self, now_ms: int) -> None:
+        if len(self.open) >= self.args.ids:  # every id is in a transaction: a producer runs one at a time
+            return
         i = self.rng.randrange(self.args.ids)
         while i in self.open:
             i = self.rng.randrange(self.args.ids)
@@ -364,7 +366,7 @@ class Feeder:
             now = time.monotonic()
             now_ms = int(time.time() * 1000)
             due = int((now - began) * self.args.txn_per_s) - self.stats.transactions_started
-            for _ in range(due):
+            for _ in range(min(due, self.args.ids - len(self.open))):
                 self.begin(now_ms)
             for txn in [t for t in self.open.values() if t.ends_ms <= now_ms]:
                 self.end(txn, now_ms)
@@ -373,8 +375,6 @@ class Feeder:
                 next_sweep += self.args.sweep_s
             time.sleep(0.01)
         self.producer.flush(timeout=60)
-        self.producer.close(timeout=10)
-        self.positions.close()
         s = self.stats
         return {
             "seconds": round(time.monotonic() - began, 1),
@@ -382,7 +382,7 @@ class Feeder:
             "transactions_completed": s.transactions_completed,
             "transactions_per_s": round(s.transactions_started / max(time.monotonic() - began, 1e-9), 1),
             "log_records": s.log_records,
-            "ids_touched": len(self.epochs) + len(self.open),
+            "ids_touched": len(set(self.epochs) | set(self.open)),
             "sweeps": s.sweeps,
             "snapshots_open_per_sweep": round(s.snapshots_open / s.sweeps, 1) if s.sweeps else None,
             "snapshots_empty_per_sweep": round(s.snapshots_empty / s.sweeps, 1) if s.sweeps else None,
@@ -401,7 +401,10 @@ def feed(args: argparse.Namespace) -> int:
         stop[0] = True
 
     signal.signal(signal.SIGTERM, on_term)
-    print(json.dumps(Feeder(args).run(stop)), flush=True)
+    feeder = Feeder(args)
+    print(json.dumps(feeder.run(stop)), flush=True)  # before closing: the figures are out whatever happens
+    feeder.producer.close(timeout=10)
+    feeder.positions.close()
     return 0
 
 
@@ -793,8 +796,14 @@ def run_one(args: argparse.Namespace, n: int) -> Json:
             time.sleep(0.2)
         load_after = loadavg()
         feeder.send_signal(signal.SIGTERM)
-        out, _ = feeder.communicate(timeout=120)
-        result["feeder"] = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+        try:
+            out, _ = feeder.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            log(f"[{n:,} ids] the feeder did not stop in 120 s: killed (its figures may be missing)")
+            feeder.kill()
+            out, _ = feeder.communicate(timeout=30)
+        lines = [line for line in (out or "").splitlines() if line.startswith("{")]
+        result["feeder"] = json.loads(lines[-1]) if lines else None
         feeder = None
         progress = [json.loads(p.json) for p in query.recentProgress]
         running.stop()
@@ -1046,6 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if started_bed:
             stop_cluster(state_dir)
+        shutil.rmtree(workdir, ignore_errors=True)
     result.update(
         per_ids=results,
         growth=growth(results),
