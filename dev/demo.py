@@ -331,9 +331,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(1)
         banner("abort candidates (txnwatch.abort-candidates)")
         for c in read_candidates(b):
+            # The verified path, not the record's kafka_cli: Kafka's line re-checks nothing, and `show` offers it
+            # only while verification says SAFE.
             say(
                 f"  {c['status']:8} {c['topic']}-{c['partition']} producer {c['spec']['producer_id']} "
-                f"reason {c['reason']}\n           {c['kafka_cli']}"
+                f"reason {c['reason']}\n           txnwatch proposals show {c['candidate_id']} "
+                f"--bootstrap-server {b} --cluster demo"
             )
         if candidate_id is None:
             say(

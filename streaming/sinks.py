@@ -72,11 +72,26 @@ def _payload(r: EventRow) -> Any:
     return json.loads(r.payload)
 
 
+def verified_path(candidate: AbortCandidate) -> str:
+    """The console's next steps for a new candidate, each through txnwatch's verification: `proposals show` (the
+    evidence, asked again live), then the candidate's own marker (`proposals commit` for a lost commit, else
+    `proposals abort`), a dry run that verifies again until `--execute`. Never Kafka's
+    `kafka-transactions.sh abort` line: it re-checks nothing, and this is printed before anyone verified, so it
+    would write the marker where verification refuses it now (the coordinator owns the transaction, or its owner
+    is live at that epoch); `proposals show` offers Kafka's line only while it says SAFE."""
+    marker = "commit" if candidate.spec.transaction_result == "COMMIT" else "abort"
+    return (
+        f"          {'show:':<8}txnwatch proposals show {candidate.candidate_id}\n"
+        f"          {marker + ':':<8}txnwatch proposals {marker} {candidate.candidate_id}"
+        "   (verifies again; writes only with --execute)"
+    )
+
+
 def format_event(r: EventRow) -> str:
     where = f"{r.topic}-{r.partition} producer {r.producer_id} start offset {r.start_offset}"
     if r.event == "OPENED":
-        cli = _payload(r)["kafka_cli"]
-        return f"HANGING   {where}: {r.explanation}\n          abort: {cli}\n          candidate {r.candidate_id}"
+        act = verified_path(AbortCandidate.model_validate(_payload(r)))
+        return f"HANGING   {where}: {r.explanation}\n{act}\n          candidate {r.candidate_id}"
     if r.event == "RESOLVED":
         return f"RESOLVED  {where}: no longer open (candidate {r.candidate_id})"
     if r.event == "WITHDRAWN":

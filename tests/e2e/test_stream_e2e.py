@@ -245,7 +245,10 @@ def test_hanging_yields_one_candidate_late_and_steady_none(
     assert c.start_offset == h["start_offset"]
     assert c.spec.coordinator_epoch == 0  # the leader reports -1 before any marker: never send -1
     assert f"--start-offset {h['start_offset']}" in c.kafka_cli
-    assert "HANGING" in env.console.text() and c.kafka_cli in env.console.text()
+    # The console names the verified path for the new candidate, never Kafka's unverified abort line.
+    console = env.console.text()
+    assert "HANGING" in console and f"txnwatch proposals show {c.candidate_id}" in console
+    assert f"txnwatch proposals abort {c.candidate_id}" in console and "kafka-transactions.sh" not in console
 
     # The late transaction: the KIP-664 metrics see it, no candidate names it.
     def late_seen() -> bool:
