@@ -306,6 +306,8 @@ def test_hanging_alert_fires_in_a_real_prometheus(
             "cluster": CLUSTER,
             "topic": h["topic"],
             "partition": str(h["partition"]),
+            "transactional_id": h["transactional_id"],
+            "producer_id": str(h["producer_id"]),
             "reason": "coordinator-completed",
             "candidate_id": candidate.candidate_id,
         }
