@@ -136,6 +136,10 @@ class StreamSettings(Model):
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
     # The coordinator topic's own bound (a first start on a large retained transaction log); None: the above.
     coordinator_max_offsets_per_trigger: int | None = Field(default=None, ge=1)
+    # Spark tasks that read and decode the coordinator topics per batch; 0: Spark's default parallelism (the
+    # cores). Kafka's source plans one task per topic partition, 50 small tasks a batch on a default
+    # __transaction_state, each a Python hand-over; more tasks than partitions change nothing.
+    coordinator_read_tasks: int = Field(default=0, ge=0)
     window: str = "1 minute"
     watermark: str = "2 minutes"
     expire_after_ms: int = Field(default=30_000, ge=1)

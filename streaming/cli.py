@@ -69,6 +69,7 @@ STREAM_FLAGS: FlagTargets = {
         "starting_offsets",
         "max_offsets_per_trigger",
         "coordinator_max_offsets_per_trigger",
+        "coordinator_read_tasks",
         "window",
         "watermark",
         "expire_after_ms",
@@ -162,6 +163,13 @@ def register(subparsers: Any) -> None:
         help="rate limit per micro-batch of the coordinator log alone (a first start on a large retained "
         "__transaction_state: smaller batches without holding snapshots back; HANGING verdicts wait until the "
         "job has caught up) (default: --max-offsets-per-trigger)",
+    )
+    p.add_argument(
+        "--coordinator-read-tasks",
+        type=int,
+        help="Spark tasks that read and decode the coordinator topics per micro-batch; 0: Spark's default "
+        "parallelism, the cores (Kafka's source plans one task per partition: 50 on a default "
+        f"__transaction_state) {_default('coordinator_read_tasks')}",
     )
     add_duration_flag(
         p,

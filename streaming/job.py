@@ -105,17 +105,18 @@ def _snapshots(spark: SparkSession, opts: StreamOptions) -> DataFrame:
 
 def _coordinator_inputs(spark: SparkSession, opts: StreamOptions) -> list[tuple[str, DataFrame]]:
     stream = opts.settings.stream
+    tasks = stream.coordinator_read_tasks or spark.sparkContext.defaultParallelism
     inputs = []
     if stream.coordinator_source in ("log", "both"):
         raw = sources.read_kafka(
             spark, _source(opts, stream.transaction_log_topic, "earliest", coordinator=True)
         )
-        inputs.append(("transaction-log", sources.decode_transaction_log(raw, compact=True)))
+        inputs.append(("transaction-log", sources.decode_transaction_log(raw, compact=True, tasks=tasks)))
     if stream.coordinator_source in ("describe", "both"):
         raw = sources.read_kafka(
             spark, _source(opts, opts.settings.topics.coordinator_state, "earliest", coordinator=True)
         )
-        inputs.append(("coordinator-state", sources.parse_coordinator_json(raw)))
+        inputs.append(("coordinator-state", sources.parse_coordinator_json(raw, tasks=tasks)))
     return inputs
 
 

@@ -362,7 +362,7 @@ def read_after(partitions: Sequence[int], offsets: Sequence[int], last: dict[int
     partition; else that row's offset, or -1 for the first row this reader saw of the partition. A compacted topic
     has gaps where the cleaner removed records (a non-transactional topic has no other; `__transaction_state`
     and the collector's coordinator-state topic are both compacted). `last` carries each partition's last offset
-    from one Arrow batch to the next of the same task (a task reads one partition's range in order)."""
+    from one Arrow batch to the next of the same task (a task reads each of its partitions' ranges in order)."""
     out: list[int | None] = []
     for partition, offset in zip(partitions, offsets, strict=True):
         before = last.get(partition, -1)
@@ -439,13 +439,21 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
         yield out
 
 
-def decode_transaction_log(raw: DataFrame, *, compact: bool = False) -> DataFrame:
+def in_tasks(raw: DataFrame, tasks: int | None) -> DataFrame:
+    """`raw` read by at most `tasks` Spark tasks (None: one per Kafka partition, as Kafka's source plans it).
+
+    A coalesce, not a shuffle: each task reads its Kafka partitions one after the other, each in offset order,
+    which is all the decoders rely on (`read_after`, `run_ends`)."""
+    return raw if tasks is None else raw.coalesce(tasks)
+
+
+def decode_transaction_log(raw: DataFrame, *, compact: bool = False, tasks: int | None = None) -> DataFrame:
     """Kafka rows of `__transaction_state` → decoded coordinator records (with `error` set on bad rows).
 
     `compact=True` drops the records the reconcile stages would overwrite anyway (`run_ends`): the job's
-    input. Without it every record comes out (inspection, tests).
+    input. Without it every record comes out (inspection, tests). `tasks`: see `in_tasks`.
     """
-    slim = raw.select(
+    slim = in_tasks(raw, tasks).select(
         "key", "value", "topic", "partition", "offset", (F.unix_millis(F.col("timestamp"))).alias("ts_ms")
     )
     return slim.mapInArrow(functools.partial(decode_batches, compact=compact), DECODED_SCHEMA)
@@ -461,10 +469,12 @@ def _with_read_breaks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
         )
 
 
-def parse_coordinator_json(raw: DataFrame) -> DataFrame:
+def parse_coordinator_json(raw: DataFrame, *, tasks: int | None = None) -> DataFrame:
     """The collector's fallback topic (CoordinatorRecord JSON) → the same columns as the decoded log. That topic
-    is compacted too, so where its reading breaks is marked as for the log (`read_after`)."""
-    raw = raw.mapInArrow(_with_read_breaks, raw.schema.add("kafka_read_after", T.LongType(), True))
+    is compacted too, so where its reading breaks is marked as for the log (`read_after`). `tasks`: `in_tasks`."""
+    raw = in_tasks(raw, tasks).mapInArrow(
+        _with_read_breaks, raw.schema.add("kafka_read_after", T.LongType(), True)
+    )
     parsed = raw.select(  # parsed once: see parse_snapshots
         "*",
         F.explode(
