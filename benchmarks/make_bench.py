@@ -436,16 +436,25 @@ def _cpu_per_batch(x: Json) -> str:
 
 # The RocksDB figures of the query progress's customMetrics that say where a commit's time and bytes go.
 STATE_METRICS = (
+    "rocksdbLoadLatencyMs",
     "rocksdbCommitWriteBatchLatency",
     "rocksdbCommitFlushLatency",
     "rocksdbCommitCompactLatency",
     "rocksdbCommitCheckpointLatency",
     "rocksdbCommitFileSyncLatencyMs",
+    "rocksdbChangeLogWriterCommitLatencyMs",
     "rocksdbGetCount",
     "rocksdbPutCount",
     "rocksdbTotalBytesWritten",
     "rocksdbSstFileSize",
 )
+
+
+def _state_names(x: Json, op_id: Any) -> str:
+    """An operator's state variables (the state metadata's names), which say which stage it is."""
+    layout = next((o for o in x.get("state_layout") or [] if o.get("operator_id") == op_id), {})
+    names = [v.split(" ")[0] for v in layout.get("state_variables") or [] if not v.startswith("$")]
+    return ", ".join(names)
 
 
 def render_state(r: Json) -> str:
@@ -464,7 +473,7 @@ def render_state(r: Json) -> str:
         mem, dead = x.get("memory") or {}, x.get("dead_letters") or {}
         lines.append(
             f"| {_n(x.get('ids'))} | {x.get('catchup_s')} s | **{x.get('batch_s_p50')} s** | "
-            f"**{x.get('batch_s_p99')} s** ({x.get('trigger_s')} s) | {_n(x.get('input_rows_per_batch_p50'))} | "
+            f"**{x.get('batch_s_p99')} s** ({x.get('trigger_s')} s) | {_n(round(x.get('input_rows_per_batch_p50') or 0))} | "
             f"{_cpu_per_batch(x)} | {_mb(x.get('checkpoint_bytes_per_batch'))} | "
             f"{mem.get('spark_jvm_peak_rss_mb')} / {mem.get('python_worker_peak_rss_mb')} MB | "
             f"{_n(x.get('rows_in_state'))} | {dead.get('snapshot_topic', 0) + dead.get('transaction_log', 0)} | "
@@ -486,9 +495,10 @@ def render_state(r: Json) -> str:
         lines += ["", f"{_n(x.get('ids'))} ids, median durationMs of a steady batch (ms): {parts}."]
         for op in x.get("state_operators", []):
             cm = op.get("custom_metrics_p50") or {}
-            metrics = ", ".join(f"{k} {_n(cm[k])}" for k in STATE_METRICS if cm.get(k) is not None)
+            metrics = ", ".join(f"{k} {_n(round(cm[k]))}" for k in STATE_METRICS if cm.get(k))
+            names = _state_names(x, op.get("operator_id")) or op.get("operator_name")
             lines.append(
-                f"- operator {op.get('operator_id')} ({op.get('operator_name')}): updates "
+                f"- operator {op.get('operator_id')} (state: {names}): updates "
                 f"{_n(op.get('all_updates_ms_p50'))} ms, commit {_n(op.get('commit_ms_p50'))} ms (medians), rows "
                 f"{_n(op.get('rows_total'))}" + (f"; {metrics}" if metrics else "") + "."
             )
