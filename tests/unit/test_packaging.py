@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from common.cli_options import ALL_COMMANDS
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,19 +161,7 @@ def test_no_module_of_the_core_imports_the_stream_extra_even_inside_a_function()
     assert found == []
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        "collect",
-        "inspect partition",
-        "inspect coordinator-log",
-        "proposals list",
-        "proposals show",
-        "proposals abort",
-        "proposals commit",
-        "proposals watch",
-    ],
-)
+@pytest.mark.parametrize("command", [c for c in ALL_COMMANDS if c != "stream"])
 def test_the_core_commands_run_without_the_stream_extra(
     command: str, without_spark: dict[str, object]
 ) -> None:
