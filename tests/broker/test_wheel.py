@@ -63,6 +63,7 @@ def venv(dists: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=60)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install", "-q", str(wheel)],
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -75,14 +76,20 @@ def venv(dists: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> 
     return root
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment without TXNWATCH_* and PYTHONPATH: a Spark session built earlier in the same
+    pytest process puts the checkout on PYTHONPATH (streaming/session.py), and pip then found txnwatch already
+    installed and left the fresh venv without it."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TXNWATCH_") and k != "PYTHONPATH"}
+
+
 def run(venv: Path, workdir: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     """A command of the venv (`txnwatch`, `python`), run in `workdir`: not the checkout, so nothing of it can be
     imported by accident."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TXNWATCH_") and k != "PYTHONPATH"}
     return subprocess.run(
         [str(venv / "bin" / argv[0]), *argv[1:]],
         cwd=workdir,
-        env=env,
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
