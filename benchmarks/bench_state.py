@@ -636,6 +636,7 @@ def run_one(args: argparse.Namespace, n: int) -> Json:
             trigger=args.trigger,
             starting_offsets="earliest",
             state_buckets=args.state_buckets,
+            coordinator_read_tasks=args.coordinator_read_tasks,
             transaction_log_topic=log_topic,
             metrics_port=0,
         ),
@@ -955,6 +956,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trigger", default="5 seconds", help="the reconcile trigger (the job's default)")
     p.add_argument("--state-buckets", type=int, default=32, help="the job's --state-buckets")
     p.add_argument(
+        "--coordinator-read-tasks",
+        type=int,
+        default=0,
+        help="the job's --coordinator-read-tasks (0: the cores; the log's partition count: one task per partition)",
+    )
+    p.add_argument(
         "--shuffle-partitions", type=int, default=4, help="spark.sql.shuffle.partitions (the job's 4)"
     )
     p.add_argument("--catchup-budget-s", type=float, default=1_200.0, help="give up on a catch-up after this")
@@ -990,6 +997,7 @@ PASSTHROUGH = (
     "--warmup-batches",
     "--trigger",
     "--state-buckets",
+    "--coordinator-read-tasks",
     "--shuffle-partitions",
     "--catchup-budget-s",
     "--seed",
@@ -1032,6 +1040,7 @@ def main(argv: list[str] | None = None) -> int:
             "publish_all_partitions": args.publish_all_partitions,
             "trigger": args.trigger,
             "state_buckets": args.state_buckets,
+            "coordinator_read_tasks": args.coordinator_read_tasks,
             "shuffle_partitions": args.shuffle_partitions,
             "warmup_batches": args.warmup_batches,
         },
