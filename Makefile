@@ -22,7 +22,7 @@ help:
 	@echo "make compat        the compatibility matrix: the whole product on Kafka 3.5-4.4, KRaft and ZooKeeper (~40 min)"
 	@echo "make test-s3a      only the s3a checkpoint test (part of make long): the job against a local S3 server (moto), with a restart"
 	@echo "make image         build the container images (collector, stream) with buildah, no Docker engine needed"
-	@echo "make bench         every benchmark (about 40 min, BENCH=latency,peers for some); rewrites docs/BENCHMARKS.md's tables"
+	@echo "make bench         every benchmark (about an hour, BENCH=latency,peers for some); rewrites docs/BENCHMARKS.md's tables"
 	@echo "make faults-long   the fault tests that keep the streaming job down for 3 and 10 minutes (~20 min)"
 	@echo "make long          every test that waits for real minutes: those two, the s3a restart, a Spark standalone cluster (~30 min)"
 	@echo "make soak          200 transactional ids x 20 transactions/s for SOAK_MINUTES (5); plots docs/soak.png"
