@@ -29,9 +29,11 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 from pydantic import ValidationError
 
+from admin.blocked import BlockedGroups
 from admin.client import AdminError, connect_admin, consumer_for, explain, producer_for
 from admin.collector import Collector, loop_health, run
 from admin.coordinator import CoordinatorPoll, CoordinatorPoller, open_producer_ids
+from admin.group_offsets import KafkaGroupOffsets
 from admin.inspect import (
     LOG_HEADER,
     entry_json,
@@ -154,6 +156,14 @@ def register(subparsers: Any) -> None:
         "--metrics-port",
         type=int,
         help=f"Prometheus endpoint port, 0 to disable (default {_default('metrics_port')})",
+    )
+    collect.add_argument(
+        "--blocked-groups-after-ms",
+        type=int,
+        metavar="MS",
+        help="name on /metrics the consumer groups a transaction holds up (at the partition's LSO, or its pending "
+        "offset commit) once the partition's oldest open transaction has been open this long; 0: never (needs "
+        f"Describe on groups) (default {_default('blocked_groups_after_ms')})",
     )
     collect.add_argument(
         "--describe-batch-size",
@@ -457,6 +467,7 @@ COLLECT_FLAGS: dict[str, str | tuple[str, ...]] = {
     "coordinator_duration_filter_ms": "collector.coordinator_duration_filter_ms",
     "metrics_port": "collector.metrics_port",
     "describe_batch_size": "collector.describe_batch_size",
+    "blocked_groups_after_ms": "collector.blocked_groups_after_ms",
     "request_timeout_ms": "collector.request_timeout_ms",
     **{
         flag: (f"collector.producer_state_topic.{name}", f"collector.coordinator_state_topic.{name}")
@@ -674,6 +685,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 return len(poll.records)
 
             also.append(poll_coordinators)
+        if cs.blocked_groups_after_ms:
+            publish_sweep = _then_blocked_groups(publish_sweep, admin, requests, cs, metrics)
         log.info(
             "collecting from %s every %.1fs into %s (cluster %s)",
             kafka.bootstrap_servers,
@@ -704,6 +717,28 @@ def cmd_collect(args: argparse.Namespace) -> int:
         if publisher is not None:
             publisher.close()
         admin.close()
+
+
+def _then_blocked_groups(
+    publish_sweep: Callable[[SweepResult], object],
+    admin: Any,
+    requests: RequestLog,
+    cs: CollectorSettings,
+    metrics: CollectorMetrics,
+) -> Callable[[SweepResult], object]:
+    """Publish, then look up the consumer groups the sweep's long-open partitions hold up (admin/blocked.py):
+    after the publish, so the lookup never delays the snapshots, and never failing the sweep."""
+    blocked = BlockedGroups(
+        KafkaGroupOffsets(admin, requests=requests),
+        after_ms=cs.blocked_groups_after_ms,
+        report=metrics.observe_blocked_groups,
+    )
+
+    def publish_then_look_up(result: SweepResult) -> None:
+        publish_sweep(result)
+        blocked.after_sweep(result.snapshots)
+
+    return publish_then_look_up
 
 
 def publish_coordinator_poll(

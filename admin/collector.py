@@ -117,12 +117,14 @@ class _Described:
     uncovered: dict[int, Counter[str]] = field(
         default_factory=dict
     )  # broker → why partitions were not described
+    uncovered_partitions: dict[TP, str] = field(default_factory=dict)  # the same, by partition
     deleted: set[TP] = field(default_factory=set)
     failed_brokers: set[int] = field(default_factory=set)
     answered_brokers: set[int] = field(default_factory=set)
 
-    def lose(self, broker: int, error: str) -> None:
+    def lose(self, broker: int, error: str, tp: TP) -> None:
         self.uncovered.setdefault(broker, Counter())[error] += 1
+        self.uncovered_partitions[tp] = error
 
 
 @dataclass
@@ -245,7 +247,9 @@ class Collector:
             positions=positions,
         )
         if self._metrics is not None:
-            self._metrics.observe_sweep(result, cached_start_batches=len(self._starts))
+            self._metrics.observe_sweep(
+                result, cached_start_batches=len(self._starts), uncovered=described.uncovered_partitions
+            )
         return result
 
     def unpublished(self, result: SweepResult) -> None:
@@ -278,7 +282,7 @@ class Collector:
                 break
             if rounds > s.retries_per_sweep:
                 for r in retry:
-                    described.lose(r.broker, r.error)
+                    described.lose(r.broker, r.error, r.tp)
                 break
             if s.retry_backoff_ms:
                 self._sleep(s.retry_backoff_ms / 1000)
@@ -291,9 +295,9 @@ class Collector:
         pending: dict[int, list[TP]] = {}
         for tp, leader in described.view.leaders.items():
             if leader < 0:
-                described.lose(NO_LEADER, "LEADER_NOT_AVAILABLE")
+                described.lose(NO_LEADER, "LEADER_NOT_AVAILABLE", tp)
             elif (b := self._backoff.get(leader)) is not None and b.retry_at > described.began:
-                described.lose(leader, "BROKER_BACKOFF")
+                described.lose(leader, "BROKER_BACKOFF", tp)
             else:
                 pending.setdefault(leader, []).append(tp)
         return pending
@@ -324,7 +328,7 @@ class Collector:
                 elif result.error in RETRY_WITH_NEW_LEADER:
                     retry.append(_Retry(tp, batch.broker, result.error, False))
                 else:
-                    described.lose(batch.broker, result.error)
+                    described.lose(batch.broker, result.error, tp)
                     if is_authorization_error(result.error):
                         self._note(explain("DescribeProducers", result.error, tp[0]), problems)
         return retry
@@ -362,9 +366,11 @@ class Collector:
             if moved_to is None:
                 described.deleted.add(tp)  # the topic (or partition) no longer exists
             elif moved_to < 0:
-                described.lose(NO_LEADER, "LEADER_NOT_AVAILABLE")
+                described.lose(NO_LEADER, "LEADER_NOT_AVAILABLE", tp)
             elif request_level and (moved_to == broker or moved_to in described.failed_brokers):
-                described.lose(broker, error)  # still led by a broker that just failed: not again this sweep
+                described.lose(
+                    broker, error, tp
+                )  # still led by a broker that just failed: not again this sweep
             else:
                 pending.setdefault(moved_to, []).append(tp)
         return pending
@@ -500,7 +506,7 @@ class Collector:
                 continue
             answer = described.results.pop(tp)
             del open_now[tp]
-            described.lose(answer.broker, NOT_LEADER_OF_RECORD)
+            described.lose(answer.broker, NOT_LEADER_OF_RECORD, tp)
             epoch = "unknown" if answer.leader_epoch is None else answer.leader_epoch
             self._note(
                 f"{tp[0]}-{tp[1]}: broker {answer.broker} answered DescribeProducers, but at leader epoch {epoch} "
@@ -553,7 +559,7 @@ class Collector:
                 try:
                     snap = self._snapshot(sweep_id, tp, answer, txns or (), offsets.get(tp))
                 except ValidationError as exc:
-                    described.lose(broker, "INVALID_PRODUCER_STATE")
+                    described.lose(broker, "INVALID_PRODUCER_STATE", tp)
                     self._note(
                         f"{tp[0]}-{tp[1]}: leader {broker} reported unusable producer state: {exc}", problems
                     )

@@ -12,9 +12,9 @@ import platform
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,7 +25,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-from admin.seams import SweepResult
+from admin.seams import TP, SweepResult
 from common import metric_descriptors as metrics
 from common.probes import with_probes
 from detectors.health import (
@@ -36,7 +36,15 @@ from detectors.health import (
     progress_recent,
 )
 
+if (
+    TYPE_CHECKING
+):  # admin.blocked reads the cluster through admin.group_offsets, which counts into RequestLog here
+    from admin.blocked import BlockedReport
+
 SWEEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+# Series of txnwatch_collector_partition_uncovered per sweep: a broker down can leave thousands of partitions
+# undescribed, and the by-reason gauge counts them all anyway.
+MAX_UNCOVERED_SERIES = 100
 
 
 def _gauge(d: metrics.Metric, registry: CollectorRegistry) -> Gauge:
@@ -105,6 +113,9 @@ class CollectorMetrics:
         self.partitions_scanned = _gauge(metrics.COLLECTOR_PARTITIONS_SCANNED, reg)
         self.partitions_described = _counter(metrics.COLLECTOR_PARTITIONS_DESCRIBED, reg)
         self.partitions_uncovered = _gauge(metrics.COLLECTOR_PARTITIONS_UNCOVERED, reg)
+        self.partition_uncovered = _gauge(metrics.COLLECTOR_PARTITION_UNCOVERED, reg)
+        self.blocked_groups = _gauge(metrics.COLLECTOR_BLOCKED_GROUPS, reg)
+        self.blocked_groups_left_out = _gauge(metrics.COLLECTOR_BLOCKED_GROUPS_LEFT_OUT, reg)
         self.open_transactions = _gauge(metrics.COLLECTOR_OPEN_TRANSACTIONS, reg)
         self.partitions_with_open_transactions = _gauge(
             metrics.COLLECTOR_PARTITIONS_WITH_OPEN_TRANSACTIONS, reg
@@ -116,7 +127,10 @@ class CollectorMetrics:
         self.records_published = _counter(metrics.COLLECTOR_RECORDS_PUBLISHED, reg)
         self.last_success = _gauge(metrics.COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, reg)
 
-    def observe_sweep(self, result: SweepResult, *, cached_start_batches: int) -> None:
+    def observe_sweep(
+        self, result: SweepResult, *, cached_start_batches: int, uncovered: Mapping[TP, str] | None = None
+    ) -> None:
+        """One sweep's figures; `uncovered` names each partition it could not describe and why."""
         self.sweep_duration.observe(result.duration_s)
         self.partitions_scanned.clear()  # no stale series for brokers that left
         for summary in result.summaries:
@@ -130,10 +144,30 @@ class CollectorMetrics:
         self.partitions_uncovered.clear()
         for reason, count in reasons.items():
             self.partitions_uncovered.labels(reason=reason).set(count)
+        self.partition_uncovered.clear()  # a partition described again has no series
+        for (topic, partition), reason in uncovered_series(uncovered or {}, MAX_UNCOVERED_SERIES):
+            self.partition_uncovered.labels(topic=topic, partition=str(partition), reason=reason).set(1)
         self.open_transactions.set(result.open_transactions)
         self.partitions_with_open_transactions.set(len(result.snapshots))
         self.new_open_transactions.inc(result.new_transactions)
         self.start_batch_cache.set(cached_start_batches)
+
+    def observe_blocked_groups(self, report: BlockedReport) -> None:
+        """The last sweep's blocked consumer groups (admin/blocked.py); the series of groups no longer held up go."""
+        self.blocked_groups.clear()
+        for b in report.blocked:
+            self.blocked_groups.labels(
+                topic=b.topic, partition=str(b.partition), group=b.group, reason=b.reason
+            ).set(1)
+        self.blocked_groups_left_out.clear()
+        for reason, count in report.left_out.items():
+            self.blocked_groups_left_out.labels(reason=reason).set(count)
+
+
+def uncovered_series(uncovered: Mapping[TP, str], limit: int) -> list[tuple[TP, str]]:
+    """The partitions to export, at most `limit`: by reason, then topic and partition, so the same ones stay
+    listed from sweep to sweep while the cause lasts."""
+    return sorted(uncovered.items(), key=lambda item: (item[1], item[0]))[:limit]
 
 
 def installed_versions() -> dict[str, str]:

@@ -287,6 +287,30 @@ COLLECTOR_PARTITIONS_UNCOVERED = Metric(
     "BROKER_BACKOFF).",
     ("reason",),
 )
+COLLECTOR_PARTITION_UNCOVERED = Metric(
+    "txnwatch_collector_partition_uncovered",
+    "gauge",
+    "Each partition the last sweep could not describe, by reason (always 1); at most 100, by reason then "
+    "partition: txnwatch_collector_partitions_uncovered counts them all.",
+    ("topic", "partition", "reason"),
+)
+COLLECTOR_BLOCKED_GROUPS = Metric(
+    "txnwatch_collector_blocked_groups",
+    "gauge",
+    "Each consumer group a long-open transaction holds up (always 1), on the partitions whose oldest open "
+    "transaction has been open --blocked-groups-after-ms: reason committed-at-lso (its committed offset is at or "
+    "past the partition's last stable offset, where read_committed members wait) or pending-offset-commit (on "
+    "__consumer_offsets, the group whose offset commit the transaction holds). Only while it is so; at most 100.",
+    ("topic", "partition", "group", "reason"),
+)
+COLLECTOR_BLOCKED_GROUPS_LEFT_OUT = Metric(
+    "txnwatch_collector_blocked_groups_left_out",
+    "gauge",
+    "What the last sweep's blocked-groups lookup left out, by reason: partition-cap (partitions open that long "
+    "beyond the 20 oldest, not asked), series-cap (groups found beyond the 100 exported), or a Kafka error name "
+    "(groups or group partitions whose committed offsets did not answer with it; a failed ListGroups counts 1).",
+    ("reason",),
+)
 COLLECTOR_OPEN_TRANSACTIONS = Metric(
     "txnwatch_collector_open_transactions",
     "gauge",
@@ -375,6 +399,9 @@ COLLECTOR: tuple[Metric, ...] = (
     COLLECTOR_PARTITIONS_SCANNED,
     COLLECTOR_PARTITIONS_DESCRIBED,
     COLLECTOR_PARTITIONS_UNCOVERED,
+    COLLECTOR_PARTITION_UNCOVERED,
+    COLLECTOR_BLOCKED_GROUPS,
+    COLLECTOR_BLOCKED_GROUPS_LEFT_OUT,
     COLLECTOR_OPEN_TRANSACTIONS,
     COLLECTOR_PARTITIONS_WITH_OPEN_TRANSACTIONS,
     COLLECTOR_OPEN_TRANSACTIONS_SEEN,

@@ -111,6 +111,9 @@ class CollectorSettings(Model):
     ready_intervals: float = Field(default=3.0, gt=0)
     # /healthz: the sweep loop turned within this; None: the longest pause plus 10 request timeouts.
     stall_after_s: float | None = Field(default=None, gt=0)
+    # Look up the consumer groups a transaction holds up once the partition's oldest open transaction has been open
+    # this long (admin/blocked.py, the dashboard's blocked groups); 0: never. Kafka's default transaction.timeout.ms.
+    blocked_groups_after_ms: int = Field(default=60_000, ge=0)
     coordinator_source: CoordinatorSource = "log"
     # describe mode: re-describe active transactions running longer than this each poll (ListTransactions v1
     # DurationFilter); 0 re-describes every active transaction. New and changed ones are always described.

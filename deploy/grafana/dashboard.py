@@ -163,10 +163,12 @@ def _partition_table(
     runbook: tuple[str, str],
     no_value: str,
     last: Sequence[tuple[str, str]] = (),
+    by_partition: Sequence[tuple[str, str]] = (),
 ) -> table.Panel:
     """One row per series of an `<x>_open_since_timestamp_seconds` metric (one per transaction or partition in
-    that state): its labels as `columns` (label, header), then open for, open since and the LSO lag, then `last`.
-    Three instant queries over the same label set, merged row by row on those labels."""
+    that state): its labels as `columns` (label, header), then open for, open since and the LSO lag, then each of
+    `by_partition` (header, a query by cluster, topic and partition), then `last`. Instant queries over the same
+    label set, merged row by row on those labels."""
     labels = ["cluster", *(label for label, _ in columns), *(label for label, _ in last)]
     each = f"max by ({', '.join(labels)}) ({metric.name}{{{C}}})"
     if "transactional_id" in labels:
@@ -174,15 +176,18 @@ def _partition_table(
         # lack it (the LSO lag's, on such a partition only) would not merge with the others on equal labels.
         each = f'label_replace({each}, "transactional_id", "{NO_TRANSACTIONAL_ID}", "transactional_id", "")'
     lso = f"max by (cluster, topic, partition) ({metrics.LAST_STABLE_OFFSET_LAG.name}{{{C}}})"
+    # each per-partition figure on each row of its partition, like the LSO lag (blank where it has no series)
+    extra = {f"Value #{chr(ord('D') + i)}": (header, q) for i, (header, q) in enumerate(by_partition)}
     order = [
         "cluster",
         *(label for label, _ in columns),
         "Value #B",
         "Value #A",
         "Value #C",
+        *extra,
         *(x for x, _ in last),
     ]
-    return (
+    panel = (
         table.Panel()
         .title(title)
         .description(desc)
@@ -213,16 +218,51 @@ def _partition_table(
                         "Value #A": OPEN_SINCE,
                         "Value #B": OPEN_FOR,
                         "Value #C": LSO_LAG,
+                        **{ref: header for ref, (header, _) in extra.items()},
                     },
                 },
             )
         )
     )
+    for ref, (header, q) in extra.items():
+        panel = panel.with_target(
+            _query(f"0 * {each} + on (cluster, topic, partition) group_left {q}", ref=ref[-1], instant=True)
+        ).override_by_name(header, [dm.DynamicConfigValue(id_val="unit", value="short")])
+    return panel
 
 
 TOPIC_PARTITION = (("topic", "topic"), ("partition", "partition"))
+BLOCKED_GROUPS = "blocked groups"
 # Panel ids, fixed: the stats' data links open the drill-down tables by id (viewPanel).
 HANGING_TABLE_ID, STUCK_TABLE_ID, OVERDUE_TABLE_ID, WITHHELD_TABLE_ID, UNCOVERED_TABLE_ID = 9, 10, 11, 12, 13
+BLOCKED_TABLE_ID = 14
+
+
+def _label_table(
+    title: str, desc: str, expr: str, columns: Sequence[tuple[str, str]], no_value: str
+) -> table.Panel:
+    """One row per series of one instant query of a metric whose series are always 1: its labels as `columns`
+    (label, header), the value left out."""
+    order = ["cluster", *(label for label, _ in columns)]
+    return (
+        table.Panel()
+        .title(title)
+        .description(desc)
+        .datasource(DATASOURCE)
+        .with_target(_query(expr, instant=True))
+        .unit("none")
+        .no_value(no_value)
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True, "Value": True},
+                    "indexByName": {name: i for i, name in enumerate(order)},
+                    "renameByName": dict(columns),
+                },
+            )
+        )
+    )
 
 
 def build() -> dict[str, Any]:
@@ -231,9 +271,10 @@ def build() -> dict[str, Any]:
         "Hanging transactions now: which partition, whose, why, since when, what to run",
         "One row per HANGING transaction with an open abort candidate, longest open first: its partition, its "
         "transactional id (as the coordinator record it was proven against names it; (none named) without one) and "
-        "producer id, the reason it was proven on, how long and since when it is open, the partition's LSO lag, and "
-        "the id for `txnwatch proposals show <id>`, which also names the consumer groups it blocks (read live from "
-        "the cluster; no series carries them) (docs/runbook.md).",
+        "producer id, the reason it was proven on, how long and since when it is open, the partition's LSO lag, how "
+        "many consumer groups the collector found held up there (named in the blocked consumer groups table; blank: "
+        "none found, or not looked up), and the id for `txnwatch proposals show <id>`, which reads them live "
+        "(docs/runbook.md).",
         metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
         [
             *TOPIC_PARTITION,
@@ -245,6 +286,12 @@ def build() -> dict[str, Any]:
         ("hanging-transaction", "hanging transaction"),
         "no hanging transaction",
         last=[("candidate_id", "txnwatch proposals show")],
+        by_partition=[
+            (
+                BLOCKED_GROUPS,
+                f"count by (cluster, topic, partition) ({metrics.COLLECTOR_BLOCKED_GROUPS.name}{{{C}}})",
+            )
+        ],
     )
     stuck_table = _partition_table(
         "Stuck in prepare: which partition, which transactional id",
@@ -262,7 +309,7 @@ def build() -> dict[str, Any]:
         "abort interval, by transactional id: the coordinator should have aborted it (docs/runbook.md).",
         metrics.COORDINATOR_OVERDUE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS,
         [*TOPIC_PARTITION, ("transactional_id", "transactional id")],
-        _pos(12, 12, 12, 6),
+        _pos(12, 18, 12, 6),
         ("coordinator-overdue", "coordinator overdue"),
         "no coordinator overdue",
     )
@@ -278,40 +325,39 @@ def build() -> dict[str, Any]:
             ("reason", "withheld: why"),
             ("would_be", "would be"),
         ],
-        _pos(0, 18, 16, 6),
+        _pos(0, 18, 12, 6),
         ("view-behind", "view behind"),
         "no verdict withheld",
     )
     uncovered_table = (
-        table.Panel()
-        .title("Uncovered partitions: why the last sweep could not describe them")
-        .description(
-            "Partitions the collector's last sweep could not describe (DescribeProducers), by reason: blind spots, "
-            "where no verdict is made. The collector counts them by reason only, not by partition; its log names "
-            "the partitions (docs/runbook.md)."
+        _label_table(
+            "Uncovered partitions: which, and why the last sweep could not describe them",
+            "Each partition the collector's last sweep could not describe (DescribeProducers) and why: blind spots, "
+            "where no verdict is made. At most 100 are named; the count by reason "
+            f"({metrics.COLLECTOR_PARTITIONS_UNCOVERED.name}) has them all (docs/runbook.md).",
+            f"max by (cluster, topic, partition, reason) ({metrics.COLLECTOR_PARTITION_UNCOVERED.name}{{{C}}})",
+            [*TOPIC_PARTITION, ("reason", "reason")],
+            "every partition described",
         )
-        .datasource(DATASOURCE)
-        .with_target(
-            _query(
-                f"sum by (cluster, reason) ({metrics.COLLECTOR_PARTITIONS_UNCOVERED.name}{{{C}}}) > 0",
-                instant=True,
-            )
-        )
-        .unit("none")
-        .no_value("every partition described")
         .links([_runbook("collector-down", "collector down")])
-        .sort_by([gc.TableSortByFieldState().display_name("partitions").desc(True)])
-        .grid_pos(_pos(16, 18, 8, 6))
-        .with_transformation(
-            dm.DataTransformerConfig(
-                id_val="organize",
-                options={
-                    "excludeByName": {"Time": True},
-                    "indexByName": {"cluster": 0, "reason": 1, "Value": 2},
-                    "renameByName": {"Value": "partitions"},
-                },
-            )
+        .sort_by([gc.TableSortByFieldState().display_name("reason")])
+        .grid_pos(_pos(0, 24, 24, 6))
+    )
+    blocked_table = (
+        _label_table(
+            "Blocked consumer groups: whom a long-open transaction holds up",
+            "Consumer groups the collector found held up on partitions whose oldest transaction has been open "
+            "--blocked-groups-after-ms (default 1 minute), hanging or not yet: committed-at-lso (its committed "
+            "offset is at or past the partition's LSO, where read_committed members wait) or pending-offset-commit "
+            "(its offset commit is the transaction on __consumer_offsets). At most 100; what was left out, and the "
+            f"errors, by reason: {metrics.COLLECTOR_BLOCKED_GROUPS_LEFT_OUT.name} (docs/runbook.md).",
+            f"max by (cluster, topic, partition, group, reason) ({metrics.COLLECTOR_BLOCKED_GROUPS.name}{{{C}}})",
+            [*TOPIC_PARTITION, ("group", "consumer group"), ("reason", "why")],
+            "no consumer group held up",
         )
+        .links([_runbook("hanging-transaction", "hanging transaction")])
+        .sort_by([gc.TableSortByFieldState().display_name("topic")])
+        .grid_pos(_pos(12, 12, 12, 6))
     )
     # Zero where nothing hangs, but only while the job is scraped: txnwatch_hanging_transactions and
     # txnwatch_withheld_verdicts have no series at 0, txnwatch_abort_candidates always has one.
@@ -417,6 +463,7 @@ def build() -> dict[str, Any]:
         overdue_table,
         withheld_table,
         uncovered_table,
+        blocked_table,
         _series(
             "MaxActiveTransactionDuration (KIP-664): top 10 partitions",
             [
@@ -444,7 +491,7 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "none",
-            _pos(0, 24, 8, 8),
+            _pos(0, 30, 8, 8),
             "Leader partitions whose oldest open transaction is older than transaction.max.timeout.ms; the "
             "two-phase commit series counts those whose late transaction is a KIP-939 two-phase-commit one (no "
             "timeout: its transaction manager ends it; the late alert leaves them out).",
@@ -458,14 +505,14 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(8, 24, 8, 8),
+            _pos(8, 30, 8, 8),
             "High watermark minus last stable offset: what read_committed consumers cannot read yet.",
         ),
         _series(
             "Open transactions by verdict (stacked)",
             [_query(f"sum by (kind) ({metrics.OPEN_TRANSACTIONS.name}{{{C}}})", "{{kind}}")],
             "none",
-            _pos(16, 24, 8, 8),
+            _pos(16, 30, 8, 8),
             "OPEN, LATE, HANGING, STUCK_PREPARE, COORDINATOR_OVERDUE, UNCONFIRMED (docs/detection.md).",
         )
         .stacking(gc.StackingConfig().mode(common.StackingMode.NORMAL))
@@ -481,14 +528,14 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "none",
-            _pos(0, 32, 8, 7),
+            _pos(0, 38, 8, 7),
             "HANGING verdicts by reason, and those withheld as UNCONFIRMED by the reason they would have.",
         ),
         _series(
             "Coordinator view lag",
             [_query(f"max by (cluster) ({metrics.COORDINATOR_VIEW_LAG_SECONDS.name}{{{C}}})", "{{cluster}}")],
             "s",
-            _pos(8, 32, 8, 7),
+            _pos(8, 38, 8, 7),
             "0 when the view of __transaction_state is current; HANGING is withheld while it is not.",
         ),
         _series(
@@ -499,7 +546,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(16, 32, 8, 7),
+            _pos(16, 38, 8, 7),
             "Coordinator log records below the collector's newest positions the job has not applied yet.",
         ),
         _series(
@@ -518,7 +565,7 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "s",
-            _pos(0, 39, 6, 7),
+            _pos(0, 45, 6, 7),
             "One sweep of every partition leader (DescribeProducers, start batches, publish).",
         ),
         _series(
@@ -531,7 +578,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "s",
-            _pos(6, 39, 6, 7),
+            _pos(6, 45, 6, 7),
             "Micro-batch duration per query.",
         ),
         _series(
@@ -549,7 +596,7 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "cps",
-            _pos(12, 39, 6, 7),
+            _pos(12, 45, 6, 7),
             "Rows the job reads per source, records the collector publishes per type.",
         ),
         _series(
@@ -561,7 +608,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(18, 39, 6, 7),
+            _pos(18, 45, 6, 7),
             "Input records the job could not parse or decode (kept in the dead-letter topic).",
         ),
         _series(
@@ -573,7 +620,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(0, 46, 12, 7),
+            _pos(0, 52, 12, 7),
             "Offsets behind the end of each source after the last batch.",
         ),
         _series(
@@ -585,7 +632,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "reqps",
-            _pos(12, 46, 12, 7),
+            _pos(12, 52, 12, 7),
             "Request failures and per-partition errors by API and Kafka error name (ACLs are named here).",
         ),
     ]
@@ -612,8 +659,15 @@ def build() -> dict[str, Any]:
         )
     )
     # the data links' ids (viewPanel) are the tables' places in this list
-    tables = [hanging_table, stuck_table, overdue_table, withheld_table, uncovered_table]
-    ids = [HANGING_TABLE_ID, STUCK_TABLE_ID, OVERDUE_TABLE_ID, WITHHELD_TABLE_ID, UNCOVERED_TABLE_ID]
+    tables = [hanging_table, stuck_table, overdue_table, withheld_table, uncovered_table, blocked_table]
+    ids = [
+        HANGING_TABLE_ID,
+        STUCK_TABLE_ID,
+        OVERDUE_TABLE_ID,
+        WITHHELD_TABLE_ID,
+        UNCOVERED_TABLE_ID,
+        BLOCKED_TABLE_ID,
+    ]
     if [panels.index(t) + 1 for t in tables] != ids:
         raise RuntimeError("a drill-down table moved: the stats' data links would open another panel")
     for i, panel in enumerate(panels, start=1):

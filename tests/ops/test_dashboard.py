@@ -224,13 +224,15 @@ def test_the_hanging_table_names_the_partition_whose_how_long_its_lso_lag_and_th
         "open for",
         "open since",
         "LSO lag (records)",
+        "blocked groups",
         "txnwatch proposals show",
     ]
     exprs = [t["expr"] for t in hanging["targets"]]
     assert all("txnwatch_hanging_transaction_open_since_timestamp_seconds" in e for e in exprs)
     # the LSO lag joins each row on its partition, keeping the row's labels (merge joins rows on equal labels)
     assert "group_left max by (cluster, topic, partition) (txnwatch_last_stable_offset_lag" in exprs[2]
-    # what no series carries is named where it is: proposals show reads it live
+    # how many consumer groups the collector found held up on the row's partition, joined the same way
+    assert "group_left count by (cluster, topic, partition) (txnwatch_collector_blocked_groups" in exprs[3]
     assert "consumer groups" in hanging["description"]
     # a transaction no coordinator record names shows (none named), and its row still merges
     assert all('"transactional_id", "(none named)"' in e for e in exprs)
@@ -248,7 +250,8 @@ def test_drill_down_tables_name_the_partitions_of_each_state() -> None:
             "transactional id",
         ),
         "Withheld (UNCONFIRMED)": ("txnwatch_withheld_verdict_open_since_timestamp_seconds", "would be"),
-        "Uncovered partitions": ("txnwatch_collector_partitions_uncovered", "reason"),
+        "Uncovered partitions": ("txnwatch_collector_partition_uncovered", "reason"),
+        "Blocked consumer groups": ("txnwatch_collector_blocked_groups", "consumer group"),
     }
     for title, (metric, column) in expected.items():
         panel = t[title]
@@ -257,6 +260,9 @@ def test_drill_down_tables_name_the_partitions_of_each_state() -> None:
         assert all(target["instant"] and target["format"] == "table" for target in panel["targets"]), title
     for title in ("Stuck in prepare", "Coordinator overdue", "Withheld (UNCONFIRMED)"):
         assert {"topic", "partition", "open for", "open since", "LSO lag (records)"} <= set(columns(t[title]))
+    # each uncovered partition and each blocked group by name, not a count
+    assert columns(t["Uncovered partitions"]) == ["cluster", "topic", "partition", "reason"]
+    assert columns(t["Blocked consumer groups"]) == ["cluster", "topic", "partition", "consumer group", "why"]
 
 
 def test_the_stats_open_their_tables() -> None:

@@ -118,6 +118,28 @@ def openmetrics(end: int) -> str:
             "gauge",
             [(f'{c},reason="LEADER_NOT_AVAILABLE"', lambda t: 2)],
         ),
+        (
+            "txnwatch_collector_partition_uncovered",
+            "gauge",
+            [
+                (f'{c},topic="payments",partition="5",reason="LEADER_NOT_AVAILABLE"', lambda t: 1),
+                (f'{c},topic="payments",partition="6",reason="LEADER_NOT_AVAILABLE"', lambda t: 1),
+            ],
+        ),
+        (
+            "txnwatch_collector_blocked_groups",
+            "gauge",
+            [
+                (
+                    f'{c},topic="orders",partition="3",group="orders-app",reason="committed-at-lso"',
+                    lambda t: 1 if t >= hang_opened else None,
+                ),
+                (
+                    f'{c},topic="orders",partition="3",group="orders-audit",reason="committed-at-lso"',
+                    lambda t: 1 if t >= hang_opened else None,
+                ),
+            ],
+        ),
         ("txnwatch_collector_last_success_timestamp_seconds", "gauge", [(c, lambda t: t)]),
         (
             "txnwatch_stream_last_batch_timestamp_seconds",
@@ -239,6 +261,7 @@ def test_every_panel_of_the_json_is_drawn_with_its_data(prometheus: tuple[str, i
         "'partition': '3', 'transactional id': 'orders-tx-1', 'producer id': '4001'",
         "coordinator-completed",
         "'LSO lag (records)': '42'",
+        "'blocked groups': '2'",
     ):
         assert cell in hanging, hanging
     assert f"'txnwatch proposals show': '{HANGING_CANDIDATE}'" in hanging
@@ -252,7 +275,13 @@ def test_every_panel_of_the_json_is_drawn_with_its_data(prometheus: tuple[str, i
     assert "'transactional id': '(none named)', 'withheld: why': 'coordinator-record-undecodable'" in withheld
     assert "'open since': '" in withheld and withheld.endswith("'LSO lag (records)': '3'}]"), withheld
     assert "'would be': 'coordinator-expired'" in withheld, withheld
-    assert "'reason': 'LEADER_NOT_AVAILABLE', 'partitions': '2'" in tables["Uncovered partitions"]
+    uncovered = tables["Uncovered partitions"]
+    assert uncovered.startswith("2 row(s)"), uncovered
+    assert "'topic': 'payments', 'partition': '5', 'reason': 'LEADER_NOT_AVAILABLE'" in uncovered, uncovered
+    blocked = tables["Blocked consumer groups"]
+    assert blocked.startswith("2 row(s)"), blocked
+    for group in ("orders-app", "orders-audit"):
+        assert f"'partition': '3', 'consumer group': '{group}', 'why': 'committed-at-lso'" in blocked, blocked
     assert stats["Hanging transactions"] == stats["Stuck in prepare"] == "1"
     assert stats["Withheld (UNCONFIRMED)"] == "2"
     assert stats["Targets up"] == "UP"
