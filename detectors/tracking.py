@@ -11,14 +11,15 @@ Which coordinator record is newer is decided by its place in the log (`log_offse
 coordinator's wall clock: Kafka stamps `TransactionLastUpdateTimestampMs` with the coordinator broker's clock and
 never checks that it increases. A view whose transaction is in progress (Ongoing, Prepare*) is never pruned.
 
-State is kept per hash bucket of ids, one plain dict per bucket (streaming/reconcile.py says why); rows come and
+State is grouped by hash bucket of ids; within a bucket, stage 1's owners and stage 2's views are kept per id and
+only the ones a batch touches are read and written (`Views`; streaming/reconcile.py says why); rows come and
 go as plain tuples in the column orders below, which the job's Spark schemas follow (a test holds them equal).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -459,8 +460,8 @@ class View(NamedTuple):
     fact_time_ms: int  # the record's update time (coordinator clock), or when retired: evidence, never order
     updated_ms: int  # processing time of the last update (the TTL counts from it)
     log_offset: int = -1  # where the record (or the retirement) is in the coordinator log; -1 unknown
-    # The record is Ongoing/Prepare*: never pruned. None until the view is first old enough to prune: parsing
-    # every record as it arrives would cost more than the rest of applying it.
+    # The record is Ongoing/Prepare*: never forgotten (`kept_past_ttl`). Worked out when the view is applied;
+    # None only in a view stored by a release that worked it out lazily.
     in_progress: bool | None = None
 
 
@@ -482,6 +483,63 @@ def in_progress(record_json: str | None) -> bool:
         return False
     state = json.loads(record_json).get("state")
     return state is not None and CoordinatorState(state) in OWNING_STATES
+
+
+def kept_past_ttl(view: View, in_use: bool) -> bool:
+    """Whether a view must outlive `view_ttl_ms`: its record says the coordinator still owns a transaction
+    (Ongoing, Prepare*), or an open transaction of its producer id is tracked (`in_use`).
+
+    Either way the view is evidence a verdict rests on: a forgotten view reads as "no transactional id owns
+    it", and a transaction held open for longer than the TTL (a KIP-939 prepared one has no timeout) came back
+    as HANGING no-coordinator-state. Every other view (the transaction is over: Empty, Complete*, or retired)
+    is forgotten `view_ttl_ms` after it was last written, which bounds the state of producer ids nobody uses.
+    """
+    if in_use:
+        return True
+    return view.in_progress if view.in_progress is not None else in_progress(view.record_json)
+
+
+class Views:
+    """The coordinator views a batch touches: each read once from the state store (`load`, one round trip per
+    producer id) on first use, and written back only when it changed or must move between the views kept past
+    the TTL and the ones that expire (`BucketState.view_homes`).
+
+    Why not the whole bucket in memory: a cluster keeps hundreds of thousands to millions of transactional ids
+    (Flink's exactly-once sinks make a new one per subtask and checkpoint), and reading and rewriting every view
+    of a bucket each batch made a batch cost what the job remembers instead of what changed. Without `load`
+    (tests), `stored` is the whole store.
+    """
+
+    def __init__(
+        self, stored: dict[int, View] | None = None, load: Callable[[int], View | None] | None = None
+    ) -> None:
+        self._cache: dict[int, View | None] = dict(stored or {})
+        self._load = load
+        self.changed: set[int] = set()
+
+    def get(self, producer_id: int) -> View | None:
+        if producer_id in self._cache:
+            return self._cache[producer_id]
+        view = self._load(producer_id) if self._load is not None else None
+        self._cache[producer_id] = view
+        return view
+
+    def __getitem__(self, producer_id: int) -> View:
+        view = self.get(producer_id)
+        if view is None:
+            raise KeyError(producer_id)
+        return view
+
+    def __setitem__(self, producer_id: int, view: View) -> None:
+        self._cache[producer_id] = view
+        self.changed.add(producer_id)
+
+    def __contains__(self, producer_id: object) -> bool:
+        return isinstance(producer_id, int) and self.get(producer_id) is not None
+
+    def loaded(self) -> dict[int, View]:
+        """The views read or written so far (all of them without `load`)."""
+        return {pid: v for pid, v in self._cache.items() if v is not None}
 
 
 class OpenEntry(NamedTuple):
@@ -600,15 +658,16 @@ class BucketState:
     def __init__(
         self,
         config: ReconcileConfig,
-        views: dict[int, View],
+        views: Views | dict[int, View],
         opens: dict[OpenKey, OpenEntry],
         currency: ViewCurrency | None = None,
     ) -> None:
         self.config = config
-        self.views = views
+        self.views = views if isinstance(views, Views) else Views(views)
         self.opens = opens
+        # which producer ids had an open transaction tracked as loaded: whose views may have to move
+        self._in_use_at_load = {key[0] for key in opens}
         self.currency = currency if currency is not None else config.view_currency()
-        self.views_changed = False
         self.opens_changed = False
         self.currency_changed = False
         self.undecodable_changed = False  # this batch changed which records did not decode: judge everything
@@ -711,8 +770,10 @@ class BucketState:
         if fact == "retired":
             self.views[producer_id] = View(None, fact_time_ms, fact_time_ms, now_ms, log_offset, False)
         else:
-            self.views[producer_id] = View(record_json, None, fact_time_ms, now_ms, log_offset)
-        self.views_changed = True
+            # Whether the coordinator still owns the transaction decides where the view is kept (`kept_past_ttl`).
+            self.views[producer_id] = View(
+                record_json, None, fact_time_ms, now_ms, log_offset, in_progress(record_json)
+            )
 
     def confirm_open(self, key: OpenKey, row: OpenRow, now_ms: int) -> list[Event]:
         """A snapshot showed a transaction open: remember it (keeping when we first saw it)."""
@@ -932,47 +993,26 @@ class BucketState:
         return self._gone(key, entry, now_ms)
 
     def expire(self, now_ms: int) -> list[Event]:
-        """The timer's work: forget unconfirmed transactions and views past their TTL."""
-        events = self.evaluate(set(), set(), now_ms)
-        self.prune_views(now_ms)
-        return events
+        """The timer's work: forget the open transactions no snapshot confirmed for `expire_after_ms`. (Views
+        are forgotten by the state store's TTL: `view_homes`.)"""
+        return self.evaluate(set(), set(), now_ms)
 
-    def prune_views(self, now_ms: int) -> None:
-        """Forget views not updated for `view_ttl_ms` whose transaction is over (completed, empty, retired).
-
-        Never a view whose record is Ongoing or Prepare*: the coordinator still owns that transaction, and a
-        forgotten view reads as "no transactional id owns it". A transaction held open longer than the TTL (a
-        KIP-939 prepared one has no timeout) whose partition went unreported for `expire_after_ms` (a leader
-        restart) lost its open entry, then its view, and came back as HANGING no-coordinator-state. Nor the
-        view of a producer id with an open transaction. So the views kept are bounded by the transactions in
-        progress plus the producer ids updated within the TTL.
-        """
-        ttl = self.config.view_ttl_ms
+    def view_homes(self) -> list[tuple[int, View, bool]]:
+        """The views to write back: (producer id, view, kept past the TTL? `kept_past_ttl`) for every view this
+        batch changed, and for every view whose producer id started or stopped having an open transaction tracked
+        (it moves between the views kept and the ones that expire). A view that stops being kept expires
+        `view_ttl_ms` after it moved, which is never sooner than the TTL after its last update."""
         in_use = {key[0] for key in self.opens}
-        stale = []
-        for pid, v in self.views.items():
-            if v.updated_ms + ttl > now_ms or pid in in_use:
-                continue
-            if v.in_progress is None:  # worked out once, when the view is first old enough, and remembered
-                v = v._replace(in_progress=in_progress(v.record_json))
-                self.views[pid] = v
-                self.views_changed = True
-            if not v.in_progress:
-                stale.append(pid)
-        for pid in stale:
-            del self.views[pid]
-        self.views_changed = self.views_changed or bool(stale)
+        homes = []
+        for pid in sorted(self.views.changed | (in_use ^ self._in_use_at_load)):
+            view = self.views.get(pid)
+            if view is not None:
+                homes.append((pid, view, kept_past_ttl(view, pid in in_use)))
+        return homes
 
     def next_deadline(self) -> int | None:
-        """When the timer must fire next: the earliest expiry of an open transaction or a prunable view."""
-        deadlines = [e.confirmed_ms + self.config.expire_after_ms for e in self.opens.values()]
-        in_use = {key[0] for key in self.opens}
-        prunable = [
-            v.updated_ms for pid, v in self.views.items() if pid not in in_use and v.in_progress is not True
-        ]
-        if prunable:
-            deadlines.append(min(prunable) + self.config.view_ttl_ms)
-        return min(deadlines) if deadlines else None
+        """When the timer must fire next: the earliest expiry of an open transaction."""
+        return min((e.confirmed_ms + self.config.expire_after_ms for e in self.opens.values()), default=None)
 
 
 def reconcile_bucket(

@@ -6,16 +6,26 @@ facts (`tracking.advance_owners`). Stage 2 (`TransactionReconciler`, keyed by a 
 coordinator views and the open transactions and judges them (`tracking.BucketState`); a processing-time timer
 forgets transactions the collector stopped confirming and views nobody uses any more.
 
-Why buckets, not one key per transactional id / producer id: every state access of a Python stateful processor
-is a round trip to the JVM's state server, and every key is a group with its own Arrow batch. Keyed per id, that
-cost ~2 ms of CPU per id and capped the job near 1k records/s on two cores (docs/BENCHMARKS.md). So each stage is
-keyed by a hash bucket of its id (`--state-buckets`, fixed for the life of a checkpoint) and keeps its ids in
-one state value per bucket: a pickled dict read once and written once per bucket per batch.
+Why buckets, not one grouping key per transactional id / producer id: every grouping key is a group with its own
+Arrow batch and its own calls into the processor. Keyed per id, that cost ~2 ms of CPU per id and capped the job
+near 1k records/s on two cores (docs/BENCHMARKS.md). So each stage is grouped by a hash bucket of its id
+(`--state-buckets`, fixed for the life of a checkpoint).
+
+Why per-id map state inside a bucket, not one pickled dict per bucket (as releases up to 0.4 kept): a batch then
+read, unpickled, re-pickled and wrote (RocksDB and its changelog) every id the bucket remembers even when one
+transaction changed, so a batch cost what the job remembers: at a million transactional ids, ~80 MB of
+checkpoint and ~45 s per batch (docs/BENCHMARKS.md). Each state access is one round trip to the JVM's state server
+(~0.1 ms), so a batch now reads and writes only the ids its rows touch; a batch that touches many ids of a bucket
+(catching up) reads the bucket's whole map in one stream instead (`BULK_READ_IDS`). The open transactions and the
+view's currency stay one value per bucket: they are bounded by the transactions open now and the coordinator
+partitions, not by the ids remembered. A checkpoint written by an earlier release is migrated the first time a
+bucket is read (`_migrate_owners`, `_migrate_views`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import pickle
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -37,9 +47,12 @@ from detectors.tracking import (
     Owner,
     ReconcileConfig,
     View,
+    Views,
     advance_owners,
     advance_undecodable,
     applied_facts,
+    in_progress,
+    kept_past_ttl,
     read_facts,
     reconcile_bucket,
     stored_open_entry,
@@ -47,8 +60,13 @@ from detectors.tracking import (
 from streaming.gcpause import without_cyclic_gc
 from streaming.rows import coordinator_rows, fact_rows, open_transaction_rows
 
-# The state value of a bucket: one pickled dict (written and read only by this module).
+# A state value of a bucket that is one pickled object (written and read only by this module).
 BLOB_SCHEMA = "blob binary"
+
+# A batch that touches at least this many ids of one bucket reads the bucket's whole map in one stream (Arrow
+# batches from the state server) rather than one round trip per id: catching up a log of a million ids, the
+# first batches touch every id.
+BULK_READ_IDS = 2_000
 
 
 class ValueStateLike(Protocol):
@@ -58,6 +76,31 @@ class ValueStateLike(Protocol):
     def get(self) -> tuple[Any, ...] | None: ...
     def update(self, newValue: tuple[Any, ...]) -> None: ...
     def clear(self) -> None: ...
+
+
+class MapStateLike(Protocol):
+    """The part of pyspark's MapState this module uses (a test fakes it)."""
+
+    def exists(self) -> bool: ...
+    def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None: ...
+    def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None: ...
+    def removeKey(self, key: tuple[Any, ...]) -> None: ...
+    def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]: ...
+
+
+def _read_map(state: MapStateLike, ids: set[Any], decode: Callable[[tuple[Any, ...]], Any]) -> dict[Any, Any]:
+    """The stored values of `ids` (absent ones left out): one round trip per id, or, for many ids, the whole
+    map in one stream (`BULK_READ_IDS`); nothing at all from an empty map (the first batches of a new job)."""
+    if not ids or not state.exists():
+        return {}
+    if len(ids) >= BULK_READ_IDS:
+        return {k[0]: decode(v) for k, v in state.iterator() if k[0] in ids}
+    found = {}
+    for i in ids:
+        row = state.getValue((i,))
+        if row is not None:
+            found[i] = decode(row)
+    return found
 
 
 def _load(state: ValueStateLike, entry: Callable[..., Any]) -> dict[Any, Any]:
@@ -108,11 +151,44 @@ FACT_SCHEMA = T.StructType(
 )
 
 
+# Stage 1's state per transactional id (detectors.tracking.Owner): the two rarely set fields as JSON.
+OWNER_KEY_SCHEMA = "transactional_id string"
+OWNER_SCHEMA = "producer_id long, source_offset long, undecodable string, prepared string"
+
+
+def owner_row(owner: Owner) -> tuple[Any, ...]:
+    """An Owner as OWNER_SCHEMA's columns."""
+    return (
+        owner.producer_id,
+        owner.source_offset,
+        json.dumps(owner.undecodable) if owner.undecodable else None,
+        json.dumps(owner.prepared) if owner.prepared is not None else None,
+    )
+
+
+def owner_of(row: tuple[Any, ...]) -> Owner:
+    """The Owner stored as OWNER_SCHEMA's columns (`owner_row`)."""
+    undecodable = tuple((topic, offset) for topic, offset in json.loads(row[2])) if row[2] else ()
+    prepared = tuple(json.loads(row[3])) if row[3] else None
+    return Owner(row[0], row[1], undecodable, prepared)
+
+
 class ProducerIdFacts(StatefulProcessor):
     """Stage 1 (keyed by a bucket of transactional ids): which producer id each owns; facts by producer id."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.owners = handle.getValueState("owners", BLOB_SCHEMA)
+        self.owners = handle.getMapState("owner", OWNER_KEY_SCHEMA, OWNER_SCHEMA)
+        self.legacy = handle.getValueState("owners", BLOB_SCHEMA)  # a bucket's one dict, before per-id state
+        self.migrated: set[Any] = set()
+
+    def _migrate_owners(self, key: Any) -> None:
+        """A bucket an earlier release stored as one pickled dict: every owner into the map, once."""
+        if key in self.migrated:
+            return
+        for tid, owner in _load(self.legacy, Owner).items():
+            self.owners.updateValue((tid,), owner_row(owner))
+        self.legacy.clear()
+        self.migrated.add(key)
 
     @without_cyclic_gc
     def handleInputRows(
@@ -121,12 +197,22 @@ class ProducerIdFacts(StatefulProcessor):
         columns = _columns(rows, STAGE1_INPUT_COLUMNS[1:])
         where = columns[-4:-1]  # read_topic, read_partition, read_offset
         records = cast("Iterator[CoordinatorRow]", zip(*columns[:-4], strict=True))
-        owners: dict[str, Owner] = _load(self.owners, Owner)
+        self._migrate_owners(key)
+        touched = {tid for tid in columns[0] if tid is not None}
+        stored: dict[str, Owner] = _read_map(self.owners, touched, owner_of)
+        owners = dict(stored)
         # Plain tuples in CoordinatorRow's order: a NamedTuple per row would cost as much as the rule.
         # A row with no producer id did not decode: it is no record to apply, only a taint (advance_undecodable).
         facts = advance_owners(owners, (r for r in records if r[0] is not None and r[1] is not None))
         facts.extend(advance_undecodable(owners, columns[0], columns[1], *where))
-        _save(self.owners, owners)
+        for tid in touched:
+            owner, before = owners.get(tid), stored.get(tid)
+            if owner == before:
+                continue
+            if owner is None:
+                self.owners.removeKey((tid,))
+            else:
+                self.owners.updateValue((tid,), owner_row(owner))
         # Read now, after the fetch of every row of the batch: the bound of when the reader saw its gaps.
         topics, partitions, offsets = where
         facts.extend(read_facts(topics, partitions, offsets, columns[-1], int(time.time() * 1000)))
@@ -164,6 +250,16 @@ def collector_clock(config: ReconcileConfig, positions: Iterable[Any], now_ms: i
     return dataclasses.replace(config, expire_after_ms=config.expire_after_ms + (now_ms - newest))
 
 
+# Stage 2's state per producer id (detectors.tracking.View), in one of two maps: the views kept past the TTL
+# (`kept_past_ttl`: the coordinator still owns the transaction, or an open one of the producer id is tracked)
+# and the ones the state store forgets `view_ttl_ms` after they were last written.
+VIEW_KEY_SCHEMA = "producer_id long"
+VIEW_SCHEMA = (
+    "record_json string, retired_at_ms long, fact_time_ms long, updated_ms long, log_offset long, "
+    "in_progress boolean"
+)
+
+
 class TransactionReconciler(StatefulProcessor):
     """Stage 2 (keyed by a bucket of producer ids): open transactions × the coordinator's view → verdicts."""
 
@@ -172,24 +268,76 @@ class TransactionReconciler(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.views = handle.getValueState("views", BLOB_SCHEMA)
+        self.kept = handle.getMapState("views_kept", VIEW_KEY_SCHEMA, VIEW_SCHEMA)
+        self.expiring = handle.getMapState(
+            "views_expiring", VIEW_KEY_SCHEMA, VIEW_SCHEMA, self.config.view_ttl_ms
+        )
+        self.kept_ids = handle.getValueState("views_kept_ids", BLOB_SCHEMA)  # which map holds a view
+        self.legacy_views = handle.getValueState("views", BLOB_SCHEMA)  # a bucket's one dict, before
         self.opens = handle.getValueState("open", BLOB_SCHEMA)
         self.currency = handle.getValueState("currency", BLOB_SCHEMA)
         self.timer = handle.getValueState("timer", "at_ms long")
+        self.migrated: set[Any] = set()
 
-    def _bucket(self, now_ms: int) -> BucketState:
+    def _migrate_views(self, key: Any, opens: Mapping[Any, Any], kept_ids: set[int]) -> None:
+        """A bucket an earlier release stored as one pickled dict: every view into its map, once."""
+        if key in self.migrated:
+            return
+        in_use = {k[0] for k in opens}
+        for pid, view in _load(self.legacy_views, View).items():
+            if view.in_progress is None:
+                view = view._replace(in_progress=in_progress(view.record_json))
+            if kept_past_ttl(view, pid in in_use):
+                self.kept.updateValue((pid,), tuple(view))
+                kept_ids.add(pid)
+            else:
+                self.expiring.updateValue((pid,), tuple(view))
+        self.legacy_views.clear()
+        self.migrated.add(key)
+
+    def _bucket(
+        self, key: Any, now_ms: int, producer_ids: Iterable[int] = ()
+    ) -> tuple[BucketState, set[int]]:
         stored = self.currency.get() if self.currency.exists() else None
         currency = self.config.view_currency(None if stored is None else pickle.loads(stored[0]))
-        return BucketState(
-            collector_clock(self.config, currency.newest.values(), now_ms),
-            _load(self.views, View),
-            _load(self.opens, stored_open_entry),
-            currency,
-        )
+        opens = _load(self.opens, stored_open_entry)
+        held = self.kept_ids.get() if self.kept_ids.exists() else None
+        kept_ids: set[int] = set() if held is None else pickle.loads(held[0])
+        self._migrate_views(key, opens, kept_ids)
+        wanted = set(producer_ids) | {k[0] for k in opens}
+        if len(wanted) >= BULK_READ_IDS:
+            # Catching up: the bucket's views in two streams, not a round trip per producer id.
+            views = Views(_read_map(self.kept, wanted, _view_of) | _read_map(self.expiring, wanted, _view_of))
+        else:
 
-    def _store(self, bucket: BucketState) -> None:
-        if bucket.views_changed:
-            _save(self.views, bucket.views)
+            def load(pid: int) -> View | None:
+                row = (self.kept if pid in kept_ids else self.expiring).getValue((pid,))
+                return None if row is None else View(*row)
+
+            views = Views(load=load)
+        bucket = BucketState(
+            collector_clock(self.config, currency.newest.values(), now_ms), views, opens, currency
+        )
+        return bucket, kept_ids
+
+    def _store(self, bucket: BucketState, kept_ids: set[int], kept_at_load: frozenset[int]) -> None:
+        changed = bucket.views.changed
+        for pid, view, kept in bucket.view_homes():
+            was_kept = pid in kept_ids
+            if pid not in changed and kept == was_kept:
+                continue  # its use changed, its home did not
+            (self.kept if kept else self.expiring).updateValue((pid,), tuple(view))
+            if kept != was_kept:
+                (self.expiring if kept else self.kept).removeKey((pid,))
+                if kept:
+                    kept_ids.add(pid)
+                else:
+                    kept_ids.discard(pid)
+        if kept_ids != kept_at_load:
+            if kept_ids:
+                self.kept_ids.update((pickle.dumps(kept_ids, protocol=pickle.HIGHEST_PROTOCOL),))
+            else:
+                self.kept_ids.clear()
         if bucket.opens_changed:
             _save(self.opens, bucket.opens)
         if bucket.currency_changed:
@@ -212,12 +360,14 @@ class TransactionReconciler(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        bucket = self._bucket(now_ms)
         columns = _columns(rows, STAGE2_INPUT_COLUMNS[1:])
+        # The producer ids of view, retired and open rows (progress and position rows carry -1).
+        bucket, kept_ids = self._bucket(key, now_ms, (p for p in columns[0] if p >= 0))
+        kept_at_load = frozenset(kept_ids)
         # Every bucket gets every progress and position row; bucket 0 reports the view's lag to the driver.
         report = key[0] == 0 and any(f in ("applied", "position") for f in columns[1])
         events = reconcile_bucket(bucket, columns, now_ms, report_view=report)
-        self._store(bucket)
+        self._store(bucket, kept_ids, kept_at_load)
         if events:
             yield pd.DataFrame(events, columns=EVENT_COLUMNS, dtype=object)
 
@@ -228,14 +378,19 @@ class TransactionReconciler(StatefulProcessor):
         # Called by keyword: the parameter names must stay exactly these (pyspark's transformWithStateInPandas calls handleInputRows by keyword).
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         self.timer.clear()  # it fired
-        bucket = self._bucket(now_ms)
+        bucket, kept_ids = self._bucket(key, now_ms)
+        kept_at_load = frozenset(kept_ids)
         events = bucket.expire(now_ms)
-        self._store(bucket)
+        self._store(bucket, kept_ids, kept_at_load)
         if events:
             yield pd.DataFrame(events, columns=EVENT_COLUMNS, dtype=object)
 
     def close(self) -> None:
         pass
+
+
+def _view_of(row: tuple[Any, ...]) -> View:
+    return View(*row)
 
 
 def reconcile_events(

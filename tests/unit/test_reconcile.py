@@ -6,12 +6,15 @@ The tracking rules themselves are tested in test_tracking.py (no pyspark there).
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
+import pandas as pd
 import pytest
-from builders import MINUTE, PID, T0, coord, tps
+from builders import LIMITS, MINUTE, PID, T0, coord, tombstone, tps
 from hypothesis import given
 from hypothesis import strategies as st
+from test_tracking import fact_row, open_row, position_row, seen_at
 
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.models import MAX_PRODUCER_EPOCH, CoordinatorRecord, CoordinatorState
@@ -19,14 +22,29 @@ from detectors.rules import coord_facts
 from detectors.tracking import (
     EVENT_COLUMNS,
     FACT_COLUMNS,
+    STAGE1_INPUT_COLUMNS,
+    STAGE2_INPUT_COLUMNS,
     OpenRow,
     Owner,
+    ReconcileConfig,
     View,
     coord_facts_from_json,
     open_entry,
     stored_open_entry,
 )
-from streaming.reconcile import EVENT_SCHEMA, FACT_SCHEMA, _load, _save
+from streaming import reconcile
+from streaming.reconcile import (
+    EVENT_SCHEMA,
+    FACT_SCHEMA,
+    OWNER_SCHEMA,
+    VIEW_SCHEMA,
+    ProducerIdFacts,
+    TransactionReconciler,
+    _load,
+    _save,
+    owner_of,
+    owner_row,
+)
 from streaming.rows import _PROVENANCE
 from streaming.sinks import EventRow
 from streaming.sources import _DECODED_FIELDS, _decode_fields
@@ -145,3 +163,241 @@ def test_decoding_a_record_gives_the_fields_of_the_model(
         transactional_id, value, source_partition=0, source_offset=0, source_timestamp_ms=ts_ms
     )
     assert fast == _model_fields(model)
+
+
+# ------------------------------------------------- the processors' per-id state, through fake state variables
+
+
+class Clock:
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+
+
+class FakeMapState:
+    """A MapState's surface (what the processors use), in memory; with `ttl_ms`, an entry reads as absent from
+    `ttl_ms` after it was last written, as Spark's processing-time TTL does."""
+
+    def __init__(self, clock: Clock, ttl_ms: int | None = None) -> None:
+        self.clock, self.ttl_ms = clock, ttl_ms
+        self.entries: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}
+        self.calls = 0
+
+    def _live(self) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+        return {
+            k: v
+            for k, (v, at) in self.entries.items()
+            if self.ttl_ms is None or at + self.ttl_ms > self.clock.now_ms
+        }
+
+    def exists(self) -> bool:
+        return bool(self._live())
+
+    def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        self.calls += 1
+        return self._live().get(key)
+
+    def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
+        self.calls += 1
+        self.entries[key] = (value, self.clock.now_ms)
+
+    def removeKey(self, key: tuple[Any, ...]) -> None:
+        self.calls += 1
+        self.entries.pop(key, None)
+
+    def iterator(self) -> Any:
+        return iter(list(self._live().items()))
+
+    def keys_now(self) -> set[Any]:
+        return {k[0] for k in self._live()}
+
+
+class FakeHandle:
+    """A StatefulProcessorHandle's surface, for one grouping key."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.maps: dict[str, FakeMapState] = {}
+        self.values: dict[str, FakeValueState] = {}
+        self.timers: set[int] = set()
+
+    def getValueState(self, name: str, schema: str) -> FakeValueState:
+        return self.values.setdefault(name, FakeValueState())
+
+    def getMapState(self, name: str, key: str, value: str, ttl_ms: int | None = None) -> FakeMapState:
+        return self.maps.setdefault(name, FakeMapState(self.clock, ttl_ms))
+
+    def registerTimer(self, at_ms: int) -> None:
+        self.timers.add(at_ms)
+
+    def deleteTimer(self, at_ms: int) -> None:
+        self.timers.discard(at_ms)
+
+
+class Timer:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def getCurrentProcessingTimeInMs(self) -> int:
+        return self.clock.now_ms
+
+
+STAGE2_CONFIG = ReconcileConfig(limits=LIMITS, expire_after_ms=30_000, view_ttl_ms=3_600_000)
+
+
+def stage2(clock: Clock) -> tuple[TransactionReconciler, FakeHandle]:
+    processor, handle = TransactionReconciler(STAGE2_CONFIG), FakeHandle(clock)
+    processor.init(handle)  # type: ignore[arg-type]
+    return processor, handle
+
+
+def run_stage2(processor: TransactionReconciler, clock: Clock, *rows: list[Any]) -> list[dict[str, Any]]:
+    rows = (*rows, position_row(clock.now_ms))
+    df = pd.DataFrame([[1, *r] for r in rows], columns=list(STAGE2_INPUT_COLUMNS), dtype=object)
+    # bucket 1: bucket 0 also reports the view's lag
+    out = list(processor.handleInputRows((1,), iter([df]), Timer(clock)))  # type: ignore[arg-type]
+    return [dict(zip(EVENT_COLUMNS, e, strict=True)) for f in out for e in f.itertuples(index=False)]
+
+
+DONE = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 - 1)
+
+
+def test_stage_2_keeps_a_view_per_producer_id_and_only_finished_ones_expire() -> None:
+    clock = Clock(T0)
+    processor, handle = stage2(clock)
+    ongoing = coord(producer_id=PID + 1, transactional_id="tx-2")
+    run_stage2(
+        processor, clock, fact_row(DONE, log_offset=1), fact_row(ongoing, producer_id=PID + 1, log_offset=2)
+    )
+    kept, expiring = handle.maps["views_kept"], handle.maps["views_expiring"]
+    assert kept.keys_now() == {PID + 1} and expiring.keys_now() == {PID}
+    assert pickle.loads(handle.values["views_kept_ids"].value[0]) == {PID + 1}  # type: ignore[index]
+    assert expiring.ttl_ms == STAGE2_CONFIG.view_ttl_ms and kept.ttl_ms is None
+    clock.now_ms = T0 + STAGE2_CONFIG.view_ttl_ms
+    assert expiring.keys_now() == set() and kept.keys_now() == {PID + 1}
+    # The transaction in progress is still judged against its view: owned, never no-coordinator-state.
+    events = run_stage2(processor, clock, open_row(seen_at(clock.now_ms, producer_id=PID + 1)))
+    assert [(e["event"], e["reason"]) for e in events] == [("VERDICT", None)]
+
+
+def test_a_batch_reads_and_writes_only_the_producer_ids_it_touches() -> None:
+    clock = Clock(T0)
+    processor, handle = stage2(clock)
+    many = [
+        fact_row(DONE.model_copy(update={"producer_id": PID + i}), producer_id=PID + i) for i in range(50)
+    ]
+    run_stage2(processor, clock, *many)
+    expiring = handle.maps["views_expiring"]
+    assert len(expiring.keys_now()) == 50
+    expiring.calls = 0
+    clock.now_ms += 5_000
+    run_stage2(processor, clock, fact_row(DONE.model_copy(update={"producer_epoch": 6}), log_offset=9))
+    assert expiring.calls == 2  # one read, one write: not the 50 views the bucket remembers
+
+
+def test_the_view_of_an_open_transaction_moves_to_the_kept_views_and_back() -> None:
+    """A finished view whose producer id has an open transaction tracked outlives the TTL (a lost commit
+    marker must be judged against the commit); once the open transaction is forgotten it expires again."""
+    clock = Clock(T0)
+    processor, handle = stage2(clock)
+    run_stage2(processor, clock, fact_row(DONE, log_offset=1))
+    kept, expiring = handle.maps["views_kept"], handle.maps["views_expiring"]
+    assert expiring.keys_now() == {PID}
+    clock.now_ms += 1_000
+    run_stage2(processor, clock, open_row(seen_at(clock.now_ms)))
+    assert kept.keys_now() == {PID} and expiring.keys_now() == set()
+    # Sweeps go on without it: it is forgotten once no snapshot confirmed it for `expire_after_ms`.
+    gone = []
+    while not gone:
+        clock.now_ms += 10_000
+        gone = [e for e in run_stage2(processor, clock) if e["event"] == "GONE"]
+    assert clock.now_ms <= T0 + 1_000 + STAGE2_CONFIG.expire_after_ms + 10_000
+    assert kept.keys_now() == set() and expiring.keys_now() == {PID}
+    assert not handle.values["views_kept_ids"].exists()
+
+
+def test_a_bucket_stored_as_one_dict_by_an_earlier_release_is_migrated_once() -> None:
+    """Releases up to 0.4 kept a bucket's views as one pickled dict (v0.1.0's as 4-tuples): the first batch
+    moves each into its map (in progress or in use: kept), and the dict is cleared."""
+    clock = Clock(T0)
+    processor, handle = stage2(clock)
+    ongoing = coord(producer_id=PID + 1, transactional_id="tx-2")
+    _save(
+        handle.values["views"],
+        {
+            PID: (DONE.model_dump_json(), None, T0 - 1, T0),
+            PID + 1: (ongoing.model_dump_json(), None, T0 - 1, T0),
+            PID + 2: (None, T0 - 5, T0 - 5, T0),
+        },
+    )
+    run_stage2(processor, clock)
+    assert not handle.values["views"].exists()
+    assert handle.maps["views_kept"].keys_now() == {PID + 1}
+    assert handle.maps["views_expiring"].keys_now() == {PID, PID + 2}
+    assert View(*handle.maps["views_kept"].getValue((PID + 1,)) or ()).in_progress is True  # type: ignore[misc]
+
+
+def stage1_row(record: CoordinatorRecord, read_offset: int) -> list[Any]:
+    values = {
+        "transactional_id": record.transactional_id,
+        "producer_id": record.producer_id,
+        "previous_producer_id": record.previous_producer_id,
+        "next_producer_id": record.next_producer_id,
+        "tombstone": record.tombstone,
+        "last_update_timestamp_ms": record.last_update_timestamp_ms,
+        "source_offset": record.source_offset,
+        "record_json": record.model_dump_json(),
+        "state": record.state.value if record.state is not None else None,
+        "read_topic": "__transaction_state",
+        "read_partition": 0,
+        "read_offset": read_offset,
+        "read_after": None,
+    }
+    return [0, *[values[c] for c in STAGE1_INPUT_COLUMNS[1:]]]
+
+
+def run_stage1(processor: ProducerIdFacts, *rows: list[Any]) -> list[tuple[Any, ...]]:
+    df = pd.DataFrame(list(rows), columns=list(STAGE1_INPUT_COLUMNS), dtype=object)
+    out = list(processor.handleInputRows((0,), iter([df]), None))  # type: ignore[arg-type]
+    return [tuple(r) for f in out for r in f.itertuples(index=False)]
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["per-id", "whole-map"])
+def test_stage_1_keeps_an_owner_per_transactional_id(bulk: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if bulk:
+        monkeypatch.setattr(reconcile, "BULK_READ_IDS", 1)
+    clock = Clock(T0)
+    processor, handle = ProducerIdFacts(), FakeHandle(clock)
+    processor.init(handle)  # type: ignore[arg-type]
+    _save(handle.values["owners"], {"tx-old": Owner(PID + 9, 3)})  # an earlier release's dict
+    run_stage1(
+        processor,
+        stage1_row(coord(source_offset=10), 10),
+        stage1_row(coord(transactional_id="tx-2", producer_id=PID + 1, source_offset=11), 11),
+    )
+    owners = handle.maps["owner"]
+    assert owners.keys_now() == {"tx-old", "tx-1", "tx-2"} and not handle.values["owners"].exists()
+    assert owner_of(owners.getValue(("tx-1",)) or ()) == Owner(PID, 10)
+    # A new producer id for tx-1: the old one is retired, the owner rewritten; a tombstone removes tx-2.
+    facts = run_stage1(
+        processor,
+        stage1_row(coord(producer_id=PID + 5, source_offset=12), 12),
+        stage1_row(tombstone(transactional_id="tx-2").model_copy(update={"source_offset": 13}), 13),
+    )
+    assert {(f[0], f[1]) for f in facts if f[1] in ("view", "retired")} == {
+        (PID, "retired"),
+        (PID + 5, "view"),
+        (PID + 1, "retired"),
+    }
+    assert owners.keys_now() == {"tx-old", "tx-1"}
+    assert owner_of(owners.getValue(("tx-1",)) or ()) == Owner(PID + 5, 12)
+
+
+def test_an_owners_rare_fields_survive_the_map_row() -> None:
+    owner = Owner(PID, 7, (("__transaction_state", 40),), (PID, 5, '[{"topic": "orders", "partition": 0}]'))
+    assert owner_of(owner_row(owner)) == owner
+    assert owner_of(owner_row(Owner(-1, -1))) == Owner(-1, -1)
+
+
+def test_the_view_map_schema_follows_the_view() -> None:
+    assert [c.split()[0] for c in VIEW_SCHEMA.split(", ")] == list(View._fields)
+    assert [c.split()[0] for c in OWNER_SCHEMA.split(", ")] == list(Owner._fields)

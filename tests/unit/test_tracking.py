@@ -37,6 +37,7 @@ from detectors.tracking import (
     advance_owners,
     applied_facts,
     coord_facts_from_json,
+    kept_past_ttl,
     open_entry,
     reconcile_bucket,
     run_ends,
@@ -434,17 +435,16 @@ def test_only_the_producer_ids_in_a_batch_are_judged_but_expiry_covers_the_bucke
     assert [(e["event"], e["producer_id"]) for e in events] == [("GONE", PID), ("VERDICT", PID + 2)]
 
 
-def test_views_of_finished_transactions_are_forgotten_after_their_ttl() -> None:
+def test_views_of_finished_transactions_go_to_the_views_that_expire() -> None:
+    """Views whose transaction is over (completed, retired) are written to the state the store forgets after
+    `view_ttl_ms` (the Spark adapter's TTL map: tests/unit/test_reconcile.py); no timer of the bucket's own."""
     b = new_bucket()
     done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=())
     batch(
         b, T0, fact_row(done, log_offset=1), fact_row(None, producer_id=PID + 1, retired_at=T0, log_offset=2)
     )
-    assert b.next_deadline() == T0 + CONFIG.view_ttl_ms  # the views were last updated at T0
-    b.expire(T0 + CONFIG.view_ttl_ms - 1)
-    assert set(b.views) == {PID, PID + 1}
-    b.expire(T0 + CONFIG.view_ttl_ms)
-    assert b.views == {} and b.views_changed and b.next_deadline() is None
+    assert [(pid, kept) for pid, _, kept in b.view_homes()] == [(PID, False), (PID + 1, False)]
+    assert b.next_deadline() is None
 
 
 # ------------------------------------------------------- ordered by the log, not the clock (issue 20, item 3)
@@ -513,31 +513,29 @@ def test_a_transaction_in_progress_keeps_its_view_while_its_partition_goes_unrep
     batch(b, T0 + 20 * SECOND, open_row(seen_at(T0 + 20 * SECOND)))
     gone = b.expire(T0 + 20 * SECOND + CONFIG.expire_after_ms)  # the partition went unreported
     assert [e[0] for e in gone] == ["GONE"] and b.opens == {}
+    # no longer in use, but in progress: kept past the TTL
+    assert [(pid, kept) for pid, _, kept in b.view_homes()] == [(PID, True)]
     later = T0 + CONFIG.view_ttl_ms + MINUTE
-    b.expire(later)
     assert b.views[PID].record_json == held.model_dump_json()
-    assert b.next_deadline() is None  # known to be in progress: no timer for it any more
+    assert b.next_deadline() is None
     events = [e for at in (later, later + 20 * SECOND) for e in batch(b, at, open_row(seen_at(at)))]
     assert [e["event"] for e in events] == ["VERDICT", "VERDICT"]  # no OPENED
     assert {(e["kind"], e["reason"]) for e in events} <= {("LATE", None), ("STUCK_PREPARE", None)}
 
 
-def test_views_stored_before_the_progress_flag_load_and_prune_by_their_record() -> None:
+def test_views_stored_before_the_progress_flag_are_kept_by_their_record() -> None:
     """A v0.1.0 checkpoint stores views as 4-tuples: they load with an unknown log position (the next fact
-    applies) and an unknown progress flag (worked out from the record when pruning, as for any view)."""
+    applies) and an unknown progress flag, worked out from the record to decide whether they outlive the TTL."""
     ongoing, done = coord(), coord(producer_id=PID + 1, state=CoordinatorState.COMPLETE_ABORT, partitions=())
     stored = {PID: (ongoing.model_dump_json(), None, T0, T0), PID + 1: (done.model_dump_json(), None, T0, T0)}
-    b = BucketState(CONFIG, {pid: View(*v) for pid, v in stored.items()}, {})
-    assert b.next_deadline() == T0 + CONFIG.view_ttl_ms
-    b.expire(T0 + CONFIG.view_ttl_ms)
-    assert set(b.views) == {PID} and b.views[PID].in_progress is True
-    assert b.next_deadline() is None
-    batch(
-        b, T0 + 2 * CONFIG.view_ttl_ms, fact_row(coord(state=CoordinatorState.COMPLETE_COMMIT), log_offset=3)
-    )
-    assert b.views[PID].log_offset == 3 and b.views[PID].in_progress is None  # a new record: not known yet
-    b.expire(T0 + 3 * CONFIG.view_ttl_ms)
-    assert b.views == {}
+    views = {pid: View(*v) for pid, v in stored.items()}
+    assert views[PID].in_progress is None and views[PID].log_offset == -1
+    assert kept_past_ttl(views[PID], in_use=False) and not kept_past_ttl(views[PID + 1], in_use=False)
+    assert kept_past_ttl(views[PID + 1], in_use=True)
+    b = BucketState(CONFIG, views, {})
+    batch(b, T0 + MINUTE, fact_row(coord(state=CoordinatorState.COMPLETE_COMMIT), log_offset=3))
+    assert b.views[PID].log_offset == 3 and b.views[PID].in_progress is False  # worked out as it applies
+    assert [(pid, kept) for pid, _, kept in b.view_homes()] == [(PID, False)]
 
 
 # ------------------------------------------------------------------------- the view's currency (issue 9)
@@ -621,16 +619,22 @@ def test_a_view_naming_another_producer_id_is_withheld_not_hanging() -> None:
 
 
 def test_the_view_of_a_producer_id_with_an_open_transaction_outlives_its_ttl() -> None:
-    """A long legitimate transaction (KIP-939 two-phase commit has no timeout) must not lose its owner."""
-    prepared = coord(transaction_timeout_ms=-1, last_update_timestamp_ms=T0 - 1)
+    """A view whose transaction is over is still kept past the TTL while an open transaction of its producer id
+    is tracked (a lost commit marker must be judged against the commit, never against "no owner"), and goes
+    back to the views that expire once that open transaction is forgotten."""
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, last_update_timestamp_ms=T0 - 1)
     b = new_bucket()
-    batch(b, T0, fact_row(prepared), open_row(seen_at(T0)))
-    later = T0 + CONFIG.view_ttl_ms + MINUTE
-    batch(b, later - SECOND, open_row(seen_at(later - SECOND)))  # still confirmed open by the collector
-    b.prune_views(later)
-    assert PID in b.views
-    events = batch(b, later, open_row(seen_at(later)))
-    assert [e["kind"] for e in events] == ["LATE"]  # old, but owned: never HANGING no-coordinator-state
+    batch(b, T0, fact_row(done))
+    assert [(pid, kept) for pid, _, kept in b.view_homes()] == [(PID, False)]
+    b = BucketState(CONFIG, b.views.loaded(), {})
+    batch(b, T0 + SECOND, open_row(seen_at(T0 + SECOND)))
+    assert [(pid, kept) for pid, _, kept in b.view_homes()] == [(PID, True)]  # now in use: it moves
+    b = BucketState(CONFIG, b.views.loaded(), dict(b.opens))
+    batch(b, T0 + 2 * SECOND, open_row(seen_at(T0 + 2 * SECOND)))
+    assert b.view_homes() == []  # unchanged and still in use: nothing to write
+    gone = b.expire(T0 + 2 * SECOND + CONFIG.expire_after_ms)
+    assert [e[0] for e in gone][:1] == ["GONE"]
+    assert [(pid, kept) for pid, _, kept in b.view_homes()] == [(PID, False)]  # no longer in use: expires
 
 
 def test_bucket_zero_reports_the_views_lag() -> None:
