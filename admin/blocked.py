@@ -43,6 +43,8 @@ PENDING_OFFSET_COMMIT = "pending-offset-commit"
 # What the lookup left out (the left-out gauge's `reason`, beside Kafka's error names).
 PARTITION_CAP = "partition-cap"
 SERIES_CAP = "series-cap"
+# ListGroups named no group: there is none, or the principal may Describe none (Kafka filters them out silently).
+NO_GROUP_LISTED = "no-group-listed"
 
 
 class GroupsWire(Protocol):
@@ -182,6 +184,8 @@ class BlockedGroups:
         if wanted:
             self._lookups += 1
             groups = self._group_list(left_out)
+            if not groups:
+                left_out[NO_GROUP_LISTED] = len(wanted)
             answer = self._wire.committed_offsets(groups, wanted)
             for error, n in answer.errors.items():
                 left_out[error] += n

@@ -307,8 +307,10 @@ COLLECTOR_BLOCKED_GROUPS_LEFT_OUT = Metric(
     "txnwatch_collector_blocked_groups_left_out",
     "gauge",
     "What the last sweep's blocked-groups lookup left out, by reason: partition-cap (partitions open that long "
-    "beyond the 20 oldest, not asked), series-cap (groups found beyond the 100 exported), or a Kafka error name "
-    "(groups or group partitions whose committed offsets did not answer with it; a failed ListGroups counts 1).",
+    "beyond the 20 oldest, not asked), series-cap (groups found beyond the 100 exported), no-group-listed "
+    "(partitions not asked because ListGroups named no group: none exists, or Describe on groups is missing), or "
+    "a Kafka error name (groups or group partitions whose committed offsets did not answer with it; a failed "
+    "ListGroups counts 1).",
     ("reason",),
 )
 COLLECTOR_OPEN_TRANSACTIONS = Metric(

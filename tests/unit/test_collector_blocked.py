@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from admin.blocked import (
     COMMITTED_AT_LSO,
+    NO_GROUP_LISTED,
     PARTITION_CAP,
     PENDING_OFFSET_COMMIT,
     SERIES_CAP,
@@ -188,6 +189,15 @@ def test_errors_are_counted_by_name_and_a_failed_listing_keeps_the_last_list() -
     report = blocked.after_sweep(snaps)
     assert report.left_out == {"BROKER_UNREACHABLE": 1, "GROUP_AUTHORIZATION_FAILED": 2}
     assert report.blocked == (BlockedGroup("t", 0, "app", COMMITTED_AT_LSO),)  # the groups listed before
+
+
+def test_no_group_listed_is_said_not_taken_for_no_group_held_up() -> None:
+    # Kafka's ListGroups leaves out, without an error, every group the principal may not Describe.
+    wire = FakeGroups([], {})
+    report = BlockedGroups(wire, after_ms=MINUTE).after_sweep(
+        [snapshot("t", 0, 2 * MINUTE), snapshot("t", 1, 3 * MINUTE)]
+    )
+    assert report == BlockedReport((), {NO_GROUP_LISTED: 2})
 
 
 def test_a_failing_wire_never_raises_into_the_sweep() -> None:
