@@ -11,7 +11,7 @@ Arrow batch and its own calls into the processor. Keyed per id, that cost ~2 ms 
 near 1k records/s on two cores (docs/BENCHMARKS.md). So each stage is grouped by a hash bucket of its id
 (`--state-buckets`, fixed for the life of a checkpoint).
 
-Why per-id map state inside a bucket, not one pickled dict per bucket (as releases up to 0.4 kept): a batch then
+Why per-id map state inside a bucket, not one pickled dict per bucket (as earlier releases kept): a batch then
 read, unpickled, re-pickled and wrote (RocksDB and its changelog) every id the bucket remembers even when one
 transaction changed, so a batch cost what the job remembers: at a million transactional ids, ~80 MB of
 checkpoint and ~45 s per batch (docs/BENCHMARKS.md). Each state access is one round trip to the JVM's state server

@@ -316,7 +316,7 @@ def test_the_view_of_an_open_transaction_moves_to_the_kept_views_and_back() -> N
 
 
 def test_a_bucket_stored_as_one_dict_by_an_earlier_release_is_migrated_once() -> None:
-    """Releases up to 0.4 kept a bucket's views as one pickled dict (v0.1.0's as 4-tuples): the first batch
+    """Earlier releases kept a bucket's views as one pickled dict (v0.1.0's as 4-tuples): the first batch
     moves each into its map (in progress or in use: kept), and the dict is cleared."""
     clock = Clock(T0)
     processor, handle = stage2(clock)
