@@ -282,7 +282,7 @@ def build() -> dict[str, Any]:
             ("producer_id", "producer id"),
             ("reason", "reason"),
         ],
-        _pos(0, 4, 12, 8),
+        _pos(0, 4, 24, 8),
         ("hanging-transaction", "hanging transaction"),
         "no hanging transaction",
         last=[("candidate_id", "txnwatch proposals show")],
@@ -341,7 +341,7 @@ def build() -> dict[str, Any]:
         )
         .links([_runbook("collector-down", "collector down")])
         .sort_by([gc.TableSortByFieldState().display_name("reason")])
-        .grid_pos(_pos(0, 24, 24, 6))
+        .grid_pos(_pos(0, 24, 12, 8))
     )
     blocked_table = (
         _label_table(
@@ -474,7 +474,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "s",
-            _pos(12, 4, 12, 8),
+            _pos(12, 24, 12, 8),
             "Age of the oldest open transaction per partition (only partitions with open transactions).",
         ),
         _series(
@@ -491,7 +491,7 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "none",
-            _pos(0, 30, 8, 8),
+            _pos(0, 32, 8, 8),
             "Leader partitions whose oldest open transaction is older than transaction.max.timeout.ms; the "
             "two-phase commit series counts those whose late transaction is a KIP-939 two-phase-commit one (no "
             "timeout: its transaction manager ends it; the late alert leaves them out).",
@@ -505,14 +505,14 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(8, 30, 8, 8),
+            _pos(8, 32, 8, 8),
             "High watermark minus last stable offset: what read_committed consumers cannot read yet.",
         ),
         _series(
             "Open transactions by verdict (stacked)",
             [_query(f"sum by (kind) ({metrics.OPEN_TRANSACTIONS.name}{{{C}}})", "{{kind}}")],
             "none",
-            _pos(16, 30, 8, 8),
+            _pos(16, 32, 8, 8),
             "OPEN, LATE, HANGING, STUCK_PREPARE, COORDINATOR_OVERDUE, UNCONFIRMED (docs/detection.md).",
         )
         .stacking(gc.StackingConfig().mode(common.StackingMode.NORMAL))
@@ -528,14 +528,14 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "none",
-            _pos(0, 38, 8, 7),
+            _pos(0, 40, 8, 7),
             "HANGING verdicts by reason, and those withheld as UNCONFIRMED by the reason they would have.",
         ),
         _series(
             "Coordinator view lag",
             [_query(f"max by (cluster) ({metrics.COORDINATOR_VIEW_LAG_SECONDS.name}{{{C}}})", "{{cluster}}")],
             "s",
-            _pos(8, 38, 8, 7),
+            _pos(8, 40, 8, 7),
             "0 when the view of __transaction_state is current; HANGING is withheld while it is not.",
         ),
         _series(
@@ -546,7 +546,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(16, 38, 8, 7),
+            _pos(16, 40, 8, 7),
             "Coordinator log records below the collector's newest positions the job has not applied yet.",
         ),
         _series(
@@ -565,7 +565,7 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "s",
-            _pos(0, 45, 6, 7),
+            _pos(0, 47, 6, 7),
             "One sweep of every partition leader (DescribeProducers, start batches, publish).",
         ),
         _series(
@@ -578,7 +578,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "s",
-            _pos(6, 45, 6, 7),
+            _pos(6, 47, 6, 7),
             "Micro-batch duration per query.",
         ),
         _series(
@@ -596,7 +596,7 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "cps",
-            _pos(12, 45, 6, 7),
+            _pos(12, 47, 6, 7),
             "Rows the job reads per source, records the collector publishes per type.",
         ),
         _series(
@@ -608,7 +608,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(18, 45, 6, 7),
+            _pos(18, 47, 6, 7),
             "Input records the job could not parse or decode (kept in the dead-letter topic).",
         ),
         _series(
@@ -620,7 +620,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "short",
-            _pos(0, 52, 12, 7),
+            _pos(0, 54, 12, 7),
             "Offsets behind the end of each source after the last batch.",
         ),
         _series(
@@ -632,7 +632,7 @@ def build() -> dict[str, Any]:
                 )
             ],
             "reqps",
-            _pos(12, 52, 12, 7),
+            _pos(12, 54, 12, 7),
             "Request failures and per-partition errors by API and Kafka error name (ACLs are named here).",
         ),
     ]
