@@ -5,7 +5,8 @@ starts its own one-node test bed (unless --bootstrap), writes `--records` real-s
 records (benchmarks.bench_stream.coordinator_records: Empty, then Ongoing / PrepareCommit / CompleteCommit per
 transaction, TV2) to a normal topic with the log's partition count, and publishes one `CoordinatorLogPosition`
 for that topic's end offsets, as the collector would right after a sweep. It then starts the reconcile query
-(`streaming.job.start(..., queries=("reconcile",))`, local[2], the job's defaults, reading that topic through
+(`streaming.job.start(..., queries=("reconcile",))`, local[2], 4 shuffle partitions and the job's defaults as
+`txnwatch stream` builds them, reading that topic through
 `transaction_log_topic`) on an empty checkpoint and times, from the start of the query:
 
 - the first batch (Python workers, RocksDB, and with no --batch the whole log at once);
@@ -198,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_session(
             master="local[2]",
             app_name="txnwatch-bench-catchup",
-            extra_conf={**job.spark_conf(), "spark.ui.enabled": "false"},
+            # As `txnwatch stream` builds it (streaming/cli.py): 4 shuffle partitions, so 4 state partitions per
+            # stateful stage, not Spark's 200.
+            extra_conf={**job.spark_conf(), "spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"},
         )
         spark.sparkContext.setLogLevel("ERROR")
         settings = Settings(

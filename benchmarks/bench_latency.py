@@ -1,10 +1,13 @@
 """Detection latency: from an orphan's first write to its OPENED abort candidate, with the pipeline warm.
 
-`python -m benchmarks.bench_latency [--per-kind 20] [--spacing-s 3] [--interval 5] [--trigger "5 seconds"]`
-starts its own one-node test bed (partition verification off, 1 GB heap, temporary directory), `txnwatch collect
---interval 5` as a subprocess and the streaming job (all three queries, `local[2]`, the job's defaults: 5 s
-trigger, 4 s grace, 2 s clock-skew tolerance) in this process, and a steady transactional workload (committed
-and aborted transactions, 5/s) for the whole run. Once the job has run a few batches, it makes real orphans of
+`python -m benchmarks.bench_latency [--per-kind 20] [--spacing-s 3] [--interval 10] [--trigger "5 seconds"]`
+starts its own one-node test bed (partition verification off, 512 MB heap, temporary directory, and Kafka's
+default 50 partitions of `__transaction_state`: harness.detection_bed), `txnwatch collect` as a subprocess and the
+streaming job (all three queries, `local[2]`, 4 shuffle partitions as `txnwatch stream` builds it) in this
+process, and a steady transactional workload (committed and aborted transactions, 5/s) for the whole run. Every
+setting defaults to what the project ships: the collector's sweep interval (`common.settings.CollectorSettings`,
+10 s), the job's trigger (`StreamSettings`, 5 s), the grace and clock-skew tolerance (`DetectionLimits`, 4 s and
+2 s). Once the job has run a few batches, it makes real orphans of
 every kind dev/workload.py knows, round robin, one run every `--spacing-s` seconds, until each kind has at least
 `--per-kind` orphans:
 
@@ -37,7 +40,10 @@ from benchmarks.harness import (
     make_orphans,
     orphan_key,
     pipeline,
+    shipped_interval_s,
+    shipped_trigger,
     summary,
+    transaction_log_partitions,
     wait_until,
 )
 from detectors.models import DetectionLimits
@@ -100,6 +106,8 @@ def run(args: argparse.Namespace) -> Json:
                 )
             time.sleep(max(0.0, args.spacing_s - (time.monotonic() - began)))
         last_made = time.monotonic()
+        # Measured, not assumed: the log the job and the collector followed in this run.
+        result["settings"]["transaction_log_partitions"] = transaction_log_partitions(p.bootstrap)
         wanted = {orphan_key(t) for t in truths}
 
         def all_found() -> bool:
@@ -155,10 +163,7 @@ def run(args: argparse.Namespace) -> Json:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    import sys
-
-    argv = list(sys.argv[1:] if argv is None else argv)
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_latency",
         description=__doc__,
@@ -169,8 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--kinds", nargs="+", default=list(ORPHAN_KINDS), choices=list(ORPHAN_KINDS))
     parser.add_argument("--spacing-s", type=float, default=3.0, help="seconds between orphan runs")
-    parser.add_argument("--interval", type=float, default=5.0, help="the collector's --interval")
-    parser.add_argument("--trigger", default="5 seconds", help="the job's --trigger")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=shipped_interval_s(),
+        help="the collector's sweep interval in seconds (default: the shipped %(default)s)",
+    )
+    parser.add_argument(
+        "--trigger", default=shipped_trigger(), help="the job's --trigger (default: the shipped %(default)s)"
+    )
     defaults = DetectionLimits()
     parser.add_argument(
         "--grace-ms", type=int, default=defaults.grace_ms, help="detection.grace_ms (default %(default)s)"
@@ -184,7 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-batches", type=int, default=3, help="reconcile batches after the first one")
     parser.add_argument("--tail-s", type=float, default=120.0, help="wait this long after the last orphan")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
     args.argv = argv
     result = run(args)
     a = result["all"]

@@ -2,17 +2,25 @@
 
 `python -m benchmarks.bench_stream [--only coordinator|snapshot|both] [--coordinator-batch 10000]
 [--snapshot-batch 5000] [--trigger "5 seconds"] [--steady-batches 6] [--phase-budget-s 210] [--plain-read]
-[--profile [DIR]]` starts its own test
-bed (one KRaft node, 1 GB heap, in a temporary directory) and produces real-shaped input with kafka-python. It then
-runs `streaming.job.start(..., queries=("reconcile",))` once per input on one SparkSession (the job's own
-`build_session`), each time over a backlog and with a fresh checkpoint:
+[--profile [DIR]] [--log-partitions 50] [--snapshot-without-coordinator]` starts its own test bed (one KRaft
+node, 512 MB heap, in a temporary directory) and produces real-shaped input with kafka-python. It then runs
+`streaming.job.start(..., queries=("reconcile",))` once per input on one SparkSession built as `txnwatch stream`
+builds it (`streaming.session.build_session` with `streaming.job.spark_conf()`, `spark.sql.shuffle.partitions`
+4, the job's 32 state buckets and its other defaults), each time over a backlog and with a fresh checkpoint. The
+transaction log topics have Kafka's 50 partitions of `__transaction_state` (`--log-partitions`):
 
 - coordinator: `__transaction_state` bytes from detectors.codec: Empty -> Ongoing -> PrepareCommit ->
   CompleteCommit, with the TV2 epoch bump, 1-3 topics x 1-4 partitions and ClientTransactionVersion 2. They go to a
   normal topic that the job reads through `transaction_log_topic` (clients cannot write __transaction_state). The
   snapshot topic is empty.
 - snapshot: PartitionSnapshot JSON (header txnwatch.type=partition-snapshot, key "topic-partition") for many
-  partitions with 1-2 open transactions each, sweep after sweep. The transaction log topic is empty.
+  partitions with 1-2 open transactions each, sweep after sweep, and after each sweep the collector's
+  CoordinatorLogPosition of the phase's own transaction log topic. That log holds, written before the first
+  sweep at the partition Kafka's coordinator would use, one Ongoing record per producer id of the snapshots that
+  lists every partition the producer id is open on, with a timeout longer than the run: every transaction is its
+  coordinator's own open transaction and stays OPEN, as on a real cluster. `--snapshot-without-coordinator`: no
+  such record and no position (the input before), so every transaction seen past the grace is a withheld
+  would-be HANGING (UNCONFIRMED, no-coordinator-state), explained with the models.
 
 `maxOffsetsPerTrigger` bounds every batch, so with a backlog every batch is full and starts as soon as the previous
 one ends. The figures come from `query.recentProgress`:
@@ -26,8 +34,8 @@ Alongside them it measures:
 
 - the CPU seconds of the driver, Spark's JVM and its Python workers over the steady batches (/proc; this
   depends far less than the wall clock on whatever else the machine runs);
-- per stateful stage: the rows, RocksDB memory, the checkpoint's state directory, and the ids and pickled bytes
-  of each state variable (one dict per bucket), read back with the state data source after the query stops.
+- per stateful stage: the rows, RocksDB memory, the checkpoint's state directory, and the entries and bytes of
+  each state variable (`variable_figures`), read back with the state data source after the query stops.
 
 `--plain-read` adds, after each input's reconcile query, the limit on the same cores: the same topic read from the
 start on the same session, with the same maxOffsetsPerTrigger and trigger, by Spark's Kafka source alone into a
@@ -61,17 +69,20 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
+from kafka.structs import TopicPartition
 
 from common.settings import KafkaSettings, Settings, StreamSettings
 from common.topics import TopicSettings
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
-from detectors.models import OpenTransaction, PartitionSnapshot
+from detectors.contract import COORDINATOR_LOG_POSITION_TYPE, TYPE_HEADER, position_key
+from detectors.currency import coordinator_partition
+from detectors.models import CoordinatorLogPosition, OpenTransaction, PartitionSnapshot
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 
 Json = dict[str, Any]
@@ -80,6 +91,7 @@ TARGET_STATE_BYTES_PER_ID = 1024
 DATA_TOPICS = ["orders", "payments-eu", "inventory.events", "clickstream-v2", "billing", "shipments.dlq"]
 SNAPSHOT_HEADERS = [("txnwatch.type", b"partition-snapshot")]
 RECONCILE = "txnwatch-reconcile"
+SWEEP_INTERVAL_MS = 5_000  # between two sweeps of the snapshot input
 
 
 def log(msg: str) -> None:
@@ -159,17 +171,50 @@ def coordinator_records(
                 yield lifecycle[step]
 
 
+# A producer id writes to the partitions of a few neighbouring partition groups only (as a real producer writes
+# to a few topics' partitions), so its coordinator record lists at most PRODUCERS_PER_PARTITION x 3 partitions.
+PRODUCERS_PER_PARTITION = 4
+PRODUCER_ID_BASE = 10_000
+Record = tuple[bytes, bytes] | tuple[bytes, bytes, list[tuple[str, bytes]]]
+
+
+def snapshot_partitions(partitions: int) -> list[tuple[str, int]]:
+    """The (topic, partition) the snapshots describe, by index."""
+    return [(DATA_TOPICS[i % len(DATA_TOPICS)], i // len(DATA_TOPICS)) for i in range(partitions)]
+
+
+def producers_of_partition(i: int, producers: int) -> list[int]:
+    """The producer ids whose transactions may be open on the partition of index `i`."""
+    return [PRODUCER_ID_BASE + (i // 3 + j) % producers for j in range(PRODUCERS_PER_PARTITION)]
+
+
+def producer_epoch(producer_id: int) -> int:
+    """One epoch per producer id (a producer's transactions here are one long transaction of its coordinator)."""
+    return producer_id % 50
+
+
 def snapshot_records(
-    partitions: int, sweeps: int, producers: int, sweep_interval_ms: int, seed: int, run: str
-) -> Iterator[tuple[bytes, bytes]]:
+    partitions: int,
+    sweeps: int,
+    producers: int,
+    sweep_interval_ms: int,
+    seed: int,
+    run: str,
+    *,
+    t0_ms: int | None = None,
+    max_timeout_ms: int = 900_000,
+    after_sweep: Callable[[str, int], Record] | None = None,
+) -> Iterator[Record]:
     """PartitionSnapshot JSON, one per partition per sweep: 1-2 open transactions each, every transaction open
     for 1-3 sweeps (then a new one starts further on), producer ids drawn from a pool smaller than the partition
-    count, so one producer id is open on several partitions (what stage 2 keys by)."""
+    count (`producers_of_partition`), so one producer id is open on several partitions (what stage 2 keys by).
+    `after_sweep(sweep_id, as_of_ms)`, if given, adds one record after each sweep's snapshots (the collector's
+    position), stamped after every snapshot of the sweep."""
     rng = random.Random(seed)
-    tps = [(DATA_TOPICS[i % len(DATA_TOPICS)], i // len(DATA_TOPICS)) for i in range(partitions)]
+    tps = snapshot_partitions(partitions)
     # The sweeps end now, as a backlog does: observed_at in the future would keep every transaction from
     # expiring (the job expires on processing time), and the open state would only grow.
-    t0 = int(time.time() * 1000) - sweeps * sweep_interval_ms
+    t0 = int(time.time() * 1000) - sweeps * sweep_interval_ms if t0_ms is None else t0_ms
     # per partition: list of [producer_id, epoch, start_offset, start_ms, sweeps_left]
     slots: list[list[list[int]]] = [[] for _ in tps]
     next_offset = [rng.randint(0, 10_000) for _ in tps]
@@ -180,8 +225,9 @@ def snapshot_records(
             live = [s for s in slots[i] if s[4] > 0]
             want = rng.randint(1, 2) if not live else len(live)
             used = {s[0] for s in live}
+            candidates = producers_of_partition(i, producers)
             while len(live) < want:
-                pid = rng.randrange(producers) + 10_000
+                pid = rng.choice(candidates)
                 if pid in used:
                     continue
                 used.add(pid)
@@ -189,7 +235,7 @@ def snapshot_records(
                 live.append(
                     [
                         pid,
-                        rng.randint(0, 50),
+                        producer_epoch(pid),
                         next_offset[i],
                         observed - rng.randint(50, 3_000),
                         rng.randint(1, 3),
@@ -219,14 +265,96 @@ def snapshot_records(
                 ),
                 last_stable_offset=min(s[2] for s in live),
                 high_watermark=hw,
-                max_transaction_timeout_ms=900_000,
+                max_transaction_timeout_ms=max_timeout_ms,
             )
             yield f"{topic}-{partition}".encode(), snap.model_dump_json().encode()
             for s in live:
                 s[4] -= 1
+        if after_sweep is not None:
+            yield after_sweep(sweep_id, observed + 1_000)
 
 
-def produce(bootstrap: str, topic: str, records: Iterator[tuple[bytes, bytes]], headers: Any = None) -> Json:
+def snapshot_coordinator_records(
+    partitions: int, producers: int, start_ms: int, timeout_ms: int, run: str
+) -> Iterator[tuple[str, bytes, bytes]]:
+    """(transactional id, key, value): for each producer id of the snapshots, one Ongoing TV2 record that lists
+    every partition the producer id may be open on, started before the first sweep, with a timeout longer than
+    the run. So every transaction of the snapshots is its coordinator's own open transaction, as on a real
+    cluster, and its verdict is OPEN (detectors.rules.decide: Ongoing, current producer id, partition listed)."""
+    tps = snapshot_partitions(partitions)
+    listed: dict[int, set[tuple[str, int]]] = {}
+    for i, tp in enumerate(tps):
+        for pid in producers_of_partition(i, producers):
+            listed.setdefault(pid, set()).add(tp)
+    for pid, tp_set in sorted(listed.items()):
+        tid = f"{run}-snap-{pid}"
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(tp_set):
+            by_topic.setdefault(topic, []).append(partition)
+        value = TxnLogValue(
+            version=1,
+            producer_id=pid,
+            producer_epoch=producer_epoch(pid),
+            transaction_timeout_ms=timeout_ms,
+            status=TxnStatus.ONGOING,
+            partitions=tuple((t, tuple(ps)) for t, ps in by_topic.items()),
+            last_update_timestamp_ms=start_ms,
+            start_timestamp_ms=start_ms,
+            previous_producer_id=pid,
+            client_transaction_version=2,
+        )
+        yield tid, encode_key(TxnLogKey(tid)), encode_value(value)
+
+
+def produce_to_coordinator_partitions(
+    bootstrap: str, topic: str, partitions: int, records: Iterator[tuple[str, bytes, bytes]]
+) -> dict[int, int]:
+    """Write coordinator records where Kafka's coordinator would (`coordinator_partition` of the transactional
+    id: the job's currency checks that partition); returns the topic's end offsets after them."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
+    n = 0
+    try:
+        for tid, key, value in records:
+            producer.send(topic, key=key, value=value, partition=coordinator_partition(tid, partitions))
+            n += 1
+        producer.flush(timeout=300)
+    finally:
+        producer.close(timeout=30)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    finally:
+        consumer.close()
+    log(f"wrote {n:,} Ongoing coordinator records for the snapshots' producer ids to {topic}")
+    return {tp.partition: offset for tp, offset in ends.items()}
+
+
+def position_record(
+    log_topic: str, partitions: int, end_offsets: dict[int, int]
+) -> Callable[[str, int], Record]:
+    """The collector's `CoordinatorLogPosition` after a sweep, for `snapshot_records(after_sweep=...)`: the
+    coordinator records were all written before the first sweep, so every sweep's position has the same ends."""
+
+    def after_sweep(sweep_id: str, as_of_ms: int) -> Record:
+        position = CoordinatorLogPosition(
+            cluster="bench",
+            sweep_id=sweep_id,
+            topic=log_topic,
+            partitions=partitions,
+            as_of_ms=as_of_ms,
+            end_offsets=end_offsets,
+        )
+        return (
+            position_key(log_topic),
+            position.model_dump_json().encode(),
+            [(TYPE_HEADER, COORDINATOR_LOG_POSITION_TYPE.encode())],
+        )
+
+    return after_sweep
+
+
+def produce(bootstrap: str, topic: str, records: Iterator[Record], headers: Any = None) -> Json:
+    """Write `records` to `topic`: (key, value) with `headers`, or (key, value, their own headers)."""
     producer = KafkaProducer(
         bootstrap_servers=bootstrap,
         acks=1,
@@ -237,8 +365,8 @@ def produce(bootstrap: str, topic: str, records: Iterator[tuple[bytes, bytes]], 
     began = time.monotonic()
     n = size = 0
     try:
-        for key, value in records:
-            producer.send(topic, key=key, value=value, headers=headers)
+        for key, value, *own in records:
+            producer.send(topic, key=key, value=value, headers=own[0] if own else headers)
             n += 1
             size += len(key) + len(value)
         producer.flush(timeout=300)
@@ -317,22 +445,87 @@ def tree_cpu_s(root: int, exclude: set[int]) -> dict[str, float]:
     return out
 
 
-# Each holds one pickled dict per bucket (streaming/reconcile.py): entries are ids, bytes are the pickles.
-STATE_VARIABLES = {"stage1 (transactional id)": ("owners",), "stage2 (producer id)": ("views", "open")}
+# The stateful stages' state variables (streaming/reconcile.py): stage 1 keeps an owner per transactional id
+# (map state), stage 2 a view per producer id in one of two maps and small per-bucket values (pickled blobs).
+# "owners" and "views" are the one-dict-per-bucket values of earlier releases (empty once migrated).
+STAGE1_IDS = ("owner", "owners")
+STAGE2_VIEWS = ("views_kept", "views_expiring", "views")
+
+
+def _variables(props: str) -> list[tuple[str, str]]:
+    """(name, type) of each state variable the state metadata lists for a transformWithState operator."""
+    try:
+        parsed = json.loads(props or "{}")
+    except ValueError:
+        return []
+    if not isinstance(parsed, dict):
+        return []
+    return [
+        (str(v.get("stateName")), str(v.get("stateVariableType")))
+        for v in parsed.get("stateVariables", [])
+        if isinstance(v, dict) and v.get("stateName") not in (None, "$procTimers", "$rowCounter")
+    ]
+
+
+def variable_figures(spark: Any, checkpoint: Path, op_id: int, var: str) -> Json:
+    """One state variable read back with the state data source: its entries and the bytes of what it holds.
+    A map's entries are its keys (ids); its bytes are the stored columns as JSON (a measure of the payload, not
+    RocksDB's encoding). A blob value (a pickled object per bucket) counts the entries of the unpickled
+    object and the pickle's bytes."""
+    from pyspark.sql import functions as F
+
+    df = (
+        spark.read.format("statestore")
+        .option("operatorId", op_id)
+        .option("stateVarName", var)
+        .load(str(checkpoint))
+    )
+    if "user_map_value" in df.columns:
+        row = df.select(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(
+                F.octet_length(F.to_json(F.col("user_map_key")))
+                + F.octet_length(F.to_json(F.col("user_map_value")))
+            ).alias("b"),
+        ).first()
+        n, b, buckets = int(row.n or 0), int(row.b or 0), None
+    else:
+        buckets = n = b = 0
+        value_fields = df.schema["value"].dataType.fieldNames() if "value" in df.columns else []
+        # One bucket at a time (toLocalIterator): the driver need not hold every bucket's pickle at once.
+        for r in df.select("value").toLocalIterator():
+            buckets += 1
+            if value_fields == ["blob"]:
+                blob = bytes(r.value.blob)
+                loaded = pickle.loads(blob)
+                n += len(loaded) if hasattr(loaded, "__len__") else 1
+                b += len(blob)
+            else:
+                n += 1
+    return {
+        "buckets": buckets,
+        "rows": n,
+        "payload_bytes": b,
+        "payload_bytes_per_row": round(b / n, 1) if n else None,
+    }
 
 
 def state_figures(spark: Any, checkpoint: Path, last: Json) -> list[Json]:
     """Per stateful stage, after the query stopped: rows and RocksDB bytes from the last progress
-    (numRowsTotal, memoryUsedBytes, customMetrics.rocksdbSstFileSize), the checkpoint's state directory, and the
-    pickled dicts of each state variable read back with the state data source."""
+    (numRowsTotal, memoryUsedBytes, customMetrics.rocksdbSstFileSize), the checkpoint's state directory, and
+    each state variable read back with the state data source (`variable_figures`)."""
     names: dict[int, str] = {}
+    variables_of: dict[int, list[tuple[str, str]]] = {}
     for r in spark.read.format("state-metadata").load(str(checkpoint)).collect():
         props = r.asDict().get("operatorProperties") or ""
+        found = _variables(props)
+        variables_of[int(r.operatorId)] = found
+        var_names = {name for name, _ in found}
         names[int(r.operatorId)] = (
             "stage1 (transactional id)"
-            if '"owners"' in props
+            if var_names & set(STAGE1_IDS)
             else "stage2 (producer id)"
-            if '"views"' in props
+            if var_names & set(STAGE2_VIEWS)
             else r.operatorName
         )
     out = []
@@ -346,29 +539,12 @@ def state_figures(spark: Any, checkpoint: Path, last: Json) -> list[Json]:
         ck_bytes = dir_bytes(state_dir) if state_dir.exists() else 0
         sst = int(cm.get("rocksdbSstFileSize") or 0)
         mem = int(op.get("memoryUsedBytes") or 0)
-        variables = {}
-        for var in STATE_VARIABLES.get(stage, ()):
-            # One bucket at a time (toLocalIterator): at 1M ids the pickles are ~400 MB, more than the driver's
-            # heap holds at once with collect().
-            buckets = n = b = 0
-            for r in (
-                spark.read.format("statestore")
-                .option("operatorId", op_id)
-                .option("stateVarName", var)
-                .load(str(checkpoint))
-                .select("value")
-                .toLocalIterator()
-            ):
-                blob = bytes(r.value.blob)
-                buckets += 1
-                n += len(pickle.loads(blob))
-                b += len(blob)
-            variables[var] = {
-                "buckets": buckets,
-                "rows": n,
-                "payload_bytes": b,
-                "payload_bytes_per_row": round(b / n, 1) if n else None,
-            }
+        variables: dict[str, Json] = {}
+        for var, kind in variables_of.get(op_id, []):
+            try:
+                variables[var] = variable_figures(spark, checkpoint, op_id, var) | {"type": kind}
+            except Exception as exc:  # a variable the reader cannot read leaves the others' figures
+                log(f"state variable {var} of operator {op_id} not readable: {str(exc).splitlines()[0]}")
         out.append(
             {
                 "operator_id": op_id,
@@ -544,7 +720,17 @@ PY_PARTS = (
         "explaining verdicts (pydantic models: build_verdict, plan_abort, model JSON)",
         ("build_verdict (", "plan_abort (", "model_validate_json (", "model_dump_json (", "BaseModel."),
     ),
-    ("state round trips to the JVM (ValueState get/update/clear, timers)", ("StatefulProcessorApiClient.",)),
+    (
+        "state round trips to the JVM (value and map state, timers)",
+        (
+            "StatefulProcessorApiClient.",
+            "ValueStateClient.",
+            "MapStateClient.",
+            "ListStateClient.",
+            "MapStateIterator.",
+            "MapStateKeyValuePairIterator.",
+        ),
+    ),
     ("state (un)pickling (_load, _save)", ("_load (", "_save (")),
     (
         "pyspark: input Arrow → pandas, regrouped per key (row_stream)",
@@ -841,8 +1027,19 @@ def run_phase(
 # ------------------------------------------------------------------------------------------ report
 
 
+def _summed(variables: Json, names: tuple[str, ...]) -> Json:
+    """The rows and payload bytes of the named state variables together (an id is in one of them)."""
+    rows = sum(variables.get(n, {}).get("rows", 0) for n in names)
+    size = sum(variables.get(n, {}).get("payload_bytes", 0) for n in names)
+    return {
+        "rows": rows,
+        "payload_bytes": size,
+        "payload_bytes_per_row": round(size / rows, 1) if rows else None,
+    }
+
+
 def state_per_id(results: list[Json]) -> Json | None:
-    """State bytes per transactional id, from the coordinator run (one id = one stage-1 row and one stage-2
+    """State bytes per transactional id, from the coordinator run (one id = one stage-1 owner and one stage-2
     view): payload (what the state holds) and RocksDB's in-memory footprint."""
     coord = next(
         (r for r in results if r["phase"] == "coordinator" and r.get("stage", "reconcile") == "reconcile"),
@@ -852,18 +1049,20 @@ def state_per_id(results: list[Json]) -> Json | None:
         return None
     by = {s["stage"]: s for s in coord["state"]}
     s1, s2 = by.get("stage1 (transactional id)"), by.get("stage2 (producer id)")
-    if not s1 or not (s1["rows"] or s1["variables"].get("owners", {}).get("rows")):
+    if not s1:
         return None
-    owner = s1["variables"].get("owners", {})
-    view = (s2 or {}).get("variables", {}).get("views", {})
-    ids = owner.get("rows") or s1["rows"]
-    payload = (owner.get("payload_bytes", 0) + view.get("payload_bytes", 0)) / ids
+    owner = _summed(s1["variables"], STAGE1_IDS)
+    view = _summed((s2 or {}).get("variables", {}), STAGE2_VIEWS)
+    ids = owner["rows"] or s1["rows"]
+    if not ids:
+        return None
+    payload = (owner["payload_bytes"] + view["payload_bytes"]) / ids
     memory = (s1["memory_used_bytes"] + (s2["memory_used_bytes"] if s2 else 0)) / ids
     checkpoint = (s1["checkpoint_dir_bytes"] + (s2["checkpoint_dir_bytes"] if s2 else 0)) / ids
     return {
         "transactional_ids": ids,
-        "stage1_payload_bytes_per_id": owner.get("payload_bytes_per_row"),
-        "stage2_view_payload_bytes_per_id": view.get("payload_bytes_per_row"),
+        "stage1_payload_bytes_per_id": owner["payload_bytes_per_row"],
+        "stage2_view_payload_bytes_per_id": view["payload_bytes_per_row"],
         "payload_bytes_per_id": round(payload, 1),
         "rocksdb_memory_bytes_per_id": round(memory, 1),
         "checkpoint_bytes_per_id": round(checkpoint, 1),
@@ -964,7 +1163,16 @@ def main(argv: list[str] | None = None) -> int:
         help="transactional ids whose records interleave in the log at any time",
     )
     parser.add_argument(
-        "--log-partitions", type=int, default=4, help="partitions of the transaction log topic"
+        "--log-partitions",
+        type=int,
+        default=50,
+        help="partitions of the transaction log topics (default: Kafka's %(default)s for __transaction_state)",
+    )
+    parser.add_argument(
+        "--snapshot-without-coordinator",
+        action="store_true",
+        help="the snapshot phase as before: no coordinator record and no collector position, so no view is "
+        "ever current and transactions seen past the grace are withheld would-be HANGING (UNCONFIRMED)",
     )
     parser.add_argument(
         "--partitions", type=int, default=5_000, help="data partitions the snapshots describe"
@@ -980,7 +1188,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--snapshot-partitions", type=int, default=6, help="partitions of the snapshot topic")
     parser.add_argument("--phase-budget-s", type=float, default=210.0, help="time limit of each query run")
-    parser.add_argument("--heap", default="1g", help="broker heap")
+    parser.add_argument("--heap", default="512m", help="broker heap")
     parser.add_argument("--state-buckets", type=int, default=32, help="the job's --state-buckets")
     parser.add_argument(
         "--shuffle-partitions",
@@ -1048,14 +1256,14 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Json] = []
     produced: dict[str, Json] = {}
     try:
-        log_topic, empty_log = f"bench{run}.txnlog", f"bench{run}.txnlog-empty"
+        log_topic, snap_log = f"bench{run}.txnlog", f"bench{run}.txnlog-snap"
         prefix_coord, prefix_snap = f"bench{run}c", f"bench{run}s"
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60_000)
         try:
             admin.create_topics(
                 [
                     NewTopic(log_topic, args.log_partitions, 1),
-                    NewTopic(empty_log, args.log_partitions, 1),
+                    NewTopic(snap_log, args.log_partitions, 1),
                     NewTopic(f"{prefix_coord}.producer-state", args.snapshot_partitions, 1),
                     NewTopic(f"{prefix_snap}.producer-state", args.snapshot_partitions, 1),
                 ]
@@ -1076,10 +1284,35 @@ def main(argv: list[str] | None = None) -> int:
             log(
                 f"snapshot input: {args.partitions:,} partitions x {sweeps} sweeps, {producers:,} producer ids"
             )
+            # The sweeps end now, as a backlog does (snapshot_records)
+            t0_ms = int(time.time() * 1000) - sweeps * SWEEP_INTERVAL_MS
+            # A timeout longer than the whole run: no transaction becomes LATE or COORDINATOR_OVERDUE while it
+            # is read (the cluster's transaction.max.timeout.ms, in every snapshot, is the same)
+            timeout_ms = max(3_600_000, sweeps * SWEEP_INTERVAL_MS + 900_000)
+            after_sweep = None
+            if not args.snapshot_without_coordinator:
+                ends = produce_to_coordinator_partitions(
+                    bootstrap,
+                    snap_log,
+                    args.log_partitions,
+                    snapshot_coordinator_records(args.partitions, producers, t0_ms - 60_000, timeout_ms, run),
+                )
+                produced["snapshot_coordinator"] = {"records": sum(ends.values())}
+                after_sweep = position_record(snap_log, args.log_partitions, ends)
             produced["snapshot"] = produce(
                 bootstrap,
                 f"{prefix_snap}.producer-state",
-                snapshot_records(args.partitions, sweeps, producers, 5_000, args.seed, run),
+                snapshot_records(
+                    args.partitions,
+                    sweeps,
+                    producers,
+                    SWEEP_INTERVAL_MS,
+                    args.seed,
+                    run,
+                    t0_ms=t0_ms,
+                    max_timeout_ms=timeout_ms,
+                    after_sweep=after_sweep,
+                ),
                 headers=SNAPSHOT_HEADERS,
             )
 
@@ -1142,7 +1375,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_phase(
                     name="snapshot",
                     prefix=prefix_snap,
-                    log_topic=empty_log,
+                    log_topic=snap_log,
                     input_topic=f"{prefix_snap}.producer-state",
                     total=produced["snapshot"]["records"],
                     batch=args.snapshot_batch,
@@ -1155,7 +1388,7 @@ def main(argv: list[str] | None = None) -> int:
                         name="snapshot",
                         stage=stage,
                         prefix=prefix_snap,
-                        log_topic=empty_log,
+                        log_topic=snap_log,
                         input_topic=f"{prefix_snap}.producer-state",
                         total=produced["snapshot"]["records"],
                         batch=args.snapshot_batch,
@@ -1203,6 +1436,9 @@ def main(argv: list[str] | None = None) -> int:
                 **produced.get("coordinator", {}),
             },
             "snapshot": {
+                "with_coordinator_records": not args.snapshot_without_coordinator,
+                "coordinator_records": produced.get("snapshot_coordinator", {}).get("records", 0),
+                "log_partitions": args.log_partitions,
                 "partitions": args.partitions,
                 "sweeps": sweeps,
                 "producer_ids": producers,

@@ -190,24 +190,54 @@ class Pipeline:
         return len(q.recentProgress) >= n
 
 
+# Kafka's default for `transaction.state.log.num.partitions`: the job reads (and the collector positions) as
+# many coordinator partitions as a real cluster has, not the test bed's 3.
+KAFKA_TRANSACTION_LOG_PARTITIONS = 50
+
+
+def detection_bed(**overrides: Any) -> TestBedConfig:
+    """The detection benchmarks' one-node test bed: partition verification off (the late-produce orphan needs
+    it), a 512 MB heap (two shared cores), and a `__transaction_state` of Kafka's default 50 partitions."""
+    extra = {"transaction.state.log.num.partitions": str(KAFKA_TRANSACTION_LOG_PARTITIONS)}
+    fields: Json = {"nodes": 1, "partition_verification": False, "heap": "512m", "extra": extra}
+    return TestBedConfig(**(fields | overrides))
+
+
+def shipped_interval_s() -> float:
+    """The collector's default sweep interval (`txnwatch collect`), in seconds."""
+    from common.settings import CollectorSettings
+
+    return CollectorSettings().interval_s
+
+
+def shipped_trigger() -> str:
+    """The job's default reconcile trigger (`txnwatch stream`)."""
+    from common.settings import StreamSettings
+
+    return StreamSettings().trigger
+
+
 @contextmanager
 def pipeline(
     workdir: Path,
     *,
-    interval_s: float = 5.0,
-    trigger: str = "5 seconds",
+    interval_s: float | None = None,
+    trigger: str | None = None,
     bed: TestBedConfig | None = None,
     stream_overrides: Json | None = None,
     detection_overrides: Json | None = None,
     collector_args: tuple[str, ...] = (),
 ) -> Iterator[Pipeline]:
-    """Start bed → collector → job → watcher; stop all of it (by pid / handle) on exit."""
+    """Start bed → collector → job → watcher; stop all of it (by pid / handle) on exit. Without `interval_s`,
+    `trigger` or `bed`: the collector's and the job's shipped defaults, on `detection_bed()`."""
+    interval_s = shipped_interval_s() if interval_s is None else interval_s
+    trigger = shipped_trigger() if trigger is None else trigger
     from common.settings import KafkaSettings, Settings, StreamSettings
     from common.topics import TopicSettings
     from detectors.models import DetectionLimits
 
     state_dir = workdir / "testbed"
-    bed = bed or TestBedConfig(nodes=1, partition_verification=False, heap="1g")
+    bed = bed or detection_bed()
     log(f"starting a one-node test bed in {state_dir} (load {loadavg()})")
     cluster = start_cluster(bed, state_dir)
     collector = None
@@ -293,6 +323,17 @@ def pipeline(
                 collector.kill()
         collector_log.close()
         stop_cluster(state_dir)
+
+
+def transaction_log_partitions(bootstrap: str) -> int | None:
+    """The partitions of the bed's `__transaction_state` as the broker reports them (None before the first
+    transactional producer made Kafka create it)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-describe")
+    try:
+        (topic,) = admin.describe_topics(["__transaction_state"])
+    finally:
+        admin.close()
+    return len(topic.get("partitions") or []) or None
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 1.0) -> Any:

@@ -198,7 +198,12 @@ def render_latency(r: Json) -> str:
     if s:
         lines.append(
             f"Settings: collector `--interval {s.get('interval_s')}`, trigger {s.get('trigger')}, grace "
-            f"{s.get('grace_ms')} ms, clock-skew tolerance {s.get('clock_skew_ms')} ms."
+            f"{s.get('grace_ms')} ms, clock-skew tolerance {s.get('clock_skew_ms')} ms"
+            + (
+                f"; `__transaction_state` of {s['transaction_log_partitions']} partitions."
+                if s.get("transaction_log_partitions")
+                else "."
+            )
         )
     return "\n".join(lines)
 

@@ -20,8 +20,19 @@ from kafka.structs import TopicPartition
 from dev.kafka import ROOT, Cluster
 
 sys.path.insert(0, str(ROOT))  # benchmarks/ is not an installed package: it runs from the checkout
-from benchmarks import bench_peers, bench_state, make_bench
+from benchmarks import bench_latency, bench_peers, bench_state, bench_stream, harness, make_bench
 from benchmarks.harness import ORPHAN_KINDS, make_orphans, percentile, summary
+from common.settings import CollectorSettings, StreamSettings
+from detectors.codec import decode_key, decode_value
+from detectors.currency import coordinator_partition
+from detectors.models import (
+    CoordinatorLogPosition,
+    CoordinatorRecord,
+    DetectionLimits,
+    PartitionSnapshot,
+    VerdictKind,
+)
+from detectors.rules import coord_facts, judge, txn_facts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.jars]
 
@@ -58,6 +69,9 @@ def test_orphan_makers_leave_open_transactions(bootstrap: str, unique: str) -> N
                     if p.current_transaction_start_offset >= 0
                 }
                 assert (o["producer_id"], o["start_offset"]) in open_, (kind, o)
+        # What bench_latency records of its bed: the broker's own count (the session's bed has 3)
+        (described,) = admin.describe_topics(["__transaction_state"])
+        assert harness.transaction_log_partitions(bootstrap) == len(described["partitions"]) >= 1
     finally:
         admin.close()
 
@@ -155,3 +169,74 @@ def test_state_table_renders_from_canned_figures(tmp_path: Path) -> None:
     assert "old" not in text and "| 1,000,000 | 12.5 s | **6.0 s** | **7.0 s** (5.0 s) |" in text
     assert "steady batch p50 ×2.0" in text and "checkpoint bytes per batch ×4.5" in text
     assert "9.00 MB" in text and "commit 40.0 ms" in text
+
+
+def test_stream_snapshot_input_is_open_at_its_coordinator() -> None:
+    """bench_stream's snapshot phase: every open transaction is its producer id's Ongoing transaction on a log of
+    Kafka's 50 partitions, so the rules judge it OPEN, even on a view current as of the snapshot (as on a real
+    cluster); each sweep is followed by a position of that log."""
+    partitions, sweeps, producers, timeout_ms = 600, 6, 200, 3_600_000
+    t0_ms = int(time.time() * 1000) - sweeps * 5_000
+    views: dict[int, CoordinatorRecord] = {}
+    for tid, key, value in bench_stream.snapshot_coordinator_records(
+        partitions, producers, t0_ms - 60_000, timeout_ms, "t"
+    ):
+        assert decode_key(key).transactional_id == tid
+        decoded = decode_value(value)
+        assert decoded is not None
+        record = CoordinatorRecord.from_log_value(
+            tid,
+            decoded,
+            source_partition=coordinator_partition(tid, 50),
+            source_offset=0,
+            source_timestamp_ms=t0_ms,
+        )
+        assert len(record.partitions) <= 3 * bench_stream.PRODUCERS_PER_PARTITION
+        views[record.producer_id] = record
+    after = bench_stream.position_record("t.txnlog-snap", 50, {p: 1 for p in range(50)})
+    limits = DetectionLimits()
+    now_ms = int(time.time() * 1000) + 600_000  # read up to ten minutes later: still not late
+    verdicts: dict[VerdictKind, int] = {}
+    positions = 0
+    for record in bench_stream.snapshot_records(
+        partitions,
+        sweeps,
+        producers,
+        5_000,
+        7,
+        "t",
+        t0_ms=t0_ms,
+        max_timeout_ms=timeout_ms,
+        after_sweep=after,
+    ):
+        if len(record) == 3:
+            position = CoordinatorLogPosition.model_validate_json(record[1])
+            assert position.partitions == 50 and record[2] == [("txnwatch.type", b"coordinator-log-position")]
+            positions += 1
+            continue
+        snap = PartitionSnapshot.model_validate_json(record[1])
+        for txn in snap.open_transactions:
+            t = txn_facts(txn, snap, first_seen_ms=t0_ms)
+            c = coord_facts(views[txn.producer_id])
+            decision = judge(t, c, now_ms, limits, view_current_ms=snap.observed_at_ms)
+            verdicts[decision.kind] = verdicts.get(decision.kind, 0) + 1
+    assert positions == sweeps
+    assert set(verdicts) == {VerdictKind.OPEN} and verdicts[VerdictKind.OPEN] > partitions * sweeps
+
+
+def test_detection_benchmarks_default_to_shipped_settings_and_50_log_partitions() -> None:
+    """bench_latency's collector interval and trigger are the shipped ones, and its bed's __transaction_state has
+    Kafka's default partition count (the run records the count the broker reported)."""
+    args = bench_latency.build_parser().parse_args([])
+    assert args.interval == CollectorSettings().interval_s
+    assert args.trigger == StreamSettings().trigger
+    assert (args.grace_ms, args.clock_skew_ms) == (
+        DetectionLimits().grace_ms,
+        DetectionLimits().clock_skew_ms,
+    )
+    bed = harness.detection_bed()
+    assert bed.extra["transaction.state.log.num.partitions"] == "50"
+    assert not bed.partition_verification and bed.heap == "512m"
+    (latency,) = [b for b in make_bench.BENCHES if b.name == "latency"]
+    assert "--interval" not in latency.args and "--trigger" not in latency.args
+    assert not any("--log-partitions" in b.args for b in make_bench.BENCHES if b.module == "bench_stream")
