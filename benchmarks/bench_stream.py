@@ -463,7 +463,8 @@ def _variables(props: str) -> list[tuple[str, str]]:
     return [
         (str(v.get("stateName")), str(v.get("stateVariableType")))
         for v in parsed.get("stateVariables", [])
-        if isinstance(v, dict) and v.get("stateName") not in (None, "$procTimers", "$rowCounter")
+        # Spark's own variables ("$procTimers_keyToTimestamp", ...) are not the stages' state
+        if isinstance(v, dict) and v.get("stateName") and not str(v.get("stateName")).startswith("$")
     ]
 
 
