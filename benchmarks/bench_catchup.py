@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, help="--coordinator-max-offsets-per-trigger (default: none)")
     parser.add_argument("--trigger", default="5 seconds")
     parser.add_argument("--budget-s", type=float, default=900.0, help="give up after this long")
-    parser.add_argument("--heap", default="1g", help="broker heap")
+    parser.add_argument("--heap", default="512m", help="broker heap")
     parser.add_argument("--bootstrap", help="use this running broker instead of starting a test bed")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
