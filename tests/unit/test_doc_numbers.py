@@ -98,7 +98,7 @@ def latency_method(r: dict[str, Any]) -> str:
 def latency_target(r: dict[str, Any]) -> str:
     """BENCHMARKS.md's verdict on the latency target, at the settings it was measured at."""
     where = DEFAULTS_PHRASE if latency_at_defaults(r) else f"at a {r['settings']['interval_s']:g} s sweep"
-    return f"**Target p95 ≤ 20 s {where}: {'met' if r['all']['p95'] <= 20 else 'missed'}.**"
+    return f"**Target p95 ≤ 10 s {where}: {'met' if r['all']['p95'] <= 10 else 'missed'}.**"
 
 
 def sweep_rows() -> str:
