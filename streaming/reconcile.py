@@ -4,7 +4,7 @@ detectors/tracking.py, which holds every rule that moves their state.
 Stage 1 (`ProducerIdFacts`, keyed by a bucket of transactional ids) turns coordinator records into producer-id
 facts (`tracking.advance_owners`). Stage 2 (`TransactionReconciler`, keyed by a bucket of producer ids) keeps the
 coordinator views and the open transactions and judges them (`tracking.BucketState`); a processing-time timer
-forgets transactions the collector stopped confirming and views nobody uses any more.
+forgets transactions the collector stopped confirming, and the state store's TTL the finished views nobody uses.
 
 Why buckets, not one grouping key per transactional id / producer id: every grouping key is a group with its own
 Arrow batch and its own calls into the processor. Keyed per id, that cost ~2 ms of CPU per id and capped the job
