@@ -59,8 +59,13 @@ class KafkaGroupOffsets:
 
     def __init__(self, admin: KafkaAdminClient, *, requests: RequestLog | None = None) -> None:
         self._admin = admin
-        self._manager = admin._manager
         self.requests = requests if requests is not None else RequestLog()
+
+    @property
+    def _manager(self) -> Any:
+        # Read when a lookup runs, not at construction: `collect` builds this before its first sweep, also where
+        # the lookup is off (`--blocked-groups-after-ms 0`) and with admins that are not kafka-python's (tests).
+        return self._admin._manager
 
     def list_group_ids(self) -> GroupIds:
         """Every group this principal may Describe (ListGroups filters the rest out, no error), except share
