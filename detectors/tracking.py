@@ -534,9 +534,6 @@ class Views:
         self._cache[producer_id] = view
         self.changed.add(producer_id)
 
-    def __contains__(self, producer_id: object) -> bool:
-        return isinstance(producer_id, int) and self.get(producer_id) is not None
-
     def loaded(self) -> dict[int, View]:
         """The views read or written so far (all of them without `load`)."""
         return {pid: v for pid, v in self._cache.items() if v is not None}
