@@ -64,6 +64,7 @@ from admin.proposals import (
     read_topic,
 )
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
+from admin.redescribe import Redescribes
 from admin.seams import ClusterWire, SweepResult, wall_clock_ms
 from admin.show import ActWith, candidate_row, look_around, render_list, render_show, show_json
 from admin.text import format_table
@@ -164,6 +165,14 @@ def register(subparsers: Any) -> None:
         help="name on /metrics the consumer groups a transaction holds up (at the partition's LSO, or its pending "
         "offset commit) once the partition's oldest open transaction has been open this long; 0: never (needs "
         f"Describe on groups) (default {_default('blocked_groups_after_ms')})",
+    )
+    collect.add_argument(
+        "--probe-interval-ms",
+        type=int,
+        metavar="MS",
+        help="between sweeps, ListOffsets of every partition this often to see new open transactions sooner, and "
+        "describe a partition again once a report of it can prove a young one (HANGING in about the grace plus "
+        f"the clock-skew tolerance, not a sweep later); 0: full sweeps only (default {_default('probe_interval_ms')})",
     )
     collect.add_argument(
         "--describe-batch-size",
@@ -468,6 +477,7 @@ COLLECT_FLAGS: dict[str, str | tuple[str, ...]] = {
     "metrics_port": "collector.metrics_port",
     "describe_batch_size": "collector.describe_batch_size",
     "blocked_groups_after_ms": "collector.blocked_groups_after_ms",
+    "probe_interval_ms": "collector.probe_interval_ms",
     "request_timeout_ms": "collector.request_timeout_ms",
     **{
         flag: (f"collector.producer_state_topic.{name}", f"collector.coordinator_state_topic.{name}")
@@ -647,7 +657,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 metrics=metrics,
             )
         collector = Collector(
-            wire, cluster=settings.cluster, settings=cs, open_partitions=open_partitions, metrics=metrics
+            wire,
+            cluster=settings.cluster,
+            settings=cs,
+            open_partitions=open_partitions,
+            metrics=metrics,
+            # Scheduled by the job's own limits (the same settings file or environment): a re-describe then
+            # comes when the job's rules can first settle the transaction.
+            redescribes=Redescribes(settings.detection) if cs.probe_interval_ms else None,
         )
         poller = (
             CoordinatorPoller(
@@ -685,6 +702,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 return len(poll.records)
 
             also.append(poll_coordinators)
+        # A re-describe says nothing of the other partitions, so it is published without the blocked-groups
+        # lookup, which reports on every partition of a full sweep.
+        publish_redescribe = publish_sweep
         if cs.blocked_groups_after_ms:
             publish_sweep = _then_blocked_groups(publish_sweep, admin, requests, cs, metrics)
         log.info(
@@ -704,6 +724,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 metrics=metrics,
                 max_sweeps=args.max_sweeps,
                 health=health,
+                probe_interval_s=cs.probe_interval_ms / 1000,
+                publish_redescribe=publish_redescribe,
             )
         log.info("stopped after %d sweeps", sweeps)
         return 0

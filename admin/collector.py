@@ -23,6 +23,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 from pydantic import ValidationError
@@ -30,6 +31,7 @@ from pydantic import ValidationError
 from admin.client import AdminError, explain, is_authorization_error
 from admin.metrics import CollectorMetrics, LoopHealth
 from admin.position import measure_log_position
+from admin.redescribe import Redescribes
 from admin.seams import (
     TP,
     ActiveProducer,
@@ -155,6 +157,8 @@ class Collector:
         clock_ms: the wall clock; read only when a response arrives (in the wire), for sweep ids, and for the
             coordinator log position's `as_of_ms` (after the DescribeProducers phase).
         monotonic / sleep: for durations, backoff and the pause before a retry round.
+        redescribes: when given, `probe` and `sweep(only=...)` between full sweeps describe a partition again
+            once a report of it can prove what the last could not (admin/redescribe.py).
     """
 
     def __init__(
@@ -168,6 +172,7 @@ class Collector:
         clock_ms: Callable[[], int] = wall_clock_ms,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        redescribes: Redescribes | None = None,
     ) -> None:
         self._wire = wire
         self._cluster = cluster
@@ -186,6 +191,8 @@ class Collector:
         self._run_id = uuid.uuid4().hex[:8]
         self._seq = 0
         self._noted: set[str] = set()
+        self._redescribes = redescribes
+        self._view: ClusterView | None = None  # the last full sweep's metadata: where the probe asks
 
     @property
     def open_partitions(self) -> set[TP] | None:
@@ -195,8 +202,8 @@ class Collector:
     def cached_start_batches(self) -> int:
         return len(self._starts)
 
-    def sweep(self) -> SweepResult:
-        """Run one sweep.
+    def sweep(self, only: Iterable[TP] | None = None) -> SweepResult:
+        """Run one sweep; with `only`, a re-describe of those partitions (`SweepResult.redescribe`).
 
         Returns:
             The snapshots (partitions with open transactions), explicit empty snapshots (partitions whose open
@@ -212,8 +219,11 @@ class Collector:
         started_at_ms = self._clock_ms()
         problems: list[str] = []
         view = self._wire.metadata()
+        asked = None if only is None else set(only)
+        if asked is not None and self._redescribes is not None:
+            self._redescribes.taken(asked)
 
-        described = self._describe_producers(view, started_at_ms, problems)
+        described = self._describe_producers(view, started_at_ms, problems, asked)
         # Read after the last DescribeProducers answer (and never before it, should the clock step back) and
         # before the offsets are asked for: everything a coordinator wrote that could explain those answers
         # was committed before them, so it lies below the end offsets measured next.
@@ -229,7 +239,11 @@ class Collector:
         self._close_gone_partitions(sweep_id, described, as_of_ms, built)
         self._remember_open(sweep_id, built)
         self._prune_start_cache(described.results, open_now)
-        summaries = self._summaries(sweep_id, described, built)
+        summaries = self._summaries(sweep_id, described, built) if asked is None else []
+        if self._redescribes is not None:
+            self._redescribes.reported(described.results if asked is None else asked, built.snapshots)
+        if asked is None:
+            self._view = described.view
 
         fetches = sum(len(v) for v in need_fetch.values())
         result = SweepResult(
@@ -239,18 +253,56 @@ class Collector:
             snapshots=built.snapshots,
             empties=built.empties,
             summaries=summaries,
-            partitions_total=len(set(view.leaders) - described.deleted),
+            partitions_total=len(set(view.leaders if asked is None else asked) - described.deleted),
             partitions_covered=sum(built.covered_by.values()),
             new_transactions=fetches,  # every transaction not seen before is one start batch to fetch
             start_batch_fetches=fetches,
             problems=problems,
             positions=positions,
+            redescribe=asked is not None,
         )
-        if self._metrics is not None:
+        if self._metrics is not None and asked is not None:
+            self._metrics.redescribes.inc(len(asked))
+        elif self._metrics is not None:
             self._metrics.observe_sweep(
                 result, cached_start_batches=len(self._starts), uncovered=described.uncovered_partitions
             )
         return result
+
+    def probe(self) -> int:
+        """ListOffsets of every partition the last full sweep described, from its leader at its epoch: notes
+        the transactions open at a last stable offset that no report has shown yet, and partitions whose awaited
+        transactions ended (admin/redescribe.py). Returns the partitions answered; 0 before the first sweep.
+
+        Raises:
+            kafka.errors.KafkaError: if no broker can be asked at all (the loop logs it and goes on)."""
+        if self._redescribes is None or self._view is None:
+            return 0
+        view = self._view
+        backed_off = self._backed_off(self._monotonic())
+        wanted: dict[int, list[TP]] = {}
+        for tp, leader in view.leaders.items():
+            if leader >= 0 and leader not in backed_off:
+                wanted.setdefault(leader, []).append(tp)
+        answers = self._wire.list_offsets(wanted, view.leader_epochs)
+        # Every answer had arrived by now: the latest moment any of them can be from.
+        at_ms = self._clock_ms()
+        for tp, offsets in answers.items():
+            lso = offsets.last_stable_offset
+            known = lso is not None and self._sightings.knows(tp, lso)
+            self._redescribes.probed(tp, offsets, view.leader_epochs.get(tp), at_ms, known=known)
+        if self._metrics is not None:
+            self._metrics.probes.inc()
+        return sum(1 for o in answers.values() if o.error is None)
+
+    def due(self) -> list[TP]:
+        """The partitions whose proving re-describe is due now."""
+        return [] if self._redescribes is None else self._redescribes.due(self._clock_ms())
+
+    def seconds_until_due(self) -> float | None:
+        """How long until the next re-describe is due; None if none is scheduled."""
+        at = None if self._redescribes is None else self._redescribes.next_due_ms()
+        return None if at is None else max(0.0, (at - self._clock_ms()) / 1000)
 
     def unpublished(self, result: SweepResult) -> None:
         """The sweep's records did not reach Kafka: undo its effect on the open set, so the next sweep sends
@@ -261,7 +313,9 @@ class Collector:
 
     # ------------------------------------------------------------------------ phase: DescribeProducers
 
-    def _describe_producers(self, view: ClusterView, since_ms: int, problems: list[str]) -> _Described:
+    def _describe_producers(
+        self, view: ClusterView, since_ms: int, problems: list[str], only: set[TP] | None = None
+    ) -> _Described:
         """DescribeProducers of every partition from its leader; partitions whose leader moved are asked again
         of the new one after a metadata refresh, at most `retries_per_sweep` extra rounds. Updates backoff.
 
@@ -271,7 +325,7 @@ class Collector:
         its stale state; the request itself carries no epoch to fence it."""
         s = self._settings
         described = _Described(view=view, began=self._monotonic(), last_answer_ms=since_ms)
-        pending = self._route_to_leaders(described)
+        pending = self._route_to_leaders(described, only)
         rounds = 0
         while pending:
             retry = self._describe_round(pending, described, problems)
@@ -290,10 +344,12 @@ class Collector:
         self._update_backoff(described.failed_brokers, described.answered_brokers)
         return described
 
-    def _route_to_leaders(self, described: _Described) -> dict[int, list[TP]]:
+    def _route_to_leaders(self, described: _Described, only: set[TP] | None) -> dict[int, list[TP]]:
         # Leaderless partitions and brokers in backoff are not asked this sweep.
         pending: dict[int, list[TP]] = {}
         for tp, leader in described.view.leaders.items():
+            if only is not None and tp not in only:
+                continue
             if leader < 0:
                 described.lose(NO_LEADER, "LEADER_NOT_AVAILABLE", tp)
             elif (b := self._backoff.get(leader)) is not None and b.retry_at > described.began:
@@ -592,7 +648,7 @@ class Collector:
             partition=tp[1],
             open_transactions=tuple(
                 sorted(
-                    (self._open_transaction(tp, p, answer.received_at_ms) for p in txns),
+                    (self._open_transaction(tp, p, answer.received_at_ms, answer.leader_epoch) for p in txns),
                     key=lambda t: t.start_offset,
                 )
             ),
@@ -601,10 +657,17 @@ class Collector:
             max_transaction_timeout_ms=self._timeouts.get(answer.broker),
         )
 
-    def _open_transaction(self, tp: TP, p: ActiveProducer, received_at_ms: int) -> OpenTransaction:
+    def _open_transaction(
+        self, tp: TP, p: ActiveProducer, received_at_ms: int, leader_epoch: int | None
+    ) -> OpenTransaction:
         # Open in this answer: it had opened by the answer's receipt, the latest moment the answer can be from.
+        probed = (
+            None
+            if self._redescribes is None
+            else self._redescribes.seen_open_ms(tp, p.current_txn_start_offset, leader_epoch)
+        )
         opened_after, seen_open = self._sightings.bounds(
-            tp, p.producer_id, p.current_txn_start_offset, received_at_ms
+            tp, p.producer_id, p.current_txn_start_offset, received_at_ms, probed
         )
         return open_transaction(
             p,
@@ -714,8 +777,12 @@ def run(
     clock_ms: Callable[[], int] = wall_clock_ms,
     health: LoopHealth | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    probe_interval_s: float = 0.0,
+    publish_redescribe: Callable[[SweepResult], object] | None = None,
 ) -> int:
-    """Sweep and publish every `interval_s` until `stop` is set (Ctrl-C) or `max_sweeps` ran.
+    """Sweep and publish every `interval_s` until `stop` is set (Ctrl-C) or `max_sweeps` ran; in between, probe
+    every `probe_interval_s` (0: never) and re-describe the partitions due (`between_sweeps`), published with
+    `publish_redescribe` (default `publish`).
 
     A failed sweep (no metadata, a publish error) is counted, and logged once per run of failures (a cluster
     down for a minute is one line, not one per interval, and one more when sweeps succeed again); after a failed
@@ -801,8 +868,71 @@ def run(
         pause = interval_s
         if failed:
             pause = max(interval_s, min(interval_s * 2 ** (failed - 1), SWEEP_BACKOFF_MAX_S))
-        stop.wait(max(0.0, pause - (monotonic() - began)))
+        between_sweeps(
+            collector,
+            publish_redescribe or publish,
+            until=began + pause,
+            probe_interval_s=probe_interval_s if not failed else 0.0,
+            stop=stop,
+            monotonic=monotonic,
+            health=health,
+        )
     return sweeps
+
+
+def between_sweeps(
+    collector: Collector,
+    publish: Callable[[SweepResult], object],
+    *,
+    until: float,
+    probe_interval_s: float,
+    stop: threading.Event,
+    monotonic: Callable[[], float] = time.monotonic,
+    health: LoopHealth | None = None,
+) -> None:
+    """Until `until` (monotonic) or `stop`: probe every `probe_interval_s` (0: never) and re-describe each
+    partition when its re-describe is due (admin/redescribe.py). A failure is logged once per kind and never
+    ends the loop: the next full sweep covers every partition anyway."""
+    next_probe = monotonic() if probe_interval_s > 0 else None
+    failures: set[str] = set()
+    while not stop.is_set():
+        now = monotonic()
+        if now >= until:
+            return
+        if next_probe is not None and now >= next_probe:
+            _quietly(collector.probe, "probe", failures)
+            next_probe = now + probe_interval_s
+        due = collector.due()
+        if due:
+            _quietly(partial(_redescribe, collector, publish, due), "re-describe", failures)
+        if health is not None:
+            health.turned()
+        wake = until
+        if next_probe is not None:
+            wake = min(wake, next_probe)
+        after = collector.seconds_until_due()
+        if after is not None:
+            wake = min(wake, monotonic() + after)
+        stop.wait(max(0.0, wake - monotonic()))
+
+
+def _redescribe(collector: Collector, publish: Callable[[SweepResult], object], due: list[TP]) -> None:
+    result = collector.sweep(only=due)
+    try:
+        publish(result)
+    except BaseException:
+        collector.unpublished(result)
+        raise
+    log.debug("re-described %d partitions: %d open transactions", len(due), result.open_transactions)
+
+
+def _quietly(task: Callable[[], object], what: str, failures: set[str]) -> None:
+    try:
+        task()
+    except Exception as exc:
+        if what not in failures:
+            failures.add(what)
+            log.warning("%s between sweeps failed: %s (the next sweep covers every partition)", what, exc)
 
 
 def _is_kafka_error(exc: BaseException) -> bool:

@@ -121,6 +121,8 @@ class CollectorMetrics:
             metrics.COLLECTOR_PARTITIONS_WITH_OPEN_TRANSACTIONS, reg
         )
         self.new_open_transactions = _counter(metrics.COLLECTOR_OPEN_TRANSACTIONS_SEEN, reg)
+        self.probes = _counter(metrics.COLLECTOR_PROBES, reg)
+        self.redescribes = _counter(metrics.COLLECTOR_REDESCRIBES, reg)
         self.start_batch_cache = _gauge(metrics.COLLECTOR_START_BATCH_CACHE_ENTRIES, reg)
         self.requests = _counter(metrics.COLLECTOR_REQUESTS, reg)
         self.errors = _counter(metrics.COLLECTOR_ERRORS, reg)

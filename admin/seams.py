@@ -306,6 +306,9 @@ class SweepResult:
     # How far `__transaction_state` had reached when the sweep's DescribeProducers answers were in (published
     # after the sweep's other records); empty if the topic does not exist or no partition answered.
     positions: list[CoordinatorLogPosition] = field(default_factory=list)
+    # A re-describe of a few partitions between full sweeps (admin/redescribe.py): its snapshots and positions
+    # are published as a sweep's, but it has no broker summaries and says nothing of the other partitions.
+    redescribe: bool = False
 
     @property
     def open_transactions(self) -> int:

@@ -29,16 +29,20 @@ class Sightings:
         self._reported_at: dict[TP, int] = {}
         self._bounds: dict[TP, dict[_Txn, tuple[int | None, int]]] = {}
 
-    def bounds(self, tp: TP, producer_id: int, start_offset: int, at_ms: int) -> tuple[int | None, int]:
+    def bounds(
+        self, tp: TP, producer_id: int, start_offset: int, at_ms: int, seen_before_ms: int | None = None
+    ) -> tuple[int | None, int]:
         """(opened after, seen open) of a transaction reported open at `at_ms`: fixed at its first report.
 
         Opened after is the partition's previous report (which did not have it open: it would be known
         otherwise), None when the collector had not reported the partition before (its first sweep, a partition
-        new to it, or a restart: the records' time is all there is then)."""
+        new to it, or a restart: the records' time is all there is then). `seen_before_ms`: an earlier moment
+        it was known open (the probe's, admin/redescribe.py)."""
         per_partition = self._bounds.setdefault(tp, {})
         known = per_partition.get((producer_id, start_offset))
         if known is None:
-            known = (self._reported_at.get(tp), at_ms)
+            seen = at_ms if seen_before_ms is None else min(at_ms, seen_before_ms)
+            known = (self._reported_at.get(tp), seen)
             per_partition[(producer_id, start_offset)] = known
         return known
 
@@ -54,6 +58,10 @@ class Sightings:
                 self._bounds[tp] = kept
             else:
                 del self._bounds[tp]
+
+    def knows(self, tp: TP, start_offset: int) -> bool:
+        """A report had a transaction open from `start_offset` on `tp`, still open at the partition's last report."""
+        return any(start == start_offset for _, start in self._bounds.get(tp, {}))
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._bounds.values())

@@ -331,6 +331,18 @@ COLLECTOR_OPEN_TRANSACTIONS_SEEN = Metric(
     "Open transactions seen for the first time.",
     (),
 )
+COLLECTOR_PROBES = Metric(
+    "txnwatch_collector_probes",
+    "counter",
+    "Probes between sweeps: ListOffsets of every partition, to see new open transactions sooner.",
+    (),
+)
+COLLECTOR_REDESCRIBES = Metric(
+    "txnwatch_collector_redescribes",
+    "counter",
+    "Partitions described again between sweeps, once a report of them could prove a young open transaction.",
+    (),
+)
 COLLECTOR_START_BATCH_CACHE_ENTRIES = Metric(
     "txnwatch_collector_start_batch_cache_entries",
     "gauge",
@@ -407,6 +419,8 @@ COLLECTOR: tuple[Metric, ...] = (
     COLLECTOR_OPEN_TRANSACTIONS,
     COLLECTOR_PARTITIONS_WITH_OPEN_TRANSACTIONS,
     COLLECTOR_OPEN_TRANSACTIONS_SEEN,
+    COLLECTOR_PROBES,
+    COLLECTOR_REDESCRIBES,
     COLLECTOR_START_BATCH_CACHE_ENTRIES,
     COLLECTOR_REQUESTS,
     COLLECTOR_ERRORS,

@@ -114,6 +114,9 @@ class CollectorSettings(Model):
     # Look up the consumer groups a transaction holds up once the partition's oldest open transaction has been open
     # this long (admin/blocked.py, the dashboard's blocked groups); 0: never. Kafka's default transaction.timeout.ms.
     blocked_groups_after_ms: int = Field(default=60_000, ge=0)
+    # Between sweeps, ListOffsets of every partition this often to see new open transactions, and describe a
+    # partition again once a report of it can prove a young one (admin/redescribe.py); 0: full sweeps only.
+    probe_interval_ms: int = Field(default=1_000, ge=0)
     coordinator_source: CoordinatorSource = "log"
     # describe mode: re-describe active transactions running longer than this each poll (ListTransactions v1
     # DurationFilter); 0 re-describes every active transaction. New and changed ones are always described.

@@ -196,6 +196,19 @@ def settled(t: TxnFacts, limits: DetectionLimits) -> bool:
     return seen is None or t.observed_at_ms - seen > g
 
 
+def settles_at_ms(open_since_ms: int, seen_open_ms: int | None, limits: DetectionLimits) -> int | None:
+    """The earliest report time at which `settled` holds for a transaction open since `open_since_ms` and first
+    seen open at `seen_open_ms`: when a report proves the most. None: no report ever settles it (no usable
+    timestamp and no sighting). The collector re-describes a partition then rather than at its next sweep; the
+    rules judge that report as any other."""
+    times: list[int] = []
+    if known(open_since_ms):
+        times.append(open_since_ms + limits.clock_skew_ms + limits.grace_ms + 1)
+    if seen_open_ms is not None:
+        times.append(seen_open_ms + limits.grace_ms + 1)
+    return max(times) if times else None
+
+
 def open_by(t: TxnFacts) -> int | None:
     """The earliest moment T is known to have been open: when the collector received its first report with T
     open (`seen_open_ms`; a report is stamped when its request was sent, and the leader's state is from some

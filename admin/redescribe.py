@@ -1,0 +1,133 @@
+"""Proving re-describes: describe a partition again when a report of it can prove what the last one could not.
+
+A HANGING proof needs a report taken once the transaction has been open for longer than the grace period, by its
+records' time (skew-reduced) and since the collector first saw it open (`detectors.rules.settled`). A transaction
+first seen young is proven by the next report after that moment; with full sweeps only, that is a whole sweep
+interval later. So the collector keeps, per partition, when a report would settle its youngest open
+transaction (`detectors.rules.settles_at_ms`), and describes just that partition then.
+
+New transactions are seen sooner too, between sweeps, by a probe: ListOffsets (read_committed and
+read_uncommitted) of every partition, one cheap request pair per broker. A last stable offset L below the high
+watermark at leader epoch E means the transaction whose first batch is at L was written by then: if a later
+report at the same epoch has a transaction open from L, it was open at the probe (a transaction is open from its
+first batch to its marker; within one leader epoch an offset below the high watermark holds one batch). The probe's
+time is then that transaction's first sighting (`seen_open_ms`), and its partition is described once a report
+can settle it. The probe also tells when a scheduled partition's transactions have all ended (its last stable
+offset moved past them): that partition is not described again. So a busy cluster's short transactions cost
+probes, not describes; a transaction that lives past the grace costs one describe more.
+
+None of this decides anything: the reports are ordinary snapshots, judged by the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from admin.seams import TP, Offsets
+from detectors.models import DetectionLimits, PartitionSnapshot
+from detectors.rules import settles_at_ms
+
+# After the moment a report settles, so that the report's send time (its `observed_at_ms`) is past it.
+MARGIN_MS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSighting:
+    """The probe saw a transaction open from `start_offset` (the last stable offset) at `seen_at_ms`, at the
+    leader epoch it asked with."""
+
+    start_offset: int
+    leader_epoch: int
+    seen_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """Describe the partition at `at_ms`, unless every transaction it waits for (start offsets up to
+    `last_start_offset`) has ended by then."""
+
+    at_ms: int
+    last_start_offset: int
+
+
+class Redescribes:
+    """Which partitions to describe when, between full sweeps. Memory: one entry per partition with a young open
+    transaction (a probe sighting and a due time)."""
+
+    def __init__(self, limits: DetectionLimits, *, margin_ms: int = MARGIN_MS) -> None:
+        self._limits = limits
+        self._margin_ms = margin_ms
+        self._probed: dict[TP, ProbeSighting] = {}
+        self._due: dict[TP, Due] = {}
+
+    def probed(self, tp: TP, offsets: Offsets, leader_epoch: int | None, at_ms: int, *, known: bool) -> None:
+        """One partition's probe answer, received by `at_ms`. `known`: the collector already saw the transaction
+        at the last stable offset open (its reports carry that sighting)."""
+        lso, hw = offsets.last_stable_offset, offsets.high_watermark
+        if offsets.error is not None or lso is None or hw is None:
+            return
+        due = self._due.get(tp)
+        if due is not None and (lso >= hw or lso > due.last_start_offset):
+            del self._due[tp]  # every transaction it waited for has ended: nothing left to prove there
+        if lso >= hw or known or leader_epoch is None:
+            # Without an epoch the probe cannot tell this batch from one written at the same offset after a
+            # truncation, so it proves no sighting.
+            return
+        seen = self._probed.get(tp)
+        if seen is not None and seen.start_offset == lso and seen.leader_epoch == leader_epoch:
+            return  # the same transaction, first seen earlier
+        self._probed[tp] = ProbeSighting(lso, leader_epoch, at_ms)
+        # Its records' time is unknown until a report fetches its first batch, but a report holds it to the
+        # sighting at the latest (`detectors.models.open_since_ms`): so this moment settles it whatever it is.
+        self._schedule(tp, settles_at_ms(at_ms, at_ms, self._limits) or at_ms, lso)
+
+    def seen_open_ms(self, tp: TP, start_offset: int, leader_epoch: int | None) -> int | None:
+        """When the probe saw the transaction open from `start_offset` on `tp`, if a report at `leader_epoch`
+        has it open (the same epoch: the same batch at that offset)."""
+        seen = self._probed.get(tp)
+        if seen is None or leader_epoch is None:
+            return None
+        if seen.start_offset != start_offset or seen.leader_epoch != leader_epoch:
+            return None
+        return seen.seen_at_ms
+
+    def reported(self, asked: Iterable[TP], snapshots: Sequence[PartitionSnapshot]) -> None:
+        """A sweep asked about `asked` and published `snapshots`: each asked partition's probe sighting is spent
+        (its reports carry it) and its due time dropped (one not described waits for the next full sweep); a
+        partition whose report has a transaction no report has settled yet is due when one can."""
+        for tp in asked:
+            self._probed.pop(tp, None)
+            self._due.pop(tp, None)
+        for snap in snapshots:
+            tp = (snap.topic, snap.partition)
+            self._probed.pop(tp, None)
+            self._due.pop(tp, None)
+            for t in snap.open_transactions:
+                at = settles_at_ms(t.open_since_ms, t.seen_open_ms, self._limits)
+                if at is not None and at > snap.observed_at_ms:
+                    self._schedule(tp, at, t.start_offset)
+
+    def taken(self, tps: Iterable[TP]) -> None:
+        """A re-describe of `tps` begins: not due again unless its report says so (`reported`), even if it fails."""
+        for tp in tps:
+            self._due.pop(tp, None)
+
+    def due(self, now_ms: int) -> list[TP]:
+        """The partitions to describe now."""
+        return sorted(tp for tp, d in self._due.items() if d.at_ms <= now_ms)
+
+    def next_due_ms(self) -> int | None:
+        return min((d.at_ms for d in self._due.values()), default=None)
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def _schedule(self, tp: TP, settles_at_ms: int, start_offset: int) -> None:
+        at = settles_at_ms + self._margin_ms
+        known = self._due.get(tp)
+        if known is None:
+            self._due[tp] = Due(at, start_offset)
+        else:
+            # The earliest moment one of them can be proven; keep watching the latest start offset.
+            self._due[tp] = Due(min(known.at_ms, at), max(known.last_start_offset, start_offset))

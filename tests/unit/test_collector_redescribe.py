@@ -1,0 +1,258 @@
+"""Between sweeps: the probe that sees new open transactions, and the re-describe that comes when a report of a
+partition can prove its young transaction (admin/redescribe.py), against a scripted cluster."""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+import pytest
+from collector_fakes import T0, FakeCluster, producer, start_batch
+
+from admin.collector import Collector, between_sweeps
+from admin.metrics import CollectorMetrics
+from admin.redescribe import MARGIN_MS, Redescribes
+from admin.seams import Offsets, SweepResult
+from common.settings import CollectorSettings
+from detectors.models import DetectionLimits
+from detectors.rules import TxnFacts, settled, settles_at_ms
+
+pytestmark = pytest.mark.unit
+
+ORDERS0 = ("orders", 0)
+LIMITS = DetectionLimits()  # grace 4 s, skew 2 s
+EPOCH = 7
+
+
+def make(cluster: FakeCluster, metrics: CollectorMetrics | None = None) -> Collector:
+    return Collector(
+        cluster,
+        cluster="prod",
+        settings=CollectorSettings(),
+        open_partitions=set(),
+        metrics=metrics,
+        clock_ms=lambda: cluster.clock,
+        redescribes=Redescribes(LIMITS),
+    )
+
+
+def young_orphan(opened_at_ms: int) -> FakeCluster:
+    """`orders-0` with a transaction opened at `opened_at_ms` (its records' time), LSO 100 below HW 140."""
+    cluster = FakeCluster(
+        leaders={ORDERS0: 1, ("orders", 1): 2},
+        epochs={ORDERS0: EPOCH, ("orders", 1): 3},
+        starts={(ORDERS0, 100): start_batch(start_timestamp_ms=opened_at_ms)},
+        offsets={ORDERS0: Offsets(140, 140), ("orders", 1): Offsets(5, 5)},
+    )
+    return cluster
+
+
+def begin(cluster: FakeCluster) -> None:
+    cluster.producers[ORDERS0] = [producer(last_timestamp_ms=cluster.clock)]
+    cluster.offsets[ORDERS0] = Offsets(100, 140)
+
+
+def facts(snap: Any) -> TxnFacts:
+    (t,) = snap.open_transactions
+    return TxnFacts(
+        snap.topic,
+        snap.partition,
+        t.producer_id,
+        t.first_batch_epoch,
+        t.open_since_ms,
+        snap.observed_at_ms,
+        seen_open_ms=t.seen_open_ms,
+    )
+
+
+# ------------------------------------------------------------------------------------------ the rule
+
+
+def test_settles_at_is_the_first_report_time_at_which_the_rules_settle_a_transaction() -> None:
+    rng = random.Random(7)
+    for _ in range(20_000):
+        lim = DetectionLimits(
+            grace_ms=rng.choice([0, 1, 4_000, 10_000]), clock_skew_ms=rng.choice([0, 2_000])
+        )
+        since = rng.choice([-1, 0, T0 + rng.randint(-20_000, 20_000)])
+        seen = rng.choice([None, T0 + rng.randint(-20_000, 20_000)])
+        at = settles_at_ms(since, seen, lim)
+        for obs in (T0 + rng.randint(-30_000, 30_000), *(() if at is None else (at - 1, at))):
+            t = TxnFacts("orders", 0, 1, 0, since, obs, seen_open_ms=seen)
+            assert settled(t, lim) == (at is not None and obs >= at), (since, seen, obs, at)
+
+
+# ---------------------------------------------------------------------------------------------- probe
+
+
+def test_a_probe_sees_a_new_transaction_and_its_re_describe_proves_it_a_grace_later() -> None:
+    """A transaction opened between sweeps: the probe's ListOffsets shows its first batch below the high
+    watermark (LSO < HW), so it was open then; the partition is described again once the grace has passed since
+    that moment, and that report alone settles it, long before the next full sweep."""
+    cluster = young_orphan(opened_at_ms=T0 + 60_000 - 10_000)  # records stamped 10 s old: event time
+    metrics = CollectorMetrics()
+    collector = make(cluster, metrics)
+    collector.sweep()  # nothing open yet
+    cluster.clock += 1_000
+    begin(cluster)
+    assert collector.probe() == 2
+    probed_at = cluster.clock
+    assert collector.due() == []
+    due_at = probed_at + LIMITS.clock_skew_ms + LIMITS.grace_ms + 1 + MARGIN_MS
+    assert collector.seconds_until_due() == pytest.approx((due_at - cluster.clock) / 1000)
+    cluster.clock = due_at - 1
+    assert collector.due() == []
+    cluster.clock = due_at
+    assert collector.due() == [ORDERS0]
+    described_before = sum(cluster.describe_requests.values())
+    covered_before = metrics.partitions_described._value.get()
+    result = collector.sweep(only=collector.due())
+    assert result.redescribe and result.summaries == [] and result.partitions_total == 1
+    assert sum(cluster.describe_requests.values()) == described_before + 1  # that partition alone
+    assert cluster.batch_sizes[-1] == 1
+    (s,) = result.snapshots
+    (t,) = s.open_transactions
+    assert t.seen_open_ms == probed_at  # the probe's sighting, not this report's
+    assert settled(facts(s), LIMITS)
+    assert result.positions == [] or result.positions[0].as_of_ms >= s.observed_at_ms
+    assert collector.due() == [] and collector.seconds_until_due() is None  # settled: nothing more to prove
+    assert metrics.redescribes._value.get() == 1 and metrics.probes._value.get() == 1
+    # A re-describe is no sweep: the coverage figures stay the last sweep's.
+    assert metrics.partitions_described._value.get() == covered_before
+
+
+def test_a_probe_sighting_at_another_leader_epoch_proves_nothing() -> None:
+    """Between the probe and the report the partition changed leader: the batch at the probe's last stable offset
+    may have been truncated and another written there, so the report's transaction is first seen by the report."""
+    cluster = young_orphan(opened_at_ms=T0)
+    collector = make(cluster)
+    collector.sweep()
+    begin(cluster)
+    collector.probe()
+    probed_at = cluster.clock
+    cluster.clock += 5_000
+    cluster.epochs[ORDERS0] = EPOCH + 1
+    result = collector.sweep(only=[ORDERS0])
+    (t,) = result.snapshots[0].open_transactions
+    assert t.seen_open_ms is not None and t.seen_open_ms > probed_at
+
+
+def test_a_transaction_a_sweep_saw_young_is_described_again_when_a_report_can_settle_it() -> None:
+    cluster = young_orphan(opened_at_ms=T0 + 60_000)
+    begin(cluster)
+    collector = make(cluster)
+    first = collector.sweep()
+    (t,) = first.snapshots[0].open_transactions
+    assert not settled(facts(first.snapshots[0]), LIMITS)
+    at = settles_at_ms(t.open_since_ms, t.seen_open_ms, LIMITS)
+    assert at is not None
+    cluster.clock = at + MARGIN_MS - 1
+    assert collector.due() == []
+    cluster.clock = at + MARGIN_MS
+    assert collector.due() == [ORDERS0]
+    assert settled(facts(collector.sweep(only=[ORDERS0]).snapshots[0]), LIMITS)
+
+
+def test_a_partition_whose_awaited_transactions_ended_is_not_described_again() -> None:
+    """The probe after the schedule shows the last stable offset past the transaction: it ended (committed, as
+    most do within the grace), so there is nothing left to prove there."""
+    cluster = young_orphan(opened_at_ms=T0 + 60_000)
+    begin(cluster)
+    collector = make(cluster)
+    collector.sweep()
+    assert collector.seconds_until_due() is not None
+    cluster.offsets[ORDERS0] = Offsets(150, 150)  # committed; its marker below the high watermark
+    cluster.producers[ORDERS0] = []
+    collector.probe()
+    assert collector.seconds_until_due() is None
+
+
+def test_a_probe_leaves_a_transaction_already_reported_to_its_reports() -> None:
+    cluster = young_orphan(opened_at_ms=T0 - 60_000)
+    begin(cluster)
+    collector = make(cluster)
+    collector.sweep()  # a first report never settles: it must be seen open for the grace
+    scheduled = collector.seconds_until_due()
+    assert scheduled is not None
+    collector.probe()
+    assert collector.seconds_until_due() == scheduled  # the sweep's sighting stands, the probe adds none
+
+
+# ----------------------------------------------------------------------------------------- the loop
+
+
+class Ticks:
+    """A monotonic clock that moves with the cluster's (ms) clock; waiting moves both."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+
+    def monotonic(self) -> float:
+        return self.cluster.clock / 1000
+
+
+class Wait(threading.Event):
+    def __init__(self, cluster: FakeCluster) -> None:
+        super().__init__()
+        self.cluster = cluster
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        self.waits.append(timeout)
+        self.cluster.clock += max(1, round(timeout * 1000))
+        return self.is_set()
+
+
+def test_between_sweeps_probes_re_describes_when_due_and_stops_at_the_next_sweep() -> None:
+    cluster = young_orphan(opened_at_ms=T0)
+    collector = make(cluster)
+    collector.sweep()
+    begin(cluster)
+    published: list[SweepResult] = []
+    ticks = Ticks(cluster)
+    stop = Wait(cluster)
+    start = ticks.monotonic()
+    between_sweeps(
+        collector,
+        published.append,
+        until=start + 10,
+        probe_interval_s=1,
+        stop=stop,
+        monotonic=ticks.monotonic,
+    )
+    assert ticks.monotonic() >= start + 10
+    assert len(cluster.offsets_calls) >= 10  # a probe a second
+    (redescribed,) = published
+    assert redescribed.redescribe and settled(facts(redescribed.snapshots[0]), LIMITS)
+    assert (
+        redescribed.snapshots[0].observed_at_ms - start * 1000
+        < LIMITS.clock_skew_ms + LIMITS.grace_ms + 1_500
+    )
+
+
+def test_a_failing_re_describe_is_not_retried_in_a_loop() -> None:
+    cluster = young_orphan(opened_at_ms=T0)
+    collector = make(cluster)
+    collector.sweep()
+    begin(cluster)
+    collector.probe()
+    attempts: list[int] = []
+
+    def publish(_: SweepResult) -> None:
+        attempts.append(cluster.clock)
+        raise RuntimeError("snapshot topic unavailable")
+
+    ticks = Ticks(cluster)
+    stop = Wait(cluster)
+    between_sweeps(
+        collector,
+        publish,
+        until=ticks.monotonic() + 10,
+        probe_interval_s=0,
+        stop=stop,
+        monotonic=ticks.monotonic,
+    )
+    # Its report said "settled", so nothing was due again; and the failure did not spin the loop either.
+    assert len(attempts) == 1 and len(stop.waits) < 5
