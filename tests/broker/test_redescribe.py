@@ -1,0 +1,87 @@
+"""Between sweeps against a real broker: the ListOffsets probe sees a real open transaction at the partition's
+last stable offset, the partition is described again once that report can settle it, and a transaction that
+commits first is not described again (admin/redescribe.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer
+
+from admin.client import connect_admin
+from admin.collector import Collector
+from admin.redescribe import Redescribes
+from admin.wire import KafkaWire
+from common.settings import CollectorSettings, KafkaSettings
+from detectors.models import DetectionLimits
+from detectors.rules import TxnFacts, settled
+from dev.workload import ensure_topics
+
+pytestmark = pytest.mark.broker
+
+LIMITS = DetectionLimits()
+
+
+@pytest.fixture(scope="module")
+def admin(bootstrap: str) -> Iterator[KafkaAdminClient]:
+    client = connect_admin(KafkaSettings(bootstrap_servers=bootstrap), request_timeout_ms=10_000)
+    yield client
+    client.close()
+
+
+def open_transaction(bootstrap: str, transactional_id: str, topic: str, partition: int) -> KafkaProducer:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id, acks="all")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(topic, b"v", partition=partition).get(timeout=30)
+    return producer
+
+
+def test_a_probe_sees_a_real_open_transaction_and_its_re_describe_settles_it(
+    admin: KafkaAdminClient, bootstrap: str, unique: str
+) -> None:
+    topic = f"{unique}redescribe"
+    ensure_topics(admin, [topic], 2)
+    collector = Collector(
+        KafkaWire(admin, request_timeout_ms=5_000),
+        cluster="test",
+        settings=CollectorSettings(request_timeout_ms=5_000),
+        open_partitions=set(),
+        redescribes=Redescribes(LIMITS),
+    )
+    collector.sweep()  # the view the probe asks by; nothing of this test is open yet
+    hanging = open_transaction(bootstrap, f"{unique}open", topic, 0)
+    committing = open_transaction(bootstrap, f"{unique}commits", topic, 1)
+    try:
+        assert collector.probe() > 0
+        probed_at = int(time.time() * 1000)
+        wait_s = collector.seconds_until_due()
+        assert wait_s is not None and wait_s <= (LIMITS.grace_ms + LIMITS.clock_skew_ms + 200) / 1000
+        committing.commit_transaction()  # ends before it is due: the probe sees its LSO move on
+        time.sleep(0.5)
+        collector.probe()
+        time.sleep(wait_s)
+        deadline = time.monotonic() + 5
+        while not collector.due() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert collector.due() == [(topic, 0)]  # not partition 1: its transaction committed
+        result = collector.sweep(only=collector.due())
+        assert result.redescribe and [(s.topic, s.partition) for s in result.snapshots] == [(topic, 0)]
+        (snap,) = result.snapshots
+        (t,) = snap.open_transactions
+        assert t.seen_open_ms is not None and t.seen_open_ms <= probed_at  # the probe's sighting
+        facts = TxnFacts(
+            topic, 0, t.producer_id, t.first_batch_epoch, t.open_since_ms, snap.observed_at_ms,
+            seen_open_ms=t.seen_open_ms,
+        )  # fmt: skip
+        assert settled(facts, LIMITS)
+        assert result.positions and result.positions[0].as_of_ms >= snap.observed_at_ms
+        assert collector.seconds_until_due() is None
+    finally:
+        with contextlib.suppress(Exception):
+            hanging.abort_transaction()
+        hanging.close(timeout=5)
+        committing.close(timeout=5)
