@@ -4,7 +4,8 @@ Stage 1 (`advance_owners`) turns coordinator records into producer-id facts: per
 the view of its current producer id, and a producer id the transactional id left (new producer id, or tombstone)
 is retired. Stage 2 (`BucketState`, fed by `reconcile_bucket`) keeps the coordinator view of every producer id
 and the open transactions partition leaders report, judges each with `detectors.rules.judge_view` (explained by
-`build_verdict` only when the verdict changes), and emits verdicts and abort candidates (OPENED once, RESOLVED
+`build_verdict` only when the verdict changes), and emits verdicts (only when what the driver reads of one
+changes, `VerdictNews`, and all again once per run of the job) and abort candidates (OPENED once, RESOLVED
 when the transaction is gone).
 
 Which coordinator record is newer is decided by its place in the log (`log_offset`), never by the
@@ -439,6 +440,10 @@ class ReconcileConfig:
     # The coordinator topics the views are built from, whose currency the collector's positions measure.
     transaction_log_topic: str | None = TRANSACTION_LOG_TOPIC
     coordinator_state_topic: str | None = None  # the describe fallback's topic
+    # A new one every time the job starts (streaming/job.py): stage 2 emits a VERDICT only when it changes
+    # (`VerdictNews`), so a driver that starts empty is told every verdict again once, by each bucket at its first
+    # batch of the run (streaming/reconcile.py keeps the run each bucket last told).
+    run_id: str = ""
 
     def view_currency(self, state: CurrencyState | None = None) -> ViewCurrency:
         """The bookkeeping of how current the view is, restored from `state` (a bucket's stored one)."""
@@ -550,6 +555,9 @@ class OpenEntry(NamedTuple):
     lso_lag: int | None
     candidate_json: str | None  # the AbortCandidate, once OPENED
     decided: tuple[str, str | None] | None  # (kind, reason) last emitted with an explanation
+    # What the driver was last told of it (`VerdictNews`); None: nothing yet, or not in this run of the job
+    # (`BucketState.announce_again`). Added after v0.1.0: an entry stored before loads with None, and is told.
+    announced: tuple[Any, ...] | None = None
 
 
 OpenKey = tuple[int, str, int]  # producer id, topic, partition
@@ -609,6 +617,7 @@ def open_entry(
     first_seen_ms: int | None,
     candidate_json: str | None,
     decided: tuple[str, str | None] | None,
+    announced: tuple[Any, ...] | None = None,
 ) -> OpenEntry:
     """The state of an open transaction as of row `r` (first seen on the collector's clock, like the rest).
 
@@ -626,8 +635,43 @@ def open_entry(
         r.seen_open_ms,
     )
     return OpenEntry(
-        facts, r.snapshot_json, r.observed_at_ms, r.leader, r.start_offset, r.lso_lag, candidate_json, decided
+        facts,
+        r.snapshot_json,
+        r.observed_at_ms,
+        r.leader,
+        r.start_offset,
+        r.lso_lag,
+        candidate_json,
+        decided,
+        announced,
     )
+
+
+class VerdictNews(NamedTuple):
+    """What the driver reads of a VERDICT event (streaming/exporter.py `LiveState.apply_events`, the console in
+    streaming/sinks.py), less what it works out itself: stage 2 emits a VERDICT only when this differs from what
+    it last emitted for the open transaction (`OpenEntry.announced`), not every batch a snapshot shows it.
+
+    Left out, as the driver derives them: the age (`age_ms` grows by itself every sweep; the driver keeps when
+    the transaction opened, event time minus age, and every series is a timestamp of that) and the explanation
+    (built only when kind or reason changes, which is news here anyway). Kept in, though it moves by itself:
+    `lso_lag` (the high watermark minus the LSO, which grows every sweep while a transaction holds the LSO of a
+    partition written to). The per-partition LSO-lag series is what an SRE reads to see a read_committed
+    backlog grow behind an open transaction; a last known value would draw it flat while the backlog grows, so a
+    changed lag is news, at most one event per sweep of such a partition. Leader, start offset and when it opened
+    (the records' time, which a later report can refine) are news too: the driver's series name or time them.
+    """
+
+    kind: str
+    reason: str | None
+    withheld: str | None
+    candidate_id: str | None
+    two_phase_commit: bool
+    transactional_id: str | None
+    leader: int | None
+    start_offset: int
+    lso_lag: int | None
+    open_since_ms: int
 
 
 WITHDRAWN_BY = "txnwatch-stream"
@@ -779,19 +823,30 @@ class BucketState:
         first_seen: int | None = row.observed_at_ms
         candidate_json: str | None = None
         decided: tuple[str, str | None] | None = None
+        announced: tuple[Any, ...] | None = None
         if existing is not None:
             if existing.confirmed_ms > row.observed_at_ms:
                 return []  # an older snapshot arriving late
             if existing.start_offset == row.start_offset:
                 first_seen = existing.facts.first_seen_ms
                 candidate_json, decided = existing.candidate_json, existing.decided
+                announced = existing.announced
             else:  # the transaction we knew ended and a new one began on the same partition
                 events.extend(self._gone(key, existing, now_ms))
         # Confirmed as of the snapshot, not as of this batch: a backlog of old snapshots (after a restart or a
         # slow first batch) must not keep long-finished transactions alive.
-        self.opens[key] = open_entry(row, first_seen, candidate_json, decided)
+        self.opens[key] = open_entry(row, first_seen, candidate_json, decided, announced)
         self.opens_changed = True
         return events
+
+    def announce_again(self) -> set[int]:
+        """The driver is to be told every open transaction tracked again (the job started again, and the driver's
+        live state is empty): forget what it was told; the producer ids to judge, every one tracked."""
+        for key, entry in self.opens.items():
+            if entry.announced is not None:
+                self.opens[key] = entry._replace(announced=None)
+                self.opens_changed = True
+        return {key[0] for key in self.opens}
 
     # -- judging
 
@@ -874,7 +929,8 @@ class BucketState:
         if decided != entry.decided and decision.kind is VerdictKind.OPEN and not withdraws:
             # Most transactions are short and plain OPEN: nobody reads their explanation, and building one
             # (the models, tens of microseconds) was the largest cost of a snapshot row.
-            self.opens[key] = entry._replace(decided=decided)
+            entry = entry._replace(decided=decided)
+            self.opens[key] = entry
             self.opens_changed = True
         elif decided != entry.decided or opens_candidate or withdraws:
             # Explaining needs the models: only for news.
@@ -923,25 +979,44 @@ class BucketState:
             if entry.candidate_json is not None
             else None
         )
+        withheld = decision.withheld.value if decision.withheld else None
+        news = VerdictNews(
+            decided[0],
+            decided[1],
+            withheld,
+            candidate_id,
+            two_phase_commit(t, c),
+            transactional_id,
+            entry.leader,
+            entry.start_offset,
+            entry.lso_lag,
+            t.open_since_ms,
+        )
+        if news == entry.announced:
+            return events  # the driver knows it already
+        self.opens[key] = entry._replace(
+            announced=tuple(news)
+        )  # stored plain (`_save` in streaming/reconcile.py)
+        self.opens_changed = True
         events.append(
             (
                 "VERDICT",
                 key[0],
                 key[1],
                 key[2],
-                entry.leader,
-                entry.start_offset,
-                decided[0],
-                decided[1],
+                news.leader,
+                news.start_offset,
+                news.kind,
+                news.reason,
                 age_ms(t.observed_at_ms, t.open_since_ms),
-                entry.lso_lag,
+                news.lso_lag,
                 explanation,
-                candidate_id,
+                news.candidate_id,
                 None,
                 now_ms,
-                decision.withheld.value if decision.withheld else None,
-                two_phase_commit(t, c),
-                transactional_id,
+                news.withheld,
+                news.two_phase_commit,
+                news.transactional_id,
             )
         )
         return events
@@ -1013,18 +1088,24 @@ class BucketState:
 
 
 def reconcile_bucket(
-    bucket: BucketState, columns: Sequence[list[Any]], now_ms: int, *, report_view: bool = False
+    bucket: BucketState,
+    columns: Sequence[list[Any]],
+    now_ms: int,
+    *,
+    report_view: bool = False,
+    announce: bool = False,
 ) -> list[Event]:
     """One batch of stage-2 input rows (STAGE2_INPUT_COLUMNS[1:] as column lists) applied to a bucket.
 
     Order: the view's progress and the collector's positions first (how current the view is), then the
     coordinator facts, then the open transactions are judged. `report_view` adds a VIEW event (one bucket does).
+    `announce` emits a VERDICT for every open transaction tracked, changed or not (`BucketState.announce_again`).
     """
     (pid, fact, _tid, record_json, fact_time, log_offset, topic, partition, snapshot_json, observed, leader,
      offset, epoch, start_epoch, start_ts, last_ts, opened_after, seen_open, max_timeout,
      lso_lag) = columns  # fmt: skip
     events: list[Event] = []
-    producer_ids: set[int] = set()
+    producer_ids: set[int] = bucket.announce_again() if announce else set()
     confirmed_now: set[OpenKey] = set()
     opens = [i for i, f in enumerate(fact) if f == "open"]
     # Coordinator facts in log order (progress and positions carry none; their order does not matter).

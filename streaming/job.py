@@ -18,6 +18,7 @@ import logging
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -396,6 +397,9 @@ def start(
             if stream.coordinator_source in ("describe", "both")
             else None
         ),
+        # New with every start: `live` may be new (a fresh process), and stage 2 then tells it every verdict
+        # again (it emits a verdict only when it changes). The planned restarts of `restart_queries` keep it.
+        run_id=uuid.uuid4().hex,
     )
     ck = stream.checkpoint_location.rstrip("/")
     callback_connections: set[Any] = set()

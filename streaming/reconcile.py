@@ -277,6 +277,10 @@ class TransactionReconciler(StatefulProcessor):
         self.opens = handle.getValueState("open", BLOB_SCHEMA)
         self.currency = handle.getValueState("currency", BLOB_SCHEMA)
         self.timer = handle.getValueState("timer", "at_ms long")
+        # The run of the job (ReconcileConfig.run_id) the bucket last told every verdict to: VERDICTs are emitted
+        # only when they change, and a driver started again knows none until told. Added after v0.1.0: a bucket
+        # of an earlier checkpoint has none, and tells.
+        self.announced = handle.getValueState("announced", "run_id string")
         self.migrated: set[Any] = set()
 
     def _migrate_views(self, key: Any, opens: Mapping[Any, Any], kept_ids: set[int]) -> None:
@@ -366,8 +370,14 @@ class TransactionReconciler(StatefulProcessor):
         kept_at_load = frozenset(kept_ids)
         # Every bucket gets every progress and position row; bucket 0 reports the view's lag to the driver.
         report = key[0] == 0 and any(f in ("applied", "position") for f in columns[1])
-        events = reconcile_bucket(bucket, columns, now_ms, report_view=report)
+        # Every bucket gets rows at the first batch with a collector position (they go to every bucket), so the
+        # driver of a new run is told every verdict within a sweep of starting.
+        told = self.announced.get() if self.announced.exists() else None
+        announce = told_another_run(None if told is None else told[0], self.config.run_id)
+        events = reconcile_bucket(bucket, columns, now_ms, report_view=report, announce=announce)
         self._store(bucket, kept_ids, kept_at_load)
+        if announce:
+            self.announced.update((self.config.run_id,))
         if events:
             yield pd.DataFrame(events, columns=EVENT_COLUMNS, dtype=object)
 
@@ -387,6 +397,12 @@ class TransactionReconciler(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def told_another_run(told_run_id: str | None, run_id: str) -> bool:
+    """Whether a bucket last told its verdicts to another run of the job than this one (or never did): it must
+    tell every one again, the driver's live state starts empty."""
+    return told_run_id != run_id
 
 
 def _view_of(row: tuple[Any, ...]) -> View:

@@ -5,13 +5,14 @@ The tracking rules themselves are tested in test_tracking.py (no pyspark there).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 from typing import Any
 
 import pandas as pd
 import pytest
-from builders import LIMITS, MINUTE, PID, T0, coord, tombstone, tps
+from builders import LIMITS, MINUTE, PID, T0, coord, open_txn, snapshot, tombstone, tps
 from hypothesis import given
 from hypothesis import strategies as st
 from test_tracking import fact_row, open_row, position_row, seen_at
@@ -334,6 +335,51 @@ def test_a_bucket_stored_as_one_dict_by_an_earlier_release_is_migrated_once() ->
     assert handle.maps["views_kept"].keys_now() == {PID + 1}
     assert handle.maps["views_expiring"].keys_now() == {PID, PID + 2}
     assert View(*handle.maps["views_kept"].getValue((PID + 1,)) or ()).in_progress is True  # type: ignore[misc]
+
+
+def verdicts(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(e["producer_id"], e["kind"], e["reason"]) for e in events if e["event"] == "VERDICT"]
+
+
+def test_the_same_snapshot_twice_gives_one_verdict_and_a_changed_kind_a_second() -> None:
+    """Stage 2 tells the driver a verdict when it changes, not every batch a snapshot shows the transaction."""
+    clock = Clock(T0 + MINUTE)
+    processor, _ = stage2(clock)
+    shown = open_row(seen_at(clock.now_ms))
+    assert verdicts(run_stage2(processor, clock, fact_row(DONE, log_offset=1), shown)) == [
+        (PID, "OPEN", None)
+    ]
+    clock.now_ms += 5_000
+    assert run_stage2(processor, clock, shown) == []  # the same snapshot again
+    clock.now_ms += 5_000
+    assert run_stage2(processor, clock, open_row(seen_at(clock.now_ms))) == []  # a later one, unchanged
+    clock.now_ms += 10_000  # past the grace since the first sighting: proven
+    events = run_stage2(processor, clock, open_row(seen_at(clock.now_ms)))
+    assert [e["event"] for e in events] == ["OPENED", "VERDICT"]
+    assert verdicts(events) == [(PID, "HANGING", "coordinator-completed")]
+
+
+def test_a_new_run_of_the_job_tells_every_open_transaction_tracked_again_once() -> None:
+    """A job started again from its checkpoint has a driver that knows no verdict: at the first batch of the run
+    (every bucket gets the collector's position rows), each bucket emits a VERDICT for every open transaction
+    it tracks, changed or not, once; a bucket of a checkpoint written before the run ids has none, and tells."""
+    clock = Clock(T0 + MINUTE)
+    handle = FakeHandle(clock)
+    first = TransactionReconciler(dataclasses.replace(STAGE2_CONFIG, run_id="run-1"))
+    first.init(handle)  # type: ignore[arg-type]
+    other = snapshot(open_txn(producer_id=PID + 2), observed_at_ms=clock.now_ms, partition=4)
+    told = verdicts(run_stage2(first, clock, open_row(seen_at(clock.now_ms)), open_row(other)))
+    assert sorted(told) == [(PID, "OPEN", None), (PID + 2, "OPEN", None)]
+    clock.now_ms += 5_000
+    assert run_stage2(first, clock) == []  # positions only: nothing changed
+    # The job restarts: a new processor, a new run id, the same state.
+    again = TransactionReconciler(dataclasses.replace(STAGE2_CONFIG, run_id="run-2"))
+    again.init(handle)  # type: ignore[arg-type]
+    clock.now_ms += 5_000
+    assert sorted(verdicts(run_stage2(again, clock))) == sorted(told)
+    assert handle.values["announced"].value == ("run-2",)
+    clock.now_ms += 5_000
+    assert run_stage2(again, clock) == []  # once per run
 
 
 def stage1_row(record: CoordinatorRecord, read_offset: int) -> list[Any]:

@@ -33,6 +33,7 @@ from detectors.tracking import (
     OpenRow,
     Owner,
     ReconcileConfig,
+    VerdictNews,
     View,
     advance_owners,
     applied_facts,
@@ -319,6 +320,14 @@ def seen_at(at_ms: int, **txn: Any) -> PartitionSnapshot:
     return snapshot(open_txn(**txn), observed_at_ms=at_ms)
 
 
+def told(b: BucketState, producer_id: int = PID, partition: int = 0) -> VerdictNews:
+    """What the driver was last told of the open transaction on orders-`partition` (the VERDICT it holds): a
+    batch emits a VERDICT only when this changes."""
+    announced = b.opens[(producer_id, "orders", partition)].announced
+    assert announced is not None, "never told"
+    return VerdictNews(*announced)
+
+
 def test_a_transaction_left_open_after_its_commit_opens_one_candidate_then_resolves() -> None:
     done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 + SECOND)
     b = new_bucket()
@@ -338,11 +347,10 @@ def test_a_transaction_left_open_after_its_commit_opens_one_candidate_then_resol
     assert "--start-offset 100" in candidate.kafka_cli and candidate.spec.producer_id == PID
     assert verdict["age_ms"] == t2 - T0 and verdict["lso_lag"] == 150
 
-    # Confirmed again: the same verdict, no second OPENED, no explanation repeated.
+    # Confirmed again: the same verdict, which the driver holds: no second OPENED, no VERDICT.
     third = batch(b, t2 + 5 * SECOND, open_row(seen_at(t2 + 5 * SECOND)))
-    assert [(e["event"], e["explanation"], e["candidate_id"]) for e in third] == [
-        ("VERDICT", None, candidate.candidate_id)
-    ]
+    assert third == []
+    assert (told(b).kind, told(b).candidate_id) == ("HANGING", candidate.candidate_id)
 
     # No snapshot confirms it any more (aborted): forgotten at the deadline, the candidate resolved.
     deadline = b.next_deadline()
@@ -390,16 +398,72 @@ def test_a_verdict_is_explained_when_it_is_new_not_every_batch() -> None:
     at = T0 + 20 * MINUTE  # open for 20 min, past the broker's 15 min max timeout
     (late,) = batch(b, at, open_row(seen_at(at)))
     assert late["kind"] == "LATE" and "open on orders-0 from offset 100 for 20m00s" in late["explanation"]
-    (again,) = batch(b, at + 5 * SECOND, open_row(seen_at(at + 5 * SECOND)))
-    assert (again["kind"], again["explanation"]) == ("LATE", None)
+    assert batch(b, at + 5 * SECOND, open_row(seen_at(at + 5 * SECOND))) == []  # nothing new
+    # The LSO lag moved (a VERDICT for the driver's series), the verdict did not: not explained again.
+    moved = snapshot(open_txn(), observed_at_ms=at + 10 * SECOND, high_watermark=400)
+    (again,) = batch(b, at + 10 * SECOND, open_row(moved))
+    assert (again["kind"], again["explanation"], again["lso_lag"]) == ("LATE", None, 300)
+
+
+@pytest.mark.parametrize(
+    ("change", "news"),
+    [
+        pytest.param({}, None, id="only-older"),
+        pytest.param({"high_watermark": 400}, ("lso_lag", 300), id="lso-lag"),
+        pytest.param({"leader": 2}, ("leader", 2), id="leader"),
+        pytest.param({"start_timestamp_ms": T0 + SECOND}, ("open_since_ms", T0 + SECOND), id="open-since"),
+    ],
+)
+def test_a_verdict_is_told_again_only_when_what_the_driver_reads_of_it_changes(
+    change: dict[str, Any], news: tuple[str, Any] | None
+) -> None:
+    """The age grows every sweep and the driver works it out (open since); the LSO lag (its per-partition
+    series), the leader and when the transaction opened are read as told, so they are news."""
+    b = new_bucket()
+    assert [e["kind"] for e in batch(b, T0 + MINUTE, open_row(seen_at(T0 + MINUTE)))] == ["OPEN"]
+    at = T0 + MINUTE + 5 * SECOND  # within the grace since the first sighting: OPEN throughout
+    txn = {k: v for k, v in change.items() if k == "start_timestamp_ms"}
+    shown = snapshot(open_txn(**txn), observed_at_ms=at, **{k: v for k, v in change.items() if k not in txn})
+    events = batch(b, at, open_row(shown))
+    if news is None:
+        assert events == []
+        return
+    (verdict,) = events
+    field, value = news
+    assert (verdict["event"], verdict["kind"], verdict["explanation"]) == ("VERDICT", "OPEN", None)
+    assert getattr(told(b), field) == value
+    assert verdict["age_ms"] == at - told(b).open_since_ms  # the driver's open since: event time - age
+    assert (
+        batch(b, at + 5 * SECOND, open_row(shown.model_copy(update={"observed_at_ms": at + 5 * SECOND})))
+        == []
+    )
+
+
+def test_a_new_run_tells_every_open_transaction_tracked_once_changed_or_not() -> None:
+    b = new_bucket()
+    batch(b, T0 + MINUTE, open_row(seen_at(T0 + MINUTE)))
+    batch(
+        b,
+        T0 + MINUTE,
+        open_row(snapshot(open_txn(producer_id=PID + 2), observed_at_ms=T0 + MINUTE, partition=4)),
+    )
+    columns: list[list[Any]] = [[] for _ in STAGE2_INPUT_COLUMNS[1:]]
+    assert reconcile_bucket(b, columns, T0 + MINUTE + SECOND) == []
+    events = reconcile_bucket(b, columns, T0 + MINUTE + 2 * SECOND, announce=True)
+    assert sorted((e[0], e[1], e[3], e[6]) for e in events) == [
+        ("VERDICT", PID, 0, "OPEN"),
+        ("VERDICT", PID + 2, 4, "OPEN"),
+    ]
+    assert reconcile_bucket(b, columns, T0 + MINUTE + 3 * SECOND) == []
 
 
 def test_a_coordinator_that_still_lists_the_partition_keeps_the_transaction_open() -> None:
     live = coord(transaction_timeout_ms=900_000, last_update_timestamp_ms=T0 + SECOND)
     b = new_bucket()
     for at in (T0 + 20 * SECOND, T0 + 40 * SECOND):
-        (verdict,) = batch(b, at, fact_row(live), open_row(seen_at(at)))
-        assert verdict["kind"] == "OPEN" and verdict["candidate_id"] is None
+        events = batch(b, at, fact_row(live), open_row(seen_at(at)))
+        assert all(e["event"] == "VERDICT" for e in events)  # no OPENED
+        assert told(b).kind == "OPEN" and told(b).candidate_id is None
 
 
 def test_a_retired_producer_id_with_an_open_transaction_hangs() -> None:
@@ -419,8 +483,7 @@ def test_a_new_transaction_on_the_partition_ends_the_old_one_and_late_snapshots_
     events = batch(b, T0 + 2 * MINUTE, open_row(later))
     assert [(e["event"], e["start_offset"]) for e in events] == [("GONE", 100), ("VERDICT", 300)]
     # A snapshot older than what we know, arriving late: ignored (no GONE of the newer transaction).
-    events = batch(b, T0 + 2 * MINUTE, open_row(seen_at(T0 + MINUTE)))
-    assert [(e["event"], e["start_offset"]) for e in events] == [("VERDICT", 300)]
+    assert batch(b, T0 + 2 * MINUTE, open_row(seen_at(T0 + MINUTE))) == []
     (entry,) = b.opens.values()
     assert entry.start_offset == 300 and entry.facts.first_seen_ms == T0 + 2 * MINUTE
 
@@ -432,7 +495,7 @@ def test_only_the_producer_ids_in_a_batch_are_judged_but_expiry_covers_the_bucke
     events = batch(b, T0 + 80 * SECOND, open_row(other))
     assert [(e["event"], e["producer_id"]) for e in events] == [("VERDICT", PID + 2)]
     events = batch(b, T0 + 95 * SECOND, open_row(other))  # PID was last confirmed 35 s ago
-    assert [(e["event"], e["producer_id"]) for e in events] == [("GONE", PID), ("VERDICT", PID + 2)]
+    assert [(e["event"], e["producer_id"]) for e in events] == [("GONE", PID)]  # PID + 2's is unchanged
 
 
 def test_views_of_finished_transactions_go_to_the_views_that_expire() -> None:
@@ -468,9 +531,10 @@ def test_a_later_record_in_the_log_wins_whatever_its_timestamp() -> None:
     assert b.views[PID].log_offset == 11
     batch(b, T0 + 2 * SECOND, fact_row(first, log_offset=10))  # an earlier record again: changes nothing
     assert coord_facts_from_json(b.views[PID].record_json or "").partitions == {("orders", 0), ("orders", 1)}
-    for at in (T0 + 20 * SECOND, T0 + 40 * SECOND):
+    for at, news in ((T0 + 20 * SECOND, [("VERDICT", "OPEN")]), (T0 + 40 * SECOND, [])):
         events = batch(b, at, open_row(snapshot(open_txn(), observed_at_ms=at, partition=1)))
-        assert [(e["event"], e["kind"]) for e in events] == [("VERDICT", "OPEN")]
+        assert [(e["event"], e["kind"]) for e in events] == news
+        assert told(b, partition=1).kind == "OPEN"  # past the grace too
 
 
 def test_facts_of_one_batch_apply_in_log_order() -> None:
@@ -519,7 +583,7 @@ def test_a_transaction_in_progress_keeps_its_view_while_its_partition_goes_unrep
     assert b.views[PID].record_json == held.model_dump_json()
     assert b.next_deadline() is None
     events = [e for at in (later, later + 20 * SECOND) for e in batch(b, at, open_row(seen_at(at)))]
-    assert [e["event"] for e in events] == ["VERDICT", "VERDICT"]  # no OPENED
+    assert [e["event"] for e in events] == ["VERDICT"]  # no OPENED, and nothing new the second time
     assert {(e["kind"], e["reason"]) for e in events} <= {("LATE", None), ("STUCK_PREPARE", None)}
 
 
@@ -552,9 +616,12 @@ def test_a_live_transaction_is_not_hanging_while_the_view_is_behind() -> None:
     batch(b, t1, open_row(seen_at(t1)), current=False)
     for at in (T0 + 20 * SECOND, T0 + 29 * SECOND):
         events = batch(b, at, open_row(seen_at(at)), position_row(at, {0: 12}), current=False)
-        assert [(e["event"], e["kind"], e["reason"], e["withheld"]) for e in events] == [
-            ("VERDICT", "UNCONFIRMED", "coordinator-completed", "coordinator-view-behind")
-        ]
+        assert all(e["event"] == "VERDICT" for e in events)  # no OPENED
+        assert (told(b).kind, told(b).reason, told(b).withheld) == (
+            "UNCONFIRMED",
+            "coordinator-completed",
+            "coordinator-view-behind",
+        )
     # The view catches up: the Ongoing record listing the partition arrives with the rest of the log.
     ongoing = coord(start_timestamp_ms=T0 - 10, last_update_timestamp_ms=T0 - 5)
     events = batch(b, T0 + 31 * SECOND, fact_row(ongoing), applied_row({0: 12}), current=False)
@@ -570,8 +637,8 @@ def test_an_unseen_producer_id_is_not_hanging_until_every_partition_is_current()
     assert [(e["kind"], e["reason"]) for e in events] == [("UNCONFIRMED", "no-coordinator-state")]
     # Partition 2 is read up to the position taken at T0: current as of T0, when it was first seen, but the
     # grace had not passed since then; not yet proof.
-    events = batch(b, at + SECOND, applied_row({2: 5}), current=False)
-    assert [(e["event"], e["kind"]) for e in events] == [("VERDICT", "UNCONFIRMED")]
+    assert batch(b, at + SECOND, applied_row({2: 5}), current=False) == []  # judged again, unchanged
+    assert told(b).kind == "UNCONFIRMED"
     # A newer position, covered: proof now (re-judged without news of its own, because the view moved).
     events = batch(b, at + 2 * SECOND, position_row(at, {0: 5, 1: 5, 2: 5}), current=False)
     assert [(e["event"], e["reason"]) for e in events] == [
