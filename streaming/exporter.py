@@ -67,11 +67,12 @@ class VerdictState:
     kind: str
     reason: str | None
     lso_lag: int | None
-    age_ms: int
     candidate: bool
     withheld: str | None = None
     candidate_id: str | None = None
-    # approximate (the time the verdict was made minus the age the snapshot showed): within one snapshot's delay
+    # approximate (the time the verdict was made minus the age the snapshot showed): within one snapshot's delay.
+    # No age is kept: stage 2 tells a verdict only when it changes (detectors.tracking.VerdictNews), so an age
+    # would be as of the last change; an age at any moment is that moment minus this.
     open_since_ms: int | None = None
     # The coordinator owns it as a KIP-939 two-phase-commit transaction (no timeout; detectors.rules).
     two_phase_commit: bool = False
@@ -108,6 +109,9 @@ class LiveState:
         self.view: dict[str, Any] | None = None  # the coordinator view's lag (detectors.currency.ViewLag)
 
     def apply_events(self, rows: Iterable[Any]) -> None:
+        """Stage 2's events of a batch. A VERDICT replaces what is known of its transaction: stage 2 emits one
+        only when something read here changes, and every one again at the first batches of a run of the job (this
+        state starts empty in a new driver); a GONE removes it."""
         with self._lock:
             for r in rows:
                 if r.event == "VIEW":
@@ -123,7 +127,6 @@ class LiveState:
                         r.kind,
                         r.reason,
                         r.lso_lag,
-                        int(r.age_ms),
                         r.candidate_id is not None,
                         r.withheld,
                         r.candidate_id,

@@ -58,8 +58,9 @@ class EventRow(NamedTuple):
 
 
 def collect_events(df: DataFrame) -> list[EventRow]:
-    """The batch's events on the driver, through Arrow: one row per open transaction touched, tens of thousands
-    at high rates, where `collect()` (a Row object per row through pickle) took seconds."""
+    """The batch's events on the driver, through Arrow: one row per verdict changed (every open transaction at
+    the first batches of a run), tens of thousands when catching up, where `collect()` (a Row object per row
+    through pickle) took seconds."""
     table = df.toArrow()
     columns = [table.column(name).to_pylist() for name in EVENT_COLUMNS]
     return [EventRow(*values) for values in zip(*columns, strict=True)]

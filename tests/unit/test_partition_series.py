@@ -8,12 +8,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from builders import SECOND, T0, coord
-from test_tracking import batch, fact_row, new_bucket, open_row, position_row, seen_at
+from builders import SECOND, T0, coord, open_txn, snapshot
+from test_tracking import (
+    batch,
+    fact_row,
+    new_bucket,
+    open_row,
+    position_row,
+    seen_at,
+)
 
 from common import metric_descriptors as metrics
 from detectors.models import CoordinatorState
-from detectors.tracking import EVENT_COLUMNS, BucketState
+from detectors.tracking import EVENT_COLUMNS, BucketState, reconcile_bucket
 from streaming.exporter import LiveState, VerdictCollector
 from streaming.sinks import EventRow
 
@@ -22,6 +29,8 @@ pytestmark = pytest.mark.unit
 STUCK = metrics.STUCK_PREPARE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS
 OVERDUE = metrics.COORDINATOR_OVERDUE_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS
 WITHHELD = metrics.WITHHELD_VERDICT_OPEN_SINCE_TIMESTAMP_SECONDS
+LSO_LAG = metrics.LAST_STABLE_OFFSET_LAG
+HANGING = metrics.HANGING_TRANSACTION_OPEN_SINCE_TIMESTAMP_SECONDS
 
 
 def applied(state: LiveState, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -107,3 +116,34 @@ def test_a_withheld_verdict_names_its_partition_transactional_id_and_why() -> No
     ]
     forget_all(b, state)
     assert series(state, WITHHELD) == []
+
+
+def test_the_lso_lag_series_follows_every_sweep_while_the_verdict_stays_the_same() -> None:
+    """Stage 2 tells a verdict only when it changes, but a changed LSO lag is a change: the per-partition series
+    an SRE watches grow behind an open transaction is never more than a sweep old, and a sweep that moved
+    nothing sends nothing."""
+    preparing = coord(state=CoordinatorState.PREPARE_COMMIT, last_update_timestamp_ms=T0)
+    b, state = new_bucket(), LiveState()
+    labels = {"cluster": "prod", "topic": "orders", "partition": "0"}
+    for i, (high_watermark, news) in enumerate(((250, 1), (400, 1), (400, 0), (900, 1))):
+        at = T0 + (30 + 10 * i) * SECOND
+        shown = open_row(snapshot(open_txn(), observed_at_ms=at, high_watermark=high_watermark))
+        events = applied(state, batch(b, at, *([fact_row(preparing)] if i == 0 else []), shown))
+        assert [(e["event"], e["kind"]) for e in events] == [("VERDICT", "STUCK_PREPARE")] * news
+        assert series(state, LSO_LAG) == [(labels, high_watermark - 100)]  # the LSO stays at 100
+        assert series(state, STUCK) == [({**labels, "transactional_id": "tx-1"}, T0 / 1000)]
+
+
+def test_a_new_driver_gets_the_hanging_series_back_at_the_first_batch_of_the_new_run() -> None:
+    """After a restart from the checkpoint the driver's live state is empty and no verdict changed: stage 2 tells
+    it every verdict again (once per run), so the hanging series and its page come back at once."""
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 - SECOND)
+    b, before = new_bucket(), LiveState()
+    applied(before, batch(b, T0 + 5 * SECOND, fact_row(done), open_row(seen_at(T0 + 5 * SECOND))))
+    applied(before, batch(b, T0 + 25 * SECOND, open_row(seen_at(T0 + 25 * SECOND))))
+    assert len(series(before, HANGING)) == 1
+    after = LiveState()  # the new driver
+    columns = [list(c) for c in zip(position_row(T0 + 35 * SECOND), strict=True)]
+    events = reconcile_bucket(b, columns, T0 + 35 * SECOND, announce=True)
+    applied(after, [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in events])
+    assert [label for label, _ in series(after, HANGING)] == [label for label, _ in series(before, HANGING)]
