@@ -994,9 +994,8 @@ class BucketState:
         )
         if news == entry.announced:
             return events  # the driver knows it already
-        self.opens[key] = entry._replace(
-            announced=tuple(news)
-        )  # stored plain (`_save` in streaming/reconcile.py)
+        # Stored as a plain tuple, as the rest of the entry (`_save` in streaming/reconcile.py).
+        self.opens[key] = entry._replace(announced=tuple(news))
         self.opens_changed = True
         events.append(
             (
