@@ -1,22 +1,27 @@
 """Detection latency: from an orphan's first write to its OPENED abort candidate, with the pipeline warm.
 
-`python -m benchmarks.bench_latency [--per-kind 20] [--spacing-s 3] [--interval 10] [--trigger "5 seconds"]`
+`python -m benchmarks.bench_latency [--per-kind 20] [--spacing-s 3] [--interval 10] [--probe-interval-ms 1000]
+[--trigger "5 seconds"] [--stack]`
 starts its own one-node test bed (partition verification off, 512 MB heap, temporary directory, and Kafka's
 default 50 partitions of `__transaction_state`: harness.detection_bed), `txnwatch collect` as a subprocess and the
 streaming job (all three queries, `local[2]`, 4 shuffle partitions as `txnwatch stream` builds it) in this
 process, and a steady transactional workload (committed and aborted transactions, 5/s) for the whole run. Every
 setting defaults to what the project ships: the collector's sweep interval (`common.settings.CollectorSettings`,
-10 s), the job's trigger (`StreamSettings`, 5 s), the grace and clock-skew tolerance (`DetectionLimits`, 4 s and
-2 s). Once the job has run a few batches, it makes real orphans of
-every kind dev/workload.py knows, round robin, one run every `--spacing-s` seconds, until each kind has at least
-`--per-kind` orphans:
+10 s) and probe interval (1 s), the job's trigger (`StreamSettings`), the grace and clock-skew tolerance
+(`DetectionLimits`, 4 s and 2 s). Once the job has run a few batches, it makes real orphans of every kind
+dev/workload.py knows, round robin, one run every `--spacing-s` seconds, until each kind has at least `--per-kind`
+orphans, each run on topics of its own (so each orphan is the oldest open transaction of its partition, as a
+hanging transaction on a real cluster is; `--stack` puts every run of a kind on the same partitions instead):
 
 - after-commit (`hanging`), after-abort via a late produce (`hanging-after-abort`), on `__consumer_offsets`
   (`hanging-offsets`), several partitions of one producer (`hanging-multi`, 3 orphans per run).
 
 Latency of one orphan = CreateTime of its first OPENED record on `<prefix>.abort-candidates` (the job's driver
-writes it) − the orphan batch's timestamp (the producer's clock, which is this machine's). Any candidate that
-names no orphan is a false positive (the steady workload makes none). The last line of stdout is one JSON object.
+writes it) − the orphan batch's timestamp (the producer's clock, which is this machine's). Where it went
+(`breakdown`, read back from the snapshot topic): the collector's first sighting, the first report that settles
+the orphan (`detectors.rules.settled`), that report on the topic, and the job's part from there to the candidate.
+Any candidate that names no orphan is a false positive (the steady workload makes none). The last line of stdout
+is one JSON object.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ import itertools
 import json
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from benchmarks.harness import (
     ORPHAN_KINDS,
@@ -46,7 +52,10 @@ from benchmarks.harness import (
     transaction_log_partitions,
     wait_until,
 )
-from detectors.models import DetectionLimits
+from common.settings import CollectorSettings
+from detectors.contract import SNAPSHOT_TYPE, TYPE_HEADER
+from detectors.models import DetectionLimits, PartitionSnapshot
+from detectors.rules import TxnFacts, settled
 from dev.workload import ensure_topics
 
 Json = dict[str, Any]
@@ -60,6 +69,7 @@ def run(args: argparse.Namespace) -> Json:
         "machine": machine(),
         "settings": {
             "interval_s": args.interval,
+            "probe_interval_ms": args.probe_interval_ms,
             "trigger": args.trigger,
             "grace_ms": args.grace_ms,
             "clock_skew_ms": args.clock_skew_ms,
@@ -70,15 +80,24 @@ def run(args: argparse.Namespace) -> Json:
     kinds = args.kinds
     detection = {"grace_ms": args.grace_ms, "clock_skew_ms": args.clock_skew_ms}
     with pipeline(
-        workdir, interval_s=args.interval, trigger=args.trigger, detection_overrides=detection
+        workdir,
+        interval_s=args.interval,
+        trigger=args.trigger,
+        detection_overrides=detection,
+        collector_args=("--probe-interval-ms", str(args.probe_interval_ms)),
     ) as p:
         wait_until(lambda: p.first_batches_done(1), 300, "the job's first batch")
         # The scenarios' topics exist before the first orphan, so no orphan waits for a new topic's metadata.
         admin = KafkaAdminClient(bootstrap_servers=p.bootstrap, client_id="bench-admin")
         try:
-            ensure_topics(admin, ["lat-hanging", "lat-hanging-after-abort"], 3)
-            ensure_topics(admin, ["lat-hanging-multi"], 4)
-            ensure_topics(admin, ["lat-hanging-offsets"], 1)
+            # One topic per run: every orphan is the first open transaction of its partition, so it alone pins
+            # the partition's last stable offset, as a hanging transaction does on a real cluster. Orphans piled
+            # behind an older open one on one partition are a case of their own (--stack).
+            for run_index in range(1 if args.stack else args.per_kind):
+                prefix = run_prefix(run_index)
+                ensure_topics(admin, [f"{prefix}hanging", f"{prefix}hanging-after-abort"], 3)
+                ensure_topics(admin, [f"{prefix}hanging-multi"], 4)
+                ensure_topics(admin, [f"{prefix}hanging-offsets"], 1)
         finally:
             admin.close()
         steady = Steady(p.bootstrap, "lat-steady-", rate=5.0)
@@ -89,13 +108,15 @@ def run(args: argparse.Namespace) -> Json:
         truths: list[Json] = []
         counts = dict.fromkeys(kinds, 0)
         made_runs = 0
+        runs = dict.fromkeys(kinds, 0)
         for kind in itertools.cycle(kinds):
             if all(n >= args.per_kind for n in counts.values()):
                 break
             if counts[kind] >= args.per_kind:
                 continue
             began = time.monotonic()
-            orphans = make_orphans(p.bootstrap, kind, "lat-")
+            orphans = make_orphans(p.bootstrap, kind, run_prefix(0 if args.stack else runs[kind]))
+            runs[kind] += 1
             made_runs += 1
             truths.extend(orphans)
             counts[kind] += len(orphans)
@@ -122,21 +143,35 @@ def run(args: argparse.Namespace) -> Json:
         loads.append(loadavg())
         opened = p.watcher.opened()
         durations = p.reconcile_durations_s()
+        limits = DetectionLimits(grace_ms=args.grace_ms, clock_skew_ms=args.clock_skew_ms)
+        reports = proving_reports(p.bootstrap, p.settings.topics.producer_state, truths, limits)
         result["steady_transactions"] = steady.transactions
         result["steady_error"] = repr(steady.error) if steady.error else None
     rows: list[Json] = []
     for t in truths:
         s = opened.get(orphan_key(t))
+        written = t["start_timestamp_ms"]
+        report = reports.get(orphan_key(t))
         rows.append(
             {
                 "kind": t["orphan_kind"],
                 "topic": t["topic"],
                 "partition": t["partition"],
-                "written_ms": t["start_timestamp_ms"],
-                "latency_s": None
-                if s is None
-                else round((s.record_ts_ms - t["start_timestamp_ms"]) / 1000, 2),
+                "written_ms": written,
+                "latency_s": None if s is None else round((s.record_ts_ms - written) / 1000, 2),
                 "reason": None if s is None else s.candidate.reason.value,
+                # Where the seconds went: the collector's first sighting, the report that settles it (its
+                # request sent; `settled` by the rules), that report on the snapshot topic, the job's part.
+                "first_seen_s": None if report is None else round((report.seen_open_ms - written) / 1000, 2),
+                "proving_report_s": None
+                if report is None
+                else round((report.observed_at_ms - written) / 1000, 2),
+                "report_published_s": None
+                if report is None
+                else round((report.published_ms - written) / 1000, 2),
+                "job_s": None
+                if s is None or report is None
+                else round((s.record_ts_ms - report.published_ms) / 1000, 2),
             }
         )
     false_positives = [k for k in opened if k not in wanted]
@@ -156,11 +191,60 @@ def run(args: argparse.Namespace) -> Json:
         per_kind=per_kind,
         reasons=sorted({r["reason"] for r in rows if r["reason"]}),
         reconcile_batch_s=summary(durations),
+        breakdown={
+            part: summary([r[part] for r in rows if r[part] is not None])
+            for part in ("first_seen_s", "proving_report_s", "report_published_s", "job_s")
+        },
         loadavg_during=loads,
         loadavg_end=loadavg(),
         rows=rows,
     )
     return result
+
+
+def run_prefix(run_index: int) -> str:
+    return f"lat-{run_index}-"
+
+
+@dataclass(frozen=True)
+class ProvingReport:
+    seen_open_ms: int  # the collector's first sighting of the orphan
+    observed_at_ms: int  # the first report that settles it (rules.settled): its request's send time
+    published_ms: int  # that report's CreateTime on the snapshot topic
+
+
+def proving_reports(
+    bootstrap: str, topic: str, truths: list[Json], limits: DetectionLimits
+) -> dict[tuple[str, int, int, int], ProvingReport]:
+    """Per orphan, the first snapshot on the topic whose report settles it, read back from the start."""
+    wanted = {orphan_key(t) for t in truths}
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    found: dict[tuple[str, int, int, int], ProvingReport] = {}
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(parts)
+        ends = consumer.end_offsets(parts)
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            for records in consumer.poll(timeout_ms=1000).values():
+                for r in records:
+                    if dict(r.headers).get(TYPE_HEADER) != SNAPSHOT_TYPE.encode() or r.value is None:
+                        continue
+                    snap = PartitionSnapshot.model_validate_json(r.value)
+                    for t in snap.open_transactions:
+                        key = (snap.topic, snap.partition, t.producer_id, t.start_offset)
+                        if key not in wanted or key in found or t.seen_open_ms is None:
+                            continue
+                        facts = TxnFacts(
+                            snap.topic, snap.partition, t.producer_id, t.first_batch_epoch, t.open_since_ms,
+                            snap.observed_at_ms, seen_open_ms=t.seen_open_ms,
+                        )  # fmt: skip
+                        if settled(facts, limits):
+                            found[key] = ProvingReport(t.seen_open_ms, snap.observed_at_ms, r.timestamp)
+    finally:
+        consumer.close()
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,6 +266,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--trigger", default=shipped_trigger(), help="the job's --trigger (default: the shipped %(default)s)"
+    )
+    parser.add_argument(
+        "--probe-interval-ms",
+        type=int,
+        default=CollectorSettings().probe_interval_ms,
+        help="the collector's --probe-interval-ms, 0: full sweeps only (default: the shipped %(default)s)",
+    )
+    parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="every run of a kind on the same partitions, each orphan behind the open ones before it",
     )
     defaults = DetectionLimits()
     parser.add_argument(

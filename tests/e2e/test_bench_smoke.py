@@ -230,6 +230,7 @@ def test_detection_benchmarks_default_to_shipped_settings_and_50_log_partitions(
     args = bench_latency.build_parser().parse_args([])
     assert args.interval == CollectorSettings().interval_s
     assert args.trigger == StreamSettings().trigger
+    assert args.probe_interval_ms == CollectorSettings().probe_interval_ms and not args.stack
     assert (args.grace_ms, args.clock_skew_ms) == (
         DetectionLimits().grace_ms,
         DetectionLimits().clock_skew_ms,
