@@ -12,9 +12,11 @@ watermark at leader epoch E means the transaction whose first batch is at L was 
 report at the same epoch has a transaction open from L, it was open at the probe (a transaction is open from its
 first batch to its marker; within one leader epoch an offset below the high watermark holds one batch). The probe's
 time is then that transaction's first sighting (`seen_open_ms`), and its partition is described once a report
-can settle it. The probe also tells when a scheduled partition's transactions have all ended (its last stable
-offset moved past them): that partition is not described again. So a busy cluster's short transactions cost
-probes, not describes; a transaction that lives past the grace costs one describe more.
+can settle it. After that report come two follow-ups, 1 s and 3 s later (`FOLLOW_UPS_MS`): settling is the rules'
+first condition, and some proofs also wait for coordinator events a moment after the write (the orphan's owner
+commits, or restarts). The probe also tells when a scheduled partition's transactions have all ended (its last
+stable offset moved past them): that partition is not described again. So a busy cluster's short transactions
+cost probes, not describes; a transaction that lives past grace and skew costs three describes more.
 
 None of this decides anything: the reports are ordinary snapshots, judged by the same rules.
 """
@@ -30,6 +32,15 @@ from detectors.rules import settles_at_ms
 
 # After the moment a report settles, so that the report's send time (its `observed_at_ms`) is past it.
 MARGIN_MS = 100
+# After the report that settles a transaction, its partition is described again this long after each report
+# (while the transaction stays at its last stable offset). Settling is the rules' first condition; others wait
+# for coordinator events: an orphan's owner usually commits (the `coordinator-completed` proof needs the report
+# to postdate the completion by grace and skew) and often restarts (InitProducerId) a moment after the orphan's
+# write, which the collector cannot see. Without them the proof waits for the next full sweep.
+FOLLOW_UPS_MS = (1_000, 2_000)
+# A report this close (plus the skew tolerance) after the moment it settles is the proving one (a re-describe's)
+# and gets the follow-ups; one much later (a full sweep's of an old transaction) does not.
+FOLLOW_UP_WINDOW_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +71,8 @@ class Redescribes:
         self._margin_ms = margin_ms
         self._probed: dict[TP, ProbeSighting] = {}
         self._due: dict[TP, Due] = {}
+        # Follow-ups done per settled transaction (partition, start offset), while it is reported open.
+        self._followed: dict[tuple[TP, int], int] = {}
 
     def probed(self, tp: TP, offsets: Offsets, leader_epoch: int | None, at_ms: int, *, known: bool) -> None:
         """One partition's probe answer, received by `at_ms`. `known`: the collector already saw the transaction
@@ -99,14 +112,24 @@ class Redescribes:
         for tp in asked:
             self._probed.pop(tp, None)
             self._due.pop(tp, None)
+        reported: set[TP] = set(asked)
+        open_now: set[tuple[TP, int]] = set()
         for snap in snapshots:
             tp = (snap.topic, snap.partition)
+            reported.add(tp)
             self._probed.pop(tp, None)
             self._due.pop(tp, None)
             for t in snap.open_transactions:
+                open_now.add((tp, t.start_offset))
                 at = settles_at_ms(t.open_since_ms, t.seen_open_ms, self._limits)
-                if at is not None and at > snap.observed_at_ms:
+                if at is None:
+                    continue
+                if at > snap.observed_at_ms:
                     self._schedule(tp, at, t.start_offset)
+                else:
+                    self._follow_up(tp, t.start_offset, at, snap.observed_at_ms)
+        for key in [k for k in self._followed if k[0] in reported and k not in open_now]:
+            del self._followed[key]  # ended, or its partition's report no longer has it
 
     def taken(self, tps: Iterable[TP]) -> None:
         """A re-describe of `tps` begins: not due again unless its report says so (`reported`), even if it fails."""
@@ -122,6 +145,19 @@ class Redescribes:
 
     def __len__(self) -> int:
         return len(self._due)
+
+    def _follow_up(self, tp: TP, start_offset: int, settled_at_ms: int, observed_at_ms: int) -> None:
+        done = self._followed.get((tp, start_offset))
+        # A probe's re-describe comes up to the skew tolerance after the settling moment (it cannot know the
+        # records' time beforehand).
+        window_ms = FOLLOW_UP_WINDOW_MS + self._limits.clock_skew_ms + self._margin_ms
+        if done is None and observed_at_ms - settled_at_ms > window_ms:
+            return  # settled long before this report: not the proving one
+        done = done or 0
+        if done >= len(FOLLOW_UPS_MS):
+            return
+        self._followed[(tp, start_offset)] = done + 1
+        self._schedule(tp, observed_at_ms + FOLLOW_UPS_MS[done] - self._margin_ms, start_offset)
 
     def _schedule(self, tp: TP, settles_at_ms: int, start_offset: int) -> None:
         at = settles_at_ms + self._margin_ms

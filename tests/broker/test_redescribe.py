@@ -13,7 +13,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 
 from admin.client import connect_admin
 from admin.collector import Collector
-from admin.redescribe import Redescribes
+from admin.redescribe import FOLLOW_UPS_MS, Redescribes
 from admin.wire import KafkaWire
 from common.settings import CollectorSettings, KafkaSettings
 from detectors.models import DetectionLimits
@@ -79,7 +79,9 @@ def test_a_probe_sees_a_real_open_transaction_and_its_re_describe_settles_it(
         )  # fmt: skip
         assert settled(facts, LIMITS)
         assert result.positions and result.positions[0].as_of_ms >= snap.observed_at_ms
-        assert collector.seconds_until_due() is None
+        # Settled: what remains is the follow-up a second later, for proofs that wait on coordinator events.
+        follow_up_s = collector.seconds_until_due()
+        assert follow_up_s is not None and 0.5 < follow_up_s <= FOLLOW_UPS_MS[0] / 1000
     finally:
         with contextlib.suppress(Exception):
             hanging.abort_transaction()

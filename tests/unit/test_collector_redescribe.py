@@ -12,7 +12,7 @@ from collector_fakes import T0, FakeCluster, producer, start_batch
 
 from admin.collector import Collector, between_sweeps
 from admin.metrics import CollectorMetrics
-from admin.redescribe import MARGIN_MS, Redescribes
+from admin.redescribe import FOLLOW_UPS_MS, MARGIN_MS, Redescribes
 from admin.seams import Offsets, SweepResult
 from common.settings import CollectorSettings
 from detectors.models import DetectionLimits
@@ -116,7 +116,8 @@ def test_a_probe_sees_a_new_transaction_and_its_re_describe_proves_it_a_grace_la
     assert t.seen_open_ms == probed_at  # the probe's sighting, not this report's
     assert settled(facts(s), LIMITS)
     assert result.positions == [] or result.positions[0].as_of_ms >= s.observed_at_ms
-    assert collector.due() == [] and collector.seconds_until_due() is None  # settled: nothing more to prove
+    # Settled: only the follow-ups remain, for proofs that wait on coordinator events.
+    assert collector.seconds_until_due() == pytest.approx(FOLLOW_UPS_MS[0] / 1000, abs=0.01)
     assert metrics.redescribes._value.get() == 1 and metrics.probes._value.get() == 1
     # A re-describe is no sweep: the coverage figures stay the last sweep's.
     assert metrics.partitions_described._value.get() == covered_before
@@ -179,6 +180,27 @@ def test_a_probe_leaves_a_transaction_already_reported_to_its_reports() -> None:
     assert collector.seconds_until_due() == scheduled  # the sweep's sighting stands, the probe adds none
 
 
+def test_follow_ups_only_after_the_proving_report_and_only_while_the_transaction_stays() -> None:
+    cluster = young_orphan(opened_at_ms=T0 - 600_000)  # long open: no report is a "proving" one
+    begin(cluster)
+    collector = make(cluster)
+    collector.sweep()
+    cluster.clock += 10_000
+    collector.sweep()  # settled long ago (records' time) and seen open 10 s ago: no follow-up
+    assert collector.seconds_until_due() is None
+    young = young_orphan(opened_at_ms=T0 + 60_000)
+    begin(young)
+    collector = make(young)
+    first = collector.sweep()
+    (t,) = first.snapshots[0].open_transactions
+    young.clock = (settles_at_ms(t.open_since_ms, t.seen_open_ms, LIMITS) or 0) + MARGIN_MS
+    collector.sweep(only=collector.due())
+    assert collector.seconds_until_due() is not None  # a follow-up is scheduled
+    young.offsets[ORDERS0] = Offsets(150, 150)  # the transaction ended
+    collector.probe()
+    assert collector.seconds_until_due() is None
+
+
 # ----------------------------------------------------------------------------------------- the loop
 
 
@@ -224,11 +246,13 @@ def test_between_sweeps_probes_re_describes_when_due_and_stops_at_the_next_sweep
     )
     assert ticks.monotonic() >= start + 10
     assert len(cluster.offsets_calls) >= 10  # a probe a second
-    (redescribed,) = published
-    assert redescribed.redescribe and settled(facts(redescribed.snapshots[0]), LIMITS)
-    assert (
-        redescribed.snapshots[0].observed_at_ms - start * 1000
-        < LIMITS.clock_skew_ms + LIMITS.grace_ms + 1_500
+    proving, *follow_ups = published
+    assert proving.redescribe and settled(facts(proving.snapshots[0]), LIMITS)
+    proved_at = proving.snapshots[0].observed_at_ms
+    assert proved_at - start * 1000 < LIMITS.clock_skew_ms + LIMITS.grace_ms + 1_500
+    # Then twice more, for proofs that wait on coordinator events a moment after the write (the owner's commit).
+    assert [r.snapshots[0].observed_at_ms - proved_at for r in follow_ups] == pytest.approx(
+        [1_000, 3_000], abs=20
     )
 
 
@@ -254,5 +278,5 @@ def test_a_failing_re_describe_is_not_retried_in_a_loop() -> None:
         stop=stop,
         monotonic=ticks.monotonic,
     )
-    # Its report said "settled", so nothing was due again; and the failure did not spin the loop either.
-    assert len(attempts) == 1 and len(stop.waits) < 5
+    # The proving re-describe and its two follow-ups, each once: a failure does not spin the loop.
+    assert len(attempts) == 1 + len(FOLLOW_UPS_MS) and len(stop.waits) < 10
