@@ -103,6 +103,7 @@ def test_tables_render_from_canned_figures(tmp_path: Path) -> None:
         "loadavg_during": ["2.0 1.0 1.0"],
         "loadavg_end": "1.5 1.0 1.0",
         "reasons": ["coordinator-completed"],
+        "breakdown": {"proving_report_s": summary([6.1, 6.4]), "job_s": summary([4.0, 9.0])},
     }
     k = ("t", 0, 7)
     peers = {
@@ -129,6 +130,8 @@ def test_tables_render_from_canned_figures(tmp_path: Path) -> None:
     assert make_bench.render(doc, results) == ["latency", "peers"]
     text = doc.read_text()
     assert "old" not in text and "**21.0 s**" in text
+    assert "| the first report that settles it (sent) | 6.1 s | 6.4 s | 6.4 s |" in text
+    assert "| from there to the candidate (the job's part) | 4.0 s | 9.0 s | 9.0 s |" in text
     assert "found at 19 s" in text and "found at 4 s" in text and "**1 false**" in text
 
 
