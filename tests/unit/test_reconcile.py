@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_tracking import fact_row, open_row, position_row, seen_at
 
+from benchmarks.fake_state import Clock, FakeHandle, FakeValueState, Timer
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.models import MAX_PRODUCER_EPOCH, CoordinatorRecord, CoordinatorState
 from detectors.rules import coord_facts
@@ -51,25 +52,6 @@ from streaming.sinks import EventRow
 from streaming.sources import _DECODED_FIELDS, _decode_fields
 
 pytestmark = pytest.mark.unit
-
-
-class FakeValueState:
-    """A ValueState's surface (what _save and _load use), in memory."""
-
-    def __init__(self) -> None:
-        self.value: tuple[Any, ...] | None = None
-
-    def exists(self) -> bool:
-        return self.value is not None
-
-    def get(self) -> tuple[Any, ...] | None:
-        return self.value
-
-    def update(self, newValue: tuple[Any, ...]) -> None:
-        self.value = newValue
-
-    def clear(self) -> None:
-        self.value = None
 
 
 def test_the_state_survives_the_round_trip_through_a_value_state() -> None:
@@ -167,79 +149,6 @@ def test_decoding_a_record_gives_the_fields_of_the_model(
 
 
 # ------------------------------------------------- the processors' per-id state, through fake state variables
-
-
-class Clock:
-    def __init__(self, now_ms: int) -> None:
-        self.now_ms = now_ms
-
-
-class FakeMapState:
-    """A MapState's surface (what the processors use), in memory; with `ttl_ms`, an entry reads as absent from
-    `ttl_ms` after it was last written, as Spark's processing-time TTL does."""
-
-    def __init__(self, clock: Clock, ttl_ms: int | None = None) -> None:
-        self.clock, self.ttl_ms = clock, ttl_ms
-        self.entries: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}
-        self.calls = 0
-
-    def _live(self) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-        return {
-            k: v
-            for k, (v, at) in self.entries.items()
-            if self.ttl_ms is None or at + self.ttl_ms > self.clock.now_ms
-        }
-
-    def exists(self) -> bool:
-        return bool(self._live())
-
-    def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        self.calls += 1
-        return self._live().get(key)
-
-    def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
-        self.calls += 1
-        self.entries[key] = (value, self.clock.now_ms)
-
-    def removeKey(self, key: tuple[Any, ...]) -> None:
-        self.calls += 1
-        self.entries.pop(key, None)
-
-    def iterator(self) -> Any:
-        return iter(list(self._live().items()))
-
-    def keys_now(self) -> set[Any]:
-        return {k[0] for k in self._live()}
-
-
-class FakeHandle:
-    """A StatefulProcessorHandle's surface, for one grouping key."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.maps: dict[str, FakeMapState] = {}
-        self.values: dict[str, FakeValueState] = {}
-        self.timers: set[int] = set()
-
-    def getValueState(self, name: str, schema: str) -> FakeValueState:
-        return self.values.setdefault(name, FakeValueState())
-
-    def getMapState(self, name: str, key: str, value: str, ttl_ms: int | None = None) -> FakeMapState:
-        return self.maps.setdefault(name, FakeMapState(self.clock, ttl_ms))
-
-    def registerTimer(self, at_ms: int) -> None:
-        self.timers.add(at_ms)
-
-    def deleteTimer(self, at_ms: int) -> None:
-        self.timers.discard(at_ms)
-
-
-class Timer:
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-
-    def getCurrentProcessingTimeInMs(self) -> int:
-        return self.clock.now_ms
 
 
 STAGE2_CONFIG = ReconcileConfig(limits=LIMITS, expire_after_ms=30_000, view_ttl_ms=3_600_000)
