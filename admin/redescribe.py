@@ -18,6 +18,12 @@ commits, or restarts). The probe also tells when a scheduled partition's transac
 stable offset moved past them): that partition is not described again. So a busy cluster's short transactions
 cost probes, not describes; a transaction that lives past grace and skew costs three describes more.
 
+A transaction that opens behind an older open one does not move its partition's last stable offset, so the
+probe does not schedule a describe for it: the next full sweep shows it. On such a pinned partition the probe
+keeps the high watermark instead: the transaction's first batch lies below the high watermark of every probe
+after it was written (same argument, same epoch), so the first such probe is its first sighting, and the full
+sweep's report of it can settle it at once.
+
 None of this decides anything: the reports are ordinary snapshots, judged by the same rules.
 """
 
@@ -41,6 +47,8 @@ FOLLOW_UPS_MS = (1_000, 2_000)
 # A report this close (plus the skew tolerance) after the moment it settles is the proving one (a re-describe's)
 # and gets the follow-ups; one much later (a full sweep's of an old transaction) does not.
 FOLLOW_UP_WINDOW_MS = 1_000
+# High-watermark marks kept per pinned partition between its reports (one a probe, when the mark moved).
+MAX_MARKS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,12 @@ class Redescribes:
         self._due: dict[TP, Due] = {}
         # Follow-ups done per settled transaction (partition, start offset), while it is reported open.
         self._followed: dict[tuple[TP, int], int] = {}
+        # Per partition whose last stable offset a reported transaction pins: (high watermark, leader epoch,
+        # seen at) at each probe since its last report, the high watermark rising. A transaction that opens
+        # behind the pinning one does not move the last stable offset, so the probe cannot see it; but its first
+        # batch lies below the high watermark of every probe after it was written, which bounds its opening for
+        # the report that first shows it (`seen_open_ms`).
+        self._marks: dict[TP, list[tuple[int, int, int]]] = {}
 
     def probed(self, tp: TP, offsets: Offsets, leader_epoch: int | None, at_ms: int, *, known: bool) -> None:
         """One partition's probe answer, received by `at_ms`. `known`: the collector already saw the transaction
@@ -83,9 +97,12 @@ class Redescribes:
         due = self._due.get(tp)
         if due is not None and (lso >= hw or lso > due.last_start_offset):
             del self._due[tp]  # every transaction it waited for has ended: nothing left to prove there
-        if lso >= hw or known or leader_epoch is None:
+        if lso >= hw or leader_epoch is None:
             # Without an epoch the probe cannot tell this batch from one written at the same offset after a
             # truncation, so it proves no sighting.
+            return
+        if known:
+            self._mark(tp, hw, leader_epoch, at_ms)
             return
         seen = self._probed.get(tp)
         if seen is not None and seen.start_offset == lso and seen.leader_epoch == leader_epoch:
@@ -96,14 +113,28 @@ class Redescribes:
         self._schedule(tp, settles_at_ms(at_ms, at_ms, self._limits) or at_ms, lso)
 
     def seen_open_ms(self, tp: TP, start_offset: int, leader_epoch: int | None) -> int | None:
-        """When the probe saw the transaction open from `start_offset` on `tp`, if a report at `leader_epoch`
-        has it open (the same epoch: the same batch at that offset)."""
+        """The earliest probe by which the batch at `start_offset` of `tp` was written, if a report at
+        `leader_epoch` has a transaction open from there (the same epoch: the same batch at that offset): the
+        probe that saw it at the last stable offset, or the first whose high watermark was past it."""
+        if leader_epoch is None:
+            return None
+        times: list[int] = []
         seen = self._probed.get(tp)
-        if seen is None or leader_epoch is None:
-            return None
-        if seen.start_offset != start_offset or seen.leader_epoch != leader_epoch:
-            return None
-        return seen.seen_at_ms
+        if seen is not None and seen.start_offset == start_offset and seen.leader_epoch == leader_epoch:
+            times.append(seen.seen_at_ms)
+        for hw, epoch, at_ms in self._marks.get(tp, ()):
+            if epoch == leader_epoch and hw > start_offset:
+                times.append(at_ms)
+                break  # the marks rise: the first is the earliest
+        return min(times, default=None)
+
+    def _mark(self, tp: TP, hw: int, leader_epoch: int, at_ms: int) -> None:
+        marks = self._marks.setdefault(tp, [])
+        if marks and marks[-1][0] >= hw and marks[-1][1] == leader_epoch:
+            return
+        if len(marks) >= MAX_MARKS:
+            marks.pop()  # the later marks are the coarser: the earliest stay
+        marks.append((hw, leader_epoch, at_ms))
 
     def reported(self, asked: Iterable[TP], snapshots: Sequence[PartitionSnapshot]) -> None:
         """A sweep asked about `asked` and published `snapshots`: each asked partition's probe sighting is spent
@@ -111,6 +142,7 @@ class Redescribes:
         partition whose report has a transaction no report has settled yet is due when one can."""
         for tp in asked:
             self._probed.pop(tp, None)
+            self._marks.pop(tp, None)
             self._due.pop(tp, None)
         reported: set[TP] = set(asked)
         open_now: set[tuple[TP, int]] = set()
@@ -118,6 +150,7 @@ class Redescribes:
             tp = (snap.topic, snap.partition)
             reported.add(tp)
             self._probed.pop(tp, None)
+            self._marks.pop(tp, None)
             self._due.pop(tp, None)
             for t in snap.open_transactions:
                 open_now.add((tp, t.start_offset))

@@ -3,7 +3,8 @@
 `python -m benchmarks.bench_latency [--per-kind 20] [--spacing-s 3] [--interval 10] [--probe-interval-ms 1000]
 [--trigger "5 seconds"] [--stack]`
 starts its own one-node test bed (partition verification off, 512 MB heap, temporary directory, and Kafka's
-default 50 partitions of `__transaction_state`: harness.detection_bed), `txnwatch collect` as a subprocess and the
+default 50 partitions of `__transaction_state` and `__consumer_offsets`: harness.detection_bed), `txnwatch
+collect` as a subprocess and the
 streaming job (all three queries, `local[2]`, 4 shuffle partitions as `txnwatch stream` builds it) in this
 process, and a steady transactional workload (committed and aborted transactions, 5/s) for the whole run. Every
 setting defaults to what the project ships: the collector's sweep interval (`common.settings.CollectorSettings`,

@@ -193,12 +193,19 @@ class Pipeline:
 # Kafka's default for `transaction.state.log.num.partitions`: the job reads (and the collector positions) as
 # many coordinator partitions as a real cluster has, not the test bed's 3.
 KAFKA_TRANSACTION_LOG_PARTITIONS = 50
+# Kafka's default for `offsets.topic.num.partitions`: the orphaned offset commits spread over as many
+# `__consumer_offsets` partitions as on a real cluster, not piled on the test bed's 3.
+KAFKA_OFFSETS_TOPIC_PARTITIONS = 50
 
 
 def detection_bed(**overrides: Any) -> TestBedConfig:
     """The detection benchmarks' one-node test bed: partition verification off (the late-produce orphan needs
-    it), a 512 MB heap (two shared cores), and a `__transaction_state` of Kafka's default 50 partitions."""
-    extra = {"transaction.state.log.num.partitions": str(KAFKA_TRANSACTION_LOG_PARTITIONS)}
+    it), a 512 MB heap (two shared cores), and Kafka's default 50 partitions of `__transaction_state` and of
+    `__consumer_offsets`."""
+    extra = {
+        "transaction.state.log.num.partitions": str(KAFKA_TRANSACTION_LOG_PARTITIONS),
+        "offsets.topic.num.partitions": str(KAFKA_OFFSETS_TOPIC_PARTITIONS),
+    }
     fields: Json = {"nodes": 1, "partition_verification": False, "heap": "512m", "extra": extra}
     return TestBedConfig(**(fields | overrides))
 

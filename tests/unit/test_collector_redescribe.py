@@ -201,6 +201,35 @@ def test_follow_ups_only_after_the_proving_report_and_only_while_the_transaction
     assert collector.seconds_until_due() is None
 
 
+def test_a_transaction_behind_a_pinning_one_is_first_seen_by_the_probe_whose_high_watermark_passed_it() -> (
+    None
+):
+    """The partition's last stable offset stays at an older open transaction, so the probe cannot see a new one
+    behind it; but the first probe whose high watermark is past the new one's first batch bounds its opening,
+    at the same leader epoch only."""
+    for epoch_moves in (False, True):
+        cluster = young_orphan(opened_at_ms=T0 - 600_000)
+        begin(cluster)  # the pinning transaction at 100, reported open
+        collector = make(cluster)
+        collector.sweep()
+        cluster.clock += 1_000
+        cluster.offsets[ORDERS0] = Offsets(100, 146)  # a batch at 145: a transaction behind the pinning one
+        collector.probe()
+        marked_at = cluster.clock
+        cluster.clock += 1_000
+        collector.probe()  # no new high watermark: the first mark stands
+        cluster.clock += 6_000
+        if epoch_moves:
+            cluster.epochs[ORDERS0] = EPOCH + 1
+        cluster.producers[ORDERS0].append(producer(producer_id=2000, current_txn_start_offset=145))
+        cluster.starts[(ORDERS0, 145)] = start_batch(base_offset=145, producer_id=2000, start_timestamp_ms=T0)
+        behind = next(t for t in collector.sweep().snapshots[0].open_transactions if t.start_offset == 145)
+        if epoch_moves:
+            assert behind.seen_open_ms is not None and behind.seen_open_ms > marked_at + 6_000
+        else:
+            assert behind.seen_open_ms == marked_at
+
+
 # ----------------------------------------------------------------------------------------- the loop
 
 

@@ -65,10 +65,17 @@ def default_interval_s() -> float:
     return float(CollectorSettings.model_fields["interval_s"].default)
 
 
+def default_probe_ms() -> int:
+    return int(CollectorSettings.model_fields["probe_interval_ms"].default)
+
+
 def latency_at_defaults(r: dict[str, Any]) -> bool:
     default_trigger = StreamSettings.model_fields["trigger"].default
+    # A run from before the probe existed has no probe setting: it swept only, which is not today's default.
     return bool(
-        r["settings"]["interval_s"] == default_interval_s() and r["settings"]["trigger"] == default_trigger
+        r["settings"]["interval_s"] == default_interval_s()
+        and r["settings"]["trigger"] == default_trigger
+        and r["settings"].get("probe_interval_ms") == default_probe_ms()
     )
 
 
@@ -77,7 +84,11 @@ def latency_settings(r: dict[str, Any]) -> str:
     interval = r["settings"]["interval_s"]
     trigger = trigger_s(r["settings"]["trigger"])
     if latency_at_defaults(r):
-        return f"Measured {DEFAULTS_PHRASE} (a {interval:g} s sweep, the job's {trigger} s trigger)"
+        probe_s = r["settings"]["probe_interval_ms"] / 1000
+        return (
+            f"Measured {DEFAULTS_PHRASE} (a {interval:g} s sweep with a probe every {probe_s:g} s between sweeps, "
+            f"the job's {trigger} s trigger)"
+        )
     return (
         f"Measured at a {interval:g} s collector sweep (`--interval-ms {interval * 1000:.0f}`; the default is "
         f"{default_interval_s():g} s) and the job's {trigger} s trigger"
@@ -88,7 +99,10 @@ def latency_method(r: dict[str, Any]) -> str:
     """BENCHMARKS.md's account of the settings the latency was measured at."""
     interval = r["settings"]["interval_s"]
     if latency_at_defaults(r):
-        return f"{DEFAULTS_PHRASE}: a {interval:g} s sweep (`txnwatch collect` without `--interval-ms`)"
+        return (
+            f"{DEFAULTS_PHRASE}: a {interval:g} s sweep and a probe every {r['settings']['probe_interval_ms']} ms "
+            "(`txnwatch collect` without `--interval-ms` or `--probe-interval-ms`)"
+        )
     return (
         f"at a {interval:g} s sweep (`txnwatch collect --interval-ms {interval * 1000:.0f}`; the collector's default "
         f"is {default_interval_s():g} s) and otherwise the defaults"
