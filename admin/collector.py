@@ -901,7 +901,10 @@ def between_sweeps(
             return
         if next_probe is not None and now >= next_probe:
             _quietly(collector.probe, "probe", failures)
-            next_probe = now + probe_interval_s
+            # Probes take at most half the loop's time: on a cluster large enough that one takes longer than
+            # half the interval, the next waits as long as this one took.
+            took = monotonic() - now
+            next_probe = max(now + probe_interval_s, now + 2 * took)
         due = collector.due()
         if due:
             _quietly(partial(_redescribe, collector, publish, due), "re-describe", failures)

@@ -4,8 +4,9 @@
 (one KRaft node, 2 GB heap, in a temporary directory), creates the partitions (plus the internal topics) and a
 few real hanging transactions, then times: the first sweep (start batches fetched), steady-state sweeps (cached),
 `txnwatch collect --once` end to end, and `TransactionsCommand find-hanging --broker-id 1` (same cluster, same
-partitions, JVM start included; `list` is timed too, as the JVM-and-connect floor). DescribeProducers requests
-are counted per broker and per sweep. Prints a table and one JSON line.
+partitions, JVM start included; `list` is timed too, as the JVM-and-connect floor), and the probe between sweeps (ListOffsets of every
+partition, `admin/redescribe.py`). DescribeProducers and the probe's ListOffsets requests are counted per broker.
+Prints a table and one JSON line.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from kafka.protocol.metadata import CoordinatorType
 from admin.client import connect_admin
 from admin.collector import Collector, SweepResult
 from admin.metrics import RequestLog
+from admin.redescribe import Redescribes
 from admin.wire import KafkaWire
 from common.settings import CollectorSettings, KafkaSettings
+from detectors.models import DetectionLimits
 from dev import oracle
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 from dev.workload import raw_transactional_produce
@@ -160,6 +163,24 @@ def main(argv: list[str] | None = None) -> int:
         )
         assert result.open_transactions >= args.hanging, result.open_transactions
 
+        # The probe between sweeps (admin/redescribe.py): ListOffsets of every partition, a pair per broker.
+        prober = Collector(
+            wire,
+            cluster="bench",
+            settings=settings,
+            open_partitions=set(),
+            redescribes=Redescribes(DetectionLimits()),
+        )
+        prober.sweep()
+        probes: list[float] = []
+        before = requests.by_broker("ListOffsets")
+        for _ in range(args.sweeps):
+            began = time.perf_counter()
+            answered = prober.probe()
+            probes.append(time.perf_counter() - began)
+        after = requests.by_broker("ListOffsets")
+        probe_requests = {b: (n - before.get(b, 0)) / args.sweeps for b, n in after.items()}
+
         env = {k: v for k, v in os.environ.items() if not k.startswith("TXNWATCH_")}
         began = time.perf_counter()
         once = subprocess.run(
@@ -201,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             "steady_sweep_s_max": round(max(steady), 3),
             "describe_producers_requests_per_broker": first_requests,
             "describe_producers_request_limit": limit,
+            "probe_s_median": round(statistics.median(probes), 3),
+            "probe_s_max": round(max(probes), 3),
+            "probe_partitions_answered": answered,
+            "probe_list_offsets_requests_per_broker": probe_requests,
             "collect_once_cli_s": round(once_s, 3),
             "collect_once_cli_sweep_s": once_out["duration_s"],
             "find_hanging_broker_id_s_median": round(statistics.median(tool_runs), 3),
@@ -232,6 +257,7 @@ def print_table(f: dict[str, Any]) -> None:
         f"   ({f['steady_sweep_s_min']:.3f} / {f['steady_sweep_s_max']:.3f})",
         f"{'txnwatch collect --once (process, connect, sweep, print)':58} {f['collect_once_cli_s']:>9.3f}",
         f"{'  of which the sweep':58} {f['collect_once_cli_sweep_s']:>9.3f}",
+        f"{'probe between sweeps, ListOffsets of every partition (median)':58} {f['probe_s_median']:>9.3f}",
         f"{'TransactionsCommand find-hanging --broker-id 1 (median)':58} {f['find_hanging_broker_id_s_median']:>9.3f}",
         f"{'TransactionsCommand list (JVM + connect floor, median)':58} {f['transactions_command_list_s_median']:>9.3f}",
         "",

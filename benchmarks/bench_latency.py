@@ -41,6 +41,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from benchmarks.harness import (
     ORPHAN_KINDS,
     Steady,
+    job_cpu_s,
     loadavg,
     log,
     machine,
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> Json:
         wait_until(lambda: p.first_batches_done(1 + args.warm_batches), 300, "warm-up batches")
         log(f"warm (load {loadavg()}); making orphans: {args.per_kind} per kind of {kinds}")
         loads = [loadavg()]
+        cpu_from, wall_from = job_cpu_s(), time.monotonic()
         truths: list[Json] = []
         counts = dict.fromkeys(kinds, 0)
         made_runs = 0
@@ -140,6 +142,9 @@ def run(args: argparse.Namespace) -> Json:
         except TimeoutError as exc:
             log(str(exc))
         result["tail_s"] = round(time.monotonic() - last_made, 1)
+        # CPU per second of the orphan phase: the job's JVM and Python workers, and this process (the driver's
+        # Python, and the workloads' producers); not the broker's or the collector's.
+        result["job_cpu_s_per_s"] = round((job_cpu_s() - cpu_from) / (time.monotonic() - wall_from), 2)
         steady.stop()
         loads.append(loadavg())
         opened = p.watcher.opened()

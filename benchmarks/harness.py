@@ -47,6 +47,37 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def job_cpu_s(exclude: tuple[str, ...] = ("kafka.Kafka", "txnwatch_cli")) -> float:
+    """CPU seconds (user + system) used so far by this process and its descendants (the job's JVM and Python
+    workers), leaving out the subtrees whose command line names one of `exclude` (the test bed's broker, the
+    collector). Linux /proc; the clock tick from sysconf."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()
+        # utime, stime, and those of its children that ended (a Python worker Spark let go).
+        ppid, used = int(fields[1]), sum(int(x) for x in fields[11:15])
+        children.setdefault(ppid, []).append(int(entry.name))
+        stats[int(entry.name)] = (cmdline, used / tick)
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        cmdline, cpu = stats.get(pid, ("", 0.0))
+        if pid != os.getpid() and any(x in cmdline for x in exclude):
+            continue
+        total += cpu
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def machine() -> Json:
     import kafka
     import pyspark

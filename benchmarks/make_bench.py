@@ -215,6 +215,11 @@ def render_latency(r: Json) -> str:
             ),
         ]
     lines += ["", f"Reasons given: {', '.join(r.get('reasons') or []) or 'none'}."]
+    if r.get("job_cpu_s_per_s") is not None:
+        lines.append(
+            f"CPU while the orphans were made and found: {r['job_cpu_s_per_s']} s per s (the job's JVM and Python "
+            "workers, and the benchmark's process with the driver's Python and the workloads' producers)."
+        )
     s = r.get("settings") or {}
     if s:
         probe = s.get("probe_interval_ms")
@@ -601,6 +606,14 @@ def render_collector(r: Json) -> str:
             f"{r.get('open_transactions_seen')} / {r.get('find_hanging_rows')}",
         ),
     ]
+    if "probe_s_median" in r:
+        rows.append(
+            (
+                "probe between sweeps (ListOffsets of every partition), median (max)",
+                f"{r['probe_s_median']} s ({r.get('probe_s_max')}); requests per broker "
+                f"{r.get('probe_list_offsets_requests_per_broker')}",
+            )
+        )
     return "\n".join(["| measurement | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
 
 

@@ -285,6 +285,27 @@ def test_between_sweeps_probes_re_describes_when_due_and_stops_at_the_next_sweep
     )
 
 
+def test_a_probe_slower_than_half_the_interval_spaces_the_next_by_its_own_duration() -> None:
+    cluster = young_orphan(opened_at_ms=T0)
+    collector = make(cluster)
+    collector.sweep()
+    ticks = Ticks(cluster)
+    stop = Wait(cluster)
+    slow_probe = collector.probe
+
+    def probe() -> int:
+        cluster.clock += 1_500  # a large cluster: 1.5 s a probe
+        return slow_probe()
+
+    collector.probe = probe  # type: ignore[method-assign]
+    start = ticks.monotonic()
+    between_sweeps(
+        collector, lambda _r: None, until=start + 30, probe_interval_s=1, stop=stop, monotonic=ticks.monotonic
+    )
+    # Every 3 s (1.5 s probing, 1.5 s waiting), not back to back.
+    assert 9 <= len(cluster.offsets_calls) <= 11
+
+
 def test_a_failing_re_describe_is_not_retried_in_a_loop() -> None:
     cluster = young_orphan(opened_at_ms=T0)
     collector = make(cluster)
