@@ -173,6 +173,11 @@ class Redescribes:
         """The partitions to describe now."""
         return sorted(tp for tp, d in self._due.items() if d.at_ms <= now_ms)
 
+    def due_at_ms(self, tp: TP) -> int | None:
+        """When `tp` is due, None if it is not scheduled."""
+        due = self._due.get(tp)
+        return None if due is None else due.at_ms
+
     def next_due_ms(self) -> int | None:
         return min((d.at_ms for d in self._due.values()), default=None)
 

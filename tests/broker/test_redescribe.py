@@ -45,31 +45,36 @@ def test_a_probe_sees_a_real_open_transaction_and_its_re_describe_settles_it(
 ) -> None:
     topic = f"{unique}redescribe"
     ensure_topics(admin, [topic], 2)
+    # The session's broker holds other tests' open transactions too: every check names this test's partitions.
+    redescribes = Redescribes(LIMITS)
     collector = Collector(
         KafkaWire(admin, request_timeout_ms=5_000),
         cluster="test",
         settings=CollectorSettings(request_timeout_ms=5_000),
         open_partitions=set(),
-        redescribes=Redescribes(LIMITS),
+        redescribes=redescribes,
     )
+    mine, committed = (topic, 0), (topic, 1)
     collector.sweep()  # the view the probe asks by; nothing of this test is open yet
     hanging = open_transaction(bootstrap, f"{unique}open", topic, 0)
     committing = open_transaction(bootstrap, f"{unique}commits", topic, 1)
     try:
         assert collector.probe() > 0
         probed_at = int(time.time() * 1000)
-        wait_s = collector.seconds_until_due()
-        assert wait_s is not None and wait_s <= (LIMITS.grace_ms + LIMITS.clock_skew_ms + 200) / 1000
+        due_at = redescribes.due_at_ms(mine)
+        assert due_at is not None and redescribes.due_at_ms(committed) is not None
+        assert due_at - probed_at <= LIMITS.grace_ms + LIMITS.clock_skew_ms + 200
         committing.commit_transaction()  # ends before it is due: the probe sees its LSO move on
         time.sleep(0.5)
         collector.probe()
-        time.sleep(wait_s)
+        assert redescribes.due_at_ms(committed) is None  # not described again: its transaction committed
+        time.sleep(max(0.0, (due_at - time.time() * 1000) / 1000))
         deadline = time.monotonic() + 5
-        while not collector.due() and time.monotonic() < deadline:
+        while mine not in collector.due() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert collector.due() == [(topic, 0)]  # not partition 1: its transaction committed
-        result = collector.sweep(only=collector.due())
-        assert result.redescribe and [(s.topic, s.partition) for s in result.snapshots] == [(topic, 0)]
+        assert mine in collector.due() and committed not in collector.due()
+        result = collector.sweep(only=[mine])
+        assert result.redescribe and [(s.topic, s.partition) for s in result.snapshots] == [mine]
         (snap,) = result.snapshots
         (t,) = snap.open_transactions
         assert t.seen_open_ms is not None and t.seen_open_ms <= probed_at  # the probe's sighting
@@ -80,8 +85,9 @@ def test_a_probe_sees_a_real_open_transaction_and_its_re_describe_settles_it(
         assert settled(facts, LIMITS)
         assert result.positions and result.positions[0].as_of_ms >= snap.observed_at_ms
         # Settled: what remains is the follow-up a second later, for proofs that wait on coordinator events.
-        follow_up_s = collector.seconds_until_due()
-        assert follow_up_s is not None and 0.5 < follow_up_s <= FOLLOW_UPS_MS[0] / 1000
+        follow_up_at = redescribes.due_at_ms(mine)
+        assert follow_up_at is not None
+        assert 0 < follow_up_at - snap.observed_at_ms <= FOLLOW_UPS_MS[0]
     finally:
         with contextlib.suppress(Exception):
             hanging.abort_transaction()
