@@ -181,9 +181,6 @@ class Redescribes:
     def next_due_ms(self) -> int | None:
         return min((d.at_ms for d in self._due.values()), default=None)
 
-    def __len__(self) -> int:
-        return len(self._due)
-
     def _follow_up(self, tp: TP, start_offset: int, settled_at_ms: int, observed_at_ms: int) -> None:
         done = self._followed.get((tp, start_offset))
         # A probe's re-describe comes up to the skew tolerance after the settling moment (it cannot know the
