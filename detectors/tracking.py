@@ -558,6 +558,8 @@ class OpenEntry(NamedTuple):
     # What the driver was last told of it (`VerdictNews`); None: nothing yet, or not in this run of the job
     # (`BucketState.announce_again`). Added after v0.1.0: an entry stored before loads with None, and is told.
     announced: tuple[Any, ...] | None = None
+    # The earliest "opened after" bound any report gave (`earliest_sightings`); added after v0.2.0: None before.
+    opened_after_ms: int | None = None
 
 
 OpenKey = tuple[int, str, int]  # producer id, topic, partition
@@ -644,7 +646,30 @@ def open_entry(
         candidate_json,
         decided,
         announced,
+        r.opened_after_ms,
     )
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def earliest_sightings(row: OpenRow, entry: OpenEntry) -> OpenRow:
+    """`row` with the sightings of the same open transaction already tracked: the earliest wins.
+
+    A collector that restarted, or a stale replica's answer without the transaction, starts its sightings again
+    (seen open at its next report, opened after the stale answer): merely younger evidence, which must not undo
+    a proof made on the older one (docs/detection.md, "Sightings")."""
+    seen = _earliest(entry.facts.seen_open_ms, row.seen_open_ms)
+    after = entry.opened_after_ms if entry.opened_after_ms is not None else row.opened_after_ms
+    if seen is not None and after is not None and after >= seen:
+        after = None  # bounds from two collectors that do not fit together: keep the sighting, drop the bound
+    if seen == row.seen_open_ms and after == row.opened_after_ms:
+        return row
+    snapshot = PartitionSnapshot.model_validate_json(row.snapshot_json)
+    txn = snapshot.open_transactions[0].model_copy(update={"seen_open_ms": seen, "opened_after_ms": after})
+    snapshot = snapshot.model_copy(update={"open_transactions": (txn,)})
+    return row._replace(seen_open_ms=seen, opened_after_ms=after, snapshot_json=snapshot.model_dump_json())
 
 
 class VerdictNews(NamedTuple):
@@ -828,6 +853,7 @@ class BucketState:
             if existing.confirmed_ms > row.observed_at_ms:
                 return []  # an older snapshot arriving late
             if existing.start_offset == row.start_offset:
+                row = earliest_sightings(row, existing)
                 first_seen = existing.facts.first_seen_ms
                 candidate_json, decided = existing.candidate_json, existing.decided
                 announced = existing.announced

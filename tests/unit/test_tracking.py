@@ -721,3 +721,56 @@ def test_bucket_zero_reports_the_views_lag() -> None:
         "undecodable_pending": 0,
         "undecodable_records": 0,
     }
+
+
+# ------------------------------------------------------------------------ sightings: the earliest wins
+
+
+def lost_commit_then_restart() -> tuple[BucketState, list[dict[str, Any]], list[dict[str, Any]]]:
+    """A transaction seen open before a CompleteCommit whose Prepare listed its partition (a lost commit
+    marker, proven), then reported by a collector that restarted: first seen again, with no earlier report."""
+    done = coord(
+        state=CoordinatorState.COMPLETE_COMMIT,
+        partitions=(),
+        prepared_partitions=tps("orders-0"),
+        start_timestamp_ms=T0 - SECOND,
+        last_update_timestamp_ms=T0 + 10 * SECOND,
+    )
+    b = new_bucket()
+    seen = T0 + 2 * SECOND  # before the completion by more than the skew
+    t1 = T0 + 30 * SECOND  # after it by more than grace + skew
+    proven = batch(b, t1, fact_row(done), open_row(seen_at(t1, opened_after_ms=T0 - SECOND, seen_open_ms=seen)))
+    t2 = t1 + MINUTE
+    restarted = seen_at(t2, seen_open_ms=t2 - SECOND)  # no earlier report: no opened-after, seen late
+    after = batch(b, t2, open_row(restarted))
+    # Once the late sighting is past the grace, today's rules would call it commit-or-late-write and withdraw.
+    t3 = t2 + MINUTE
+    after += batch(b, t3, open_row(seen_at(t3, seen_open_ms=t2 - SECOND)))
+    return b, proven, after
+
+
+def test_a_proof_on_an_early_sighting_survives_a_collector_that_restarted() -> None:
+    b, proven, after = lost_commit_then_restart()
+    assert [(e["event"], e["reason"]) for e in proven] == [
+        ("OPENED", "lost-commit-marker"),
+        ("VERDICT", "lost-commit-marker"),
+    ]
+    # The younger sighting neither withdraws the proven lost-commit-marker candidate nor changes its verdict.
+    assert [e["event"] for e in after] == []
+    entry = b.opens[(PID, "orders", 0)]
+    assert entry.facts.seen_open_ms == T0 + 2 * SECOND
+    assert entry.opened_after_ms == T0 - SECOND
+    kept = PartitionSnapshot.model_validate_json(entry.snapshot_json).open_transactions[0]
+    assert (kept.seen_open_ms, kept.opened_after_ms) == (T0 + 2 * SECOND, T0 - SECOND)
+
+
+def test_a_sighting_restarted_by_a_stale_report_keeps_the_transaction_age() -> None:
+    """A report that lost the transaction's sightings (a stale replica answered without it, so its next report
+    says "opened after" that answer) does not make a long-open transaction young again: the first bound wins."""
+    b = new_bucket()
+    t1 = T0 + MINUTE
+    batch(b, t1, open_row(seen_at(t1, start_timestamp_ms=T0, opened_after_ms=T0 - SECOND, seen_open_ms=t1)))
+    t2 = t1 + MINUTE
+    batch(b, t2, open_row(seen_at(t2, start_timestamp_ms=T0, opened_after_ms=t2 - SECOND, seen_open_ms=t2)))
+    facts = b.opens[(PID, "orders", 0)].facts
+    assert (facts.open_since_ms, facts.seen_open_ms) == (T0, t1)
