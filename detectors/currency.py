@@ -69,17 +69,21 @@ GapState = dict[tuple[str, int], tuple[int, int]]
 # rewritten: an unclean leader election): the view holds records the log no longer has, so nothing that depends on
 # the partition is proven until the job reads the log again on a new checkpoint. (topic, partition) -> the offset.
 RewoundState = dict[tuple[str, int], int]
-# The log end offsets of the transaction log's newest positions: (as_of_ms, ((partition, log end offset), ...)),
-# oldest first, at most MAX_LOG_END_POSITIONS. Absent in checkpoints of earlier releases (nothing is checked).
+# The log end offsets of the transaction log's positions: (as_of_ms, ((partition, log end offset), ...)), oldest
+# first. Absent in checkpoints of earlier releases (nothing is checked).
 LogEndState = list[tuple[int, tuple[tuple[int, int], ...]]]
-# Enough to find the position measured right after any report the view is judged on (a sweep's snapshots and its
-# position arrive together, on one topic); beyond it, a later position answers, which only checks less tightly.
-MAX_LOG_END_POSITIONS = 16
+# Log ends are dropped oldest first only, once older than this before the newest or beyond MAX_LOG_END_POSITIONS;
+# the newest dropped `as_of_ms` is kept, and a moment at or before it is answered "maybe after" (`appended_after`).
+LOG_END_HORIZON_MS = 15 * 60_000
+MAX_LOG_END_POSITIONS = 720
+# What releases that kept only the newest 16 log ends stored: a full list of them may have dropped older ones.
+LEGACY_LOG_END_POSITIONS = 16
 # Records read but not decoded, not yet superseded: (topic, transactional id) -> read offset of the newest;
 # (topic, partition) -> read offset of the newest whose key did not decode either; how many were read in all.
 UndecodableState = tuple[dict[tuple[str, str], int], dict[tuple[str, int], int], int]
 # applied ends, currency per partition, pending positions, newest position per topic, first position's time,
-# undecodable records (absent in checkpoints of v0.1.0: the first five only), gaps and rewound partitions, log ends
+# undecodable records (absent in checkpoints of v0.1.0: the first five only), gaps and rewound partitions, log ends,
+# the newest log end dropped (absent before it was kept)
 CurrencyState = tuple[
     dict[tuple[str, int], int],
     dict[tuple[str, int], int],
@@ -90,6 +94,7 @@ CurrencyState = tuple[
     GapState,
     RewoundState,
     LogEndState,
+    int | None,
 ]
 LegacyCurrencyState = tuple[
     dict[tuple[str, int], int], dict[tuple[str, int], int], list[Position], dict[str, Position], int | None
@@ -143,6 +148,10 @@ class ViewCurrency:
         self.gaps: GapState = dict(state[6]) if state is not None and len(state) > 6 else {}
         self.rewound: RewoundState = dict(state[7]) if state is not None and len(state) > 7 else {}
         self.log_ends: LogEndState = list(state[8]) if state is not None and len(state) > 8 else []
+        # the `as_of_ms` of the newest log end dropped: the first position after a moment up to it may be gone
+        self.log_ends_dropped_ms: int | None = state[9] if state is not None and len(state) > 9 else None
+        if state is not None and len(state) == 9 and len(self.log_ends) >= LEGACY_LOG_END_POSITIONS:
+            self.log_ends_dropped_ms = self.log_ends[0][0]  # a release that dropped beyond 16 said not which
         self.applied_end: dict[tuple[str, int], int] = dict(applied)
         self._current: dict[tuple[str, int], int] = dict(current)
         self._pending: list[Position] = list(pending)
@@ -178,6 +187,7 @@ class ViewCurrency:
             self.gaps,
             self.rewound,
             self.log_ends,
+            self.log_ends_dropped_ms,
         )
 
     # -- input
@@ -293,8 +303,7 @@ class ViewCurrency:
         if topic not in self.topics:
             return False
         if topic == self.transaction_log and log_end_offsets:
-            bisect.insort(self.log_ends, (as_of_ms, tuple(sorted(log_end_offsets.items()))))
-            del self.log_ends[:-MAX_LOG_END_POSITIONS]
+            self._add_log_end(as_of_ms, tuple(sorted(log_end_offsets.items())))
         position = Position(as_of_ms, topic, partitions, tuple(sorted(end_offsets.items())))
         newest = self.newest.get(topic)
         if newest is None or as_of_ms >= newest.as_of_ms:
@@ -307,6 +316,25 @@ class ViewCurrency:
             self._pending = self._pending[:half:2] + self._pending[half:]
         self._dirty = True
         return True
+
+    def _add_log_end(self, as_of_ms: int, ends: tuple[tuple[int, int], ...]) -> None:
+        """Keep a position's log ends; drop the oldest ones past the horizon or the count, remembering how far."""
+        dropped = self.log_ends_dropped_ms
+        if dropped is not None and as_of_ms <= dropped:
+            return  # it could only answer moments that are answered "maybe after" anyway
+        if self.log_ends and self.log_ends[-1][0] <= as_of_ms and self.log_ends[-1][1] == ends:
+            # the same ends, measured later, answer every moment the earlier ones did
+            self.log_ends[-1] = (as_of_ms, ends)
+        else:
+            bisect.insort(self.log_ends, (as_of_ms, ends))
+        horizon = self.log_ends[-1][0] - LOG_END_HORIZON_MS
+        cut = max(0, len(self.log_ends) - MAX_LOG_END_POSITIONS)
+        while cut < len(self.log_ends) and self.log_ends[cut][0] < horizon:
+            cut += 1
+        if cut:
+            newest_dropped = self.log_ends[cut - 1][0]
+            self.log_ends_dropped_ms = newest_dropped if dropped is None else max(dropped, newest_dropped)
+            del self.log_ends[:cut]
 
     def _settle(self) -> None:
         """Claim currency for every partition a pending position now covers; drop fully covered positions."""
@@ -340,13 +368,17 @@ class ViewCurrency:
         """Whether the transaction log's record at `offset` of `partition` was appended after `moment_ms` (the
         collector's clock): it lies at or above the log end offset of a position measured at or after that
         moment (the first one known that has the partition; the log end is asked for after `as_of_ms` is read).
-        False when no such position is known: not shown, which is not the same as shown before.
+        False when no such position is known: not shown, which is not the same as shown before. True when that
+        first position may have been dropped (the moment is at or before `log_ends_dropped_ms`): a later one's
+        log end could put the record wrongly before the moment, so the proof that weighs it is withheld.
 
         A proof that says "the leader reported the transaction open after this coordinator record" compares the
         record's stamp (the coordinator's clock) with the report's (the collector's). The offsets order the two
         without either clock: a record appended after the report that the stamps put well before it shows the
         collector's clock running ahead of the coordinator's (docs/detection.md, "Clocks").
         """
+        if self.log_ends_dropped_ms is not None and moment_ms <= self.log_ends_dropped_ms:
+            return True
         start = bisect.bisect_left(self.log_ends, (moment_ms,))
         for _, ends in self.log_ends[start:]:
             end = dict(ends).get(partition)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import NamedTuple
+from unittest.mock import patch
 
 import pytest
 from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot
@@ -17,6 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detectors.currency import (
+    LEGACY_LOG_END_POSITIONS,
+    LOG_END_HORIZON_MS,
+    MAX_LOG_END_POSITIONS,
     MAX_PENDING_POSITIONS,
     ViewCurrency,
     coordinator_partition,
@@ -386,3 +390,100 @@ def test_progress_without_a_position_is_a_change_to_store() -> None:
     restored = ViewCurrency(LOG, state=v.state())
     restored.add_position(LOG, 1, 1_000, {0: 5})
     assert restored.current_as_of(None) == 1_000
+
+
+# ------------------------------------------------------------------------------ log ends (collector-clock-ahead)
+
+
+def test_a_record_after_the_report_is_shown_after_many_more_positions() -> None:
+    """Issue 39 #5: the position right after the report must still answer once 17+ positions followed it."""
+    v = ViewCurrency(LOG)
+    report = T0
+    v.add_position(LOG, 1, report + 100, {0: 10}, {0: 11})  # measured right after the report: log end 11
+    for i in range(1, 40):  # a busy cluster: re-describes and follow-ups publish a position every second
+        v.add_position(LOG, 1, report + 100 + i * SECOND, {0: 11 + i}, {0: 12 + i})
+    assert v.appended_after(0, 11, report)  # the commit at 11 was appended after the report
+
+
+def test_a_position_kept_answers_as_before() -> None:
+    v = ViewCurrency(LOG)
+    v.add_position(LOG, 2, T0, {0: 10}, {0: 12})
+    v.add_position(LOG, 2, T0 + 5 * SECOND, {0: 12, 1: 3}, {0: 14, 1: 4})
+    assert not v.appended_after(0, 11, T0 - SECOND)
+    assert v.appended_after(0, 12, T0 - SECOND)
+    assert v.appended_after(0, 13, T0 + SECOND) is False  # the next position's log end is 14
+    assert v.appended_after(1, 4, T0 - SECOND)  # the first position with partition 1 answers for it
+    assert not v.appended_after(0, 99, T0 + 6 * SECOND)  # no position measured at or after that moment
+    assert v.log_ends_dropped_ms is None
+
+
+def test_log_ends_stay_bounded_and_a_dropped_one_withholds() -> None:
+    v = ViewCurrency(LOG)
+    for i in range(10_000):  # one a second: the count bounds them
+        v.add_position(LOG, 1, T0 + i * SECOND, {0: i}, {0: i + 1})
+    assert len(v.log_ends) == MAX_LOG_END_POSITIONS
+    newest = T0 + 9_999 * SECOND
+    assert v.log_ends_dropped_ms == newest - MAX_LOG_END_POSITIONS * SECOND
+    assert not v.appended_after(0, 9_000, newest - 100 * SECOND)  # kept: answered exactly (log end 9,900)
+    assert v.appended_after(0, 0, T0 + 5 * SECOND)  # its position is gone: maybe after, never "not after"
+    slow = ViewCurrency(LOG)
+    for i in range(10_000):  # one every 5 s: the horizon bounds them
+        slow.add_position(LOG, 1, T0 + i * 5 * SECOND, {0: i}, {0: i + 1})
+    assert len(slow.log_ends) == LOG_END_HORIZON_MS // (5 * SECOND) + 1
+
+
+def test_a_quiet_log_keeps_one_log_end() -> None:
+    v = ViewCurrency(LOG)
+    for i in range(1_000):  # nothing written: every position measures the same ends
+        v.add_position(LOG, 2, T0 + i * SECOND, {0: 7, 1: 9}, {0: 7, 1: 9})
+    assert v.log_ends == [(T0 + 999 * SECOND, ((0, 7), (1, 9)))]
+    assert v.log_ends_dropped_ms is None
+    assert v.appended_after(0, 7, T0) and not v.appended_after(0, 6, T0)
+
+
+def test_the_dropped_mark_survives_the_state_store_and_old_state_loads() -> None:
+    v = ViewCurrency(LOG)
+    for i in range(MAX_LOG_END_POSITIONS + 3):
+        v.add_position(LOG, 1, T0 + i * SECOND, {0: i}, {0: i + 1})
+    restored = ViewCurrency(LOG, state=v.state())
+    assert restored.log_ends_dropped_ms == T0 + 2 * SECOND and restored.appended_after(0, 0, T0 + SECOND)
+    v.add_position(LOG, 1, T0, {0: 0}, {0: 1})  # a late one at or before the mark answers nothing new
+    assert len(v.log_ends) == MAX_LOG_END_POSITIONS
+    legacy = ViewCurrency(LOG)  # a release that kept the newest 16 stored no mark
+    for i in range(LEGACY_LOG_END_POSITIONS):
+        legacy.add_position(LOG, 1, T0 + i * SECOND, {0: i}, {0: i + 1})
+    full = ViewCurrency(LOG, state=legacy.state()[:9])
+    assert full.log_ends_dropped_ms == T0 and full.appended_after(0, 0, T0 - SECOND)
+    assert not full.appended_after(0, 1, T0 + SECOND)  # log end 2 at T0 + 1 s
+    short = ViewCurrency(LOG, state=(*legacy.state()[:8], legacy.log_ends[1:]))  # 15 ends: none dropped
+    assert short.log_ends_dropped_ms is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 40 * MINUTE),
+            st.dictionaries(st.integers(0, 2), st.integers(0, 50), min_size=1, max_size=3),
+        ),
+        max_size=60,
+    ),
+    st.integers(0, 2),
+    st.integers(0, 50),
+    st.integers(-SECOND, 40 * MINUTE + SECOND),
+)
+def test_log_ends_never_say_not_after_when_every_position_would_say_after(
+    positions: list[tuple[int, dict[int, int]]], partition: int, offset: int, moment: int
+) -> None:
+    """Against every position kept (the reference): the answer is the same, or "maybe after" once dropped."""
+    v = ViewCurrency(LOG)
+    with patch("detectors.currency.MAX_LOG_END_POSITIONS", 8):  # the horizon and the count both drop some
+        for as_of, ends in positions:
+            v.add_position(LOG, 3, T0 + as_of, {}, ends)
+    kept = sorted((T0 + as_of, tuple(sorted(ends.items()))) for as_of, ends in positions)
+    first = next((dict(e)[partition] for at, e in kept if at >= T0 + moment and partition in dict(e)), None)
+    reference = first is not None and offset >= first
+    answer = v.appended_after(partition, offset, T0 + moment)
+    assert answer or not reference
+    if v.log_ends_dropped_ms is None or T0 + moment > v.log_ends_dropped_ms:
+        assert answer == reference
