@@ -27,19 +27,19 @@ def oldest_open_transaction(snapshot: PartitionSnapshot, *, now_ms: int) -> Open
     """The partition's longest-open transaction (ties: the lowest start offset); None when nothing is open."""
     if not snapshot.open_transactions:
         return None
-    return max(snapshot.open_transactions, key=lambda t: (age_ms(now_ms, t.open_since_ms), -t.start_offset))
+    return max(snapshot.open_transactions, key=lambda t: (age_ms(now_ms, t.aged_since_ms), -t.start_offset))
 
 
 def partition_duration_ms(snapshot: PartitionSnapshot, *, now_ms: int) -> int | None:
     """MaxActiveTransactionDuration (KIP-664) of one partition; None when it has no open transaction (an
     exporter lists only partitions with open transactions, so it has no stale series).
 
-    Duration = now − the exact start timestamp of the oldest open transaction; where the start batch is unknown,
-    now − LastTimestamp (an underestimate: `OpenTransaction.open_since_basis` says "last-timestamp"); 0 when
-    neither is known (non-positive: Kafka's NO_TIMESTAMP is -1) or the producer's clock is ahead of ours.
+    Duration = now − when the collector first saw the oldest open transaction open (a lower bound: never the
+    records' client time alone, nor the gap between two reports); without a sighting, now − its start batch's
+    timestamp, else LastTimestamp; 0 when none is known or the producer's clock is ahead of ours.
     """
     oldest = oldest_open_transaction(snapshot, now_ms=now_ms)
-    return None if oldest is None else age_ms(now_ms, oldest.open_since_ms)
+    return None if oldest is None else age_ms(now_ms, oldest.aged_since_ms)
 
 
 def partition_has_late_transaction(
@@ -51,8 +51,8 @@ def partition_has_late_transaction(
 ) -> bool:
     """Whether one partition counts in PartitionsWithLateTransactionsCount.
 
-    - "txnwatch" (what the job exports): some open transaction is older, from its exact start (else
-      LastTimestamp), than transaction.max.timeout.ms + late_buffer_ms (the LATE verdict's rule).
+    - "txnwatch" (what the job exports): some open transaction is older, from the collector's first sighting
+      of it open (else its exact start, else LastTimestamp), than transaction.max.timeout.ms + late_buffer_ms (the LATE verdict's rule).
     - "broker": Kafka's own: now − LastTimestamp of the producer owning the oldest open transaction (lowest
       start offset) > transaction.max.timeout.ms + 5 min, and LastTimestamp > 0.
     Both are strict: exactly at the threshold is not late.
@@ -66,7 +66,7 @@ def partition_has_late_transaction(
         oldest = min(snapshot.open_transactions, key=lambda t: t.start_offset)
         return is_late_by_broker_definition(now_ms, oldest.last_timestamp_ms, max_timeout)
     threshold = late_threshold_ms(max_timeout, limits.late_buffer_ms)
-    return any(is_late(now_ms, t.open_since_ms, threshold) for t in snapshot.open_transactions)
+    return any(is_late(now_ms, t.aged_since_ms, threshold) for t in snapshot.open_transactions)
 
 
 class LatePartition(NamedTuple):

@@ -196,6 +196,22 @@ def open_since_ms(
     return since
 
 
+def aged_since_ms(
+    start_timestamp_ms: int | None,
+    last_timestamp_ms: int,
+    opened_after_ms: int | None = None,
+    seen_open_ms: int | None = None,
+) -> int:
+    """What a transaction's age is counted from for LATE and MaxActiveTransactionDuration: the collector's first
+    sighting of it open when known (a lower bound of the age, on the collector's clock), else `open_since_ms`.
+
+    The records' time is client time (event time under Kafka Streams, MirrorMaker 2, Flink) and the previous
+    report is only an upper bound: neither proves a transaction has been open that long (docs/detection.md)."""
+    if seen_open_ms is not None and seen_open_ms > 0:
+        return seen_open_ms
+    return open_since_ms(start_timestamp_ms, last_timestamp_ms, opened_after_ms, seen_open_ms)
+
+
 def open_since_basis(
     start_timestamp_ms: int | None,
     last_timestamp_ms: int,
@@ -259,6 +275,13 @@ class OpenTransaction(Model):
         ignores them); the result is then <= 0 and every age computed from it counts as unknown, not old.
         """
         return open_since_ms(
+            self.start_timestamp_ms, self.last_timestamp_ms, self.opened_after_ms, self.seen_open_ms
+        )
+
+    @property
+    def aged_since_ms(self) -> int:
+        """What LATE and the duration metric count from (`aged_since_ms` above)."""
+        return aged_since_ms(
             self.start_timestamp_ms, self.last_timestamp_ms, self.opened_after_ms, self.seen_open_ms
         )
 

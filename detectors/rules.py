@@ -417,10 +417,17 @@ def late_threshold(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -
     return late_threshold_ms(threshold, limits.late_buffer_ms)
 
 
+def aged_since(t: TxnFacts) -> int:
+    """What LATE counts from: the collector's first sighting of T open (a lower bound of its age), else its
+    records' time (`detectors.models.aged_since_ms`)."""
+    return t.seen_open_ms if t.seen_open_ms is not None and t.seen_open_ms > 0 else t.open_since_ms
+
+
 def late(t: TxnFacts, c: CoordFacts | None, now_ms: int, limits: DetectionLimits) -> bool:
-    """LATE: open for longer than `late_threshold` (strict). Without a coordinator record of T's own
-    transaction, this is the metric's rule: transaction.max.timeout.ms + late_buffer_ms."""
-    return is_late(now_ms, t.open_since_ms, late_threshold(t, c, limits))
+    """LATE: open for longer than `late_threshold` (strict), counted from what was observed (`aged_since`).
+    Without a coordinator record of T's own transaction, this is the metric's rule: transaction.max.timeout.ms +
+    late_buffer_ms."""
+    return is_late(now_ms, aged_since(t), late_threshold(t, c, limits))
 
 
 # --------------------------------------------------------------------------------------------- deciding
@@ -554,7 +561,8 @@ def decide(
     max_timeout = t.max_transaction_timeout_ms
     if max_timeout is None:
         max_timeout = limits.default_max_transaction_timeout_ms
-    is_late = since_known and now_ms - since > max_timeout + limits.late_buffer_ms
+    aged = t.seen_open_ms if t.seen_open_ms is not None and t.seen_open_ms > 0 else since  # aged_since
+    is_late = aged > 0 and now_ms - aged > max_timeout + limits.late_buffer_ms
 
     state = c.state if c is not None else None
     if c is None or state is None or state is _DEAD:
@@ -591,7 +599,7 @@ def decide(
             ):
                 return _OVERDUE
             if c.transaction_timeout_ms < max_timeout:  # late_threshold: its own timeout, when lower
-                is_late = since_known and now_ms - since > c.transaction_timeout_ms + limits.late_buffer_ms
+                is_late = aged > 0 and now_ms - aged > c.transaction_timeout_ms + limits.late_buffer_ms
     elif state in PREPARING_STATES:
         if not listed:
             if settled and obs - c.start_timestamp_ms - skew > grace:

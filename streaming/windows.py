@@ -30,6 +30,13 @@ def open_since(t: Column) -> Column:
     return F.when(seen.isNotNull() & (seen > 0) & (raised > seen), seen).otherwise(raised)
 
 
+def aged_since(t: Column) -> Column:
+    """`detectors.models.aged_since_ms`: the collector's first sighting of the transaction open when known (a
+    lower bound of its age), else `open_since`."""
+    seen = t["seen_open_ms"]
+    return F.when(seen.isNotNull() & (seen > 0), seen).otherwise(open_since(t))
+
+
 def age(now: Column, since: Column) -> Column:
     """`detectors.lateness.age_ms`: now - since, 0 when `since` is unknown (<= 0, Kafka's NO_TIMESTAMP is -1)
     or ahead of `now`. Null stays null: a snapshot with nothing open has no transaction to measure."""
@@ -50,7 +57,7 @@ def window_metrics(
 ) -> DataFrame:
     """Snapshots (PartitionSnapshot columns) → one row per (window, leader, topic, partition), update mode."""
     t = F.col("t")
-    since = open_since(t)
+    since = aged_since(t)
     now = F.col("observed_at_ms")
     # detectors.lateness.late_threshold_ms(max_timeout_ms(...), late_buffer_ms)
     threshold = F.coalesce(

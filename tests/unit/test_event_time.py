@@ -104,3 +104,41 @@ def test_sightings_bound_a_transaction_between_two_reports() -> None:
     s.reported(tp, T0 + 10 * SECOND, [(8, 150)])
     assert len(s) == 1  # 7 closed: forgotten
     assert s.bounds(tp, 7, 100, T0 + 20 * SECOND) == (T0 + 10 * SECOND, T0 + 20 * SECOND)
+
+
+def test_a_short_transaction_seen_between_two_sweeps_is_not_late_by_the_gap_between_them() -> None:
+    """Kafka Streams exactly_once_v2 over input stamped 2 h ago, the collector at its shipped 10 s sweep: the
+    previous full sweep (10 s before) did not have the 100 ms transaction open, the next one did. Its age is
+    what was observed (from that first sighting), never the gap between the sweeps, so it is not LATE by its
+    own 10 s timeout and MaxActiveTransactionDuration does not read the sweep interval."""
+    seen = T0 + 10 * SECOND + 150
+    txn = open_txn(
+        start_timestamp_ms=T0 - 2 * HOUR,
+        last_timestamp_ms=T0 - 2 * HOUR,
+        opened_after_ms=T0,
+        seen_open_ms=seen,
+    )
+    own = coord(
+        start_timestamp_ms=seen - 100, last_update_timestamp_ms=seen - 100, transaction_timeout_ms=10_000
+    )
+    snap = snapshot(txn, observed_at_ms=seen)
+    v = classify(txn, snap, own, now_ms=seen, limits=LIMITS, view_current_ms=seen)
+    assert v.kind is K.OPEN, v.explanation
+    assert kip664.partition_duration_ms(snap, now_ms=seen) == 0
+    # Still open 11 s after it was first seen: longer than its own timeout by what was observed, LATE.
+    later = seen + 11 * SECOND
+    again = classify(
+        txn, snapshot(txn, observed_at_ms=later), own, now_ms=later, limits=LIMITS, view_current_ms=later
+    )
+    assert again.kind is K.LATE
+
+
+def test_after_a_restart_hours_old_stamps_do_not_make_a_transaction_late() -> None:
+    """A Flink or MirrorMaker 2 transaction first reported by a collector that just started (no earlier report
+    of its partition): its records' time is hours old, but all that was observed is that it is open now."""
+    txn = open_txn(start_timestamp_ms=T0 - 3 * HOUR, last_timestamp_ms=T0 - 3 * HOUR, seen_open_ms=T0)
+    snap = snapshot(txn, observed_at_ms=T0 + SECOND)
+    assert not kip664.partition_has_late_transaction(snap, now_ms=T0 + SECOND, limits=LIMITS)
+    assert kip664.partition_duration_ms(snap, now_ms=T0 + SECOND) == SECOND
+    v = classify(txn, snap, None, now_ms=T0 + SECOND, limits=LIMITS, view_current_ms=T0 + SECOND)
+    assert v.kind is K.OPEN

@@ -739,7 +739,9 @@ def lost_commit_then_restart() -> tuple[BucketState, list[dict[str, Any]], list[
     b = new_bucket()
     seen = T0 + 2 * SECOND  # before the completion by more than the skew
     t1 = T0 + 30 * SECOND  # after it by more than grace + skew
-    proven = batch(b, t1, fact_row(done), open_row(seen_at(t1, opened_after_ms=T0 - SECOND, seen_open_ms=seen)))
+    proven = batch(
+        b, t1, fact_row(done), open_row(seen_at(t1, opened_after_ms=T0 - SECOND, seen_open_ms=seen))
+    )
     t2 = t1 + MINUTE
     restarted = seen_at(t2, seen_open_ms=t2 - SECOND)  # no earlier report: no opened-after, seen late
     after = batch(b, t2, open_row(restarted))
