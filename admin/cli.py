@@ -65,6 +65,7 @@ from admin.proposals import (
 )
 from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
 from admin.redescribe import Redescribes
+from admin.restore import restore_sightings
 from admin.seams import ClusterWire, SweepResult, wall_clock_ms
 from admin.show import ActWith, candidate_row, look_around, render_list, render_show, show_json
 from admin.text import format_table
@@ -635,6 +636,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 explain("Metadata", "TOPIC_AUTHORIZATION_FAILED", TRANSACTION_LOG_TOPIC),
             )
         open_partitions: set[tuple[str, int]] | None = set()
+        sightings = None
         if publish:
             wanted: dict[str, OutputTopicSettings] = {topics.producer_state: cs.producer_state_topic}
             if cs.coordinator_source == "describe":
@@ -647,6 +649,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 try:
                     open_partitions = restore_open_partitions(
                         consumer, topics.producer_state, timeout_s=cs.restore_timeout_s
+                    )
+                    sightings = restore_sightings(
+                        consumer,
+                        topics.producer_state,
+                        cluster=settings.cluster,
+                        timeout_s=cs.restore_timeout_s,
                     )
                 finally:
                     consumer.close()
@@ -665,6 +673,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             # Scheduled by the job's own limits (the same settings file or environment): a re-describe then
             # comes when the job's rules can first settle the transaction.
             redescribes=Redescribes(settings.detection) if cs.probe_interval_ms else None,
+            sightings=sightings,
         )
         poller = (
             CoordinatorPoller(

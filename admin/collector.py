@@ -159,6 +159,8 @@ class Collector:
         monotonic / sleep: for durations, backoff and the pause before a retry round.
         redescribes: when given, `probe` and `sweep(only=...)` between full sweeps describe a partition again
             once a report of it can prove what the last could not (admin/redescribe.py).
+        sightings: when each open transaction was first seen, restored from the snapshot topic at start-up
+            (`Sightings.from_snapshots`, admin/restore.py); None: none known (every transaction is seen anew).
     """
 
     def __init__(
@@ -173,6 +175,7 @@ class Collector:
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         redescribes: Redescribes | None = None,
+        sightings: Sightings | None = None,
     ) -> None:
         self._wire = wire
         self._cluster = cluster
@@ -183,7 +186,7 @@ class Collector:
         self._monotonic = monotonic
         self._sleep = sleep
         self._starts: dict[tuple[str, int, int, int], StartBatch | None] = {}
-        self._sightings = Sightings()
+        self._sightings = sightings if sightings is not None else Sightings()
         self._timeouts: dict[int, int | None] = {}
         self._timeouts_at: float | None = None
         self._backoff: dict[int, _Backoff] = {}
@@ -536,10 +539,15 @@ class Collector:
     ) -> dict[TP, Offsets]:
         # LSO and high watermark, asked of the leader that described the partition at the epoch it was
         # described at: the broker's own word that it still leads the partition (`_drop_answers_of_non_leaders`).
-        if not open_now:
+        # Also where the answer has none open but a transaction was seen open: forgetting it needs that word too.
+        fenced = [
+            *open_now,
+            *(tp for tp in described.results if tp not in open_now and self._sightings.holds_open(tp)),
+        ]
+        if not fenced:
             return {}
         wanted: dict[int, list[TP]] = {}
-        for tp in open_now:
+        for tp in fenced:
             wanted.setdefault(described.results[tp].broker, []).append(tp)
         return self._wire.list_offsets(wanted, _epochs(described))
 
@@ -550,18 +558,20 @@ class Collector:
         offsets: Mapping[TP, Offsets],
         problems: list[str],
     ) -> None:
-        """Drop the answer of a partition with open transactions whose broker, asked ListOffsets at the leader
-        epoch of record after its DescribeProducers answer, says it is not the leader at that epoch.
+        """Drop the answer of a partition asked ListOffsets (open transactions, or a transaction seen open that
+        the answer no longer has) whose broker, asked at the leader epoch of record after its DescribeProducers
+        answer, says it is not the leader at that epoch.
 
         Metadata can be stale everywhere the collector asks (a broker cut off from the controller still serves
         its old view), so the broker that answered is asked too: a former leader that knows it lost the
-        partition refuses; its open transactions may have been closed by the new leader's markers since."""
-        for tp in sorted(open_now):
-            error = offsets[tp].error if tp in offsets else None
-            if error not in NOT_THE_LEADER:
+        partition refuses; its open transactions may have been closed by the new leader's markers since, and a
+        lagging replica's log may not have a transaction the leader has open."""
+        for tp in sorted(offsets):
+            error = offsets[tp].error
+            if error not in NOT_THE_LEADER or tp not in described.results:
                 continue
             answer = described.results.pop(tp)
-            del open_now[tp]
+            open_now.pop(tp, None)
             described.lose(answer.broker, NOT_LEADER_OF_RECORD, tp)
             epoch = "unknown" if answer.leader_epoch is None else answer.leader_epoch
             self._note(
@@ -613,7 +623,7 @@ class Collector:
             if txns or wants_empty:
                 # Only partitions that publish something are built (a model costs microseconds, x 10k).
                 try:
-                    snap = self._snapshot(sweep_id, tp, answer, txns or (), offsets.get(tp))
+                    snap = self._snapshot(sweep_id, tp, answer, txns or (), offsets.get(tp) if txns else None)
                 except ValidationError as exc:
                     described.lose(broker, "INVALID_PRODUCER_STATE", tp)
                     self._note(

@@ -34,14 +34,13 @@ def cluster_with(*, txn_open: bool) -> FakeCluster:
 
 
 def make(cluster: FakeCluster, sightings: Sightings | None = None) -> Collector:
-    extra: dict[str, Any] = {} if sightings is None else {"sightings": sightings}
     return Collector(
         cluster,
         cluster="prod",
         settings=CollectorSettings(coordinator_source="describe"),
         open_partitions=set(),
         clock_ms=lambda: cluster.clock,
-        **extra,
+        sightings=sightings,
     )
 
 
@@ -170,7 +169,6 @@ class TailConsumer:
 
 def test_the_tail_read_is_bounded_and_keeps_only_snapshots(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="admin.restore")
-
     snaps = [snapshot(T0 + i, txn(None, T0 + i)) for i in range(5)]
     records = [Rec(s.model_dump_json().encode()) for s in snaps]
     records += [
