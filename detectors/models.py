@@ -109,6 +109,9 @@ class HangingReason(StrEnum):
     # it away). The remedy restores the outcome the coordinator decided: a COMMIT marker for a lost commit.
     LOST_COMMIT_MARKER = "lost-commit-marker"
     LOST_ABORT_MARKER = "lost-abort-marker"
+    # The owner lives on: a transaction of the same producer id began after this one was seen open, without its
+    # partition, and no record of the producer id has listed the partition since (Kafka Streams, a late write).
+    OWNER_MOVED_ON = "owner-moved-on"
 
 
 class WithheldReason(StrEnum):
@@ -433,6 +436,10 @@ class CoordinatorRecord(Model):
     # PrepareAbort of the same producer id and epoch listed, the markers the coordinator sent. The streaming job
     # carries them over from the Prepare record it read just before; None when it did not read that record.
     prepared_partitions: tuple[TopicPartition, ...] | None = None
+    # Set by stage 1 when the records of the producer id it folded into this one (its batch's earlier records)
+    # listed partitions this record does not: a transaction of the producer id that wrote those partitions a
+    # marker, which stage 2 must know of to tell an owner that moved on (detectors.tracking). None: nothing more.
+    listed_since: tuple[TopicPartition, ...] | None = None
     last_update_timestamp_ms: int
     start_timestamp_ms: int
     source_partition: int = -1
@@ -636,6 +643,8 @@ class Evidence(Model):
     judged_as_of_ms: int | None = None
     # When the pipeline first saw this transaction open (collector clock), if it tracks it.
     first_seen_ms: int | None = None
+    # The coordinator's time of the first record showing the owner moved on (`rules.owner_moved_on`), if known.
+    owner_moved_on_ms: int | None = None
     # On `__consumer_offsets`: the consumer group whose pending offset commit this is (OpenTransaction's).
     offset_commit_group: str | None = None
 

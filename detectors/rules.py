@@ -68,6 +68,10 @@ class TxnFacts(NamedTuple):
     # records' time says. None: unknown (a report of a collector from before it was kept, or a pipeline that
     # does not carry it).
     seen_open_ms: int | None = None
+    # When the coordinator wrote the record of the first transaction of the producer id that began after T was
+    # seen open and did not list P, with no record of the producer id listing P since (stage 2 keeps it,
+    # `detectors.tracking.BucketState.track_moved_on`); None: no such record known.
+    moved_on_ms: int | None = None
 
 
 class CoordFacts(NamedTuple):
@@ -369,6 +373,33 @@ def partition_not_in_transaction(t: TxnFacts, c: CoordFacts | None, limits: Dete
     )
 
 
+def writes_partition(t: TxnFacts, c: CoordFacts) -> bool:
+    """C lists P: in its partitions, or (a Complete record) in its Prepare record's, where a marker went."""
+    tp = (t.topic, t.partition)
+    return tp in c.partitions or (c.prepared_partitions is not None and tp in c.prepared_partitions)
+
+
+def owner_moved_on(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
+    """HANGING owner-moved-on: the owner lives on. A transaction of T's producer id began after T was seen open
+    without listing P, no record of the producer id has listed P since (`moved_on_ms`), the report is after that
+    record (skew-reduced) and settled, and the newest record does not list P either.
+
+    Every transaction of the producer id up to that one ended before it began (Complete is written after every
+    marker was acknowledged), and T was open before it began, so T is none of theirs nor any later one's; P gets
+    a marker only from a transaction that lists it, and none has. Busy owners (a Kafka Streams thread committing
+    every 100 ms) move the newest record faster than any report can pass it, which starves the rules that wait
+    for a report grace + skew after the newest record; this one needs only the first record that shows T over.
+    """
+    return (
+        t.moved_on_ms is not None
+        and c is not None
+        and coordinator_role(t, c) is CoordinatorRole.CURRENT
+        and not writes_partition(t, c)
+        and settled(t, limits)
+        and elapsed_beyond_skew_ms(t.observed_at_ms, t.moved_on_ms, limits.clock_skew_ms) > 0
+    )
+
+
 def stuck_prepare(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
     """STUCK_PREPARE (alert only): PrepareCommit/PrepareAbort lists the partition and its marker is overdue
     by the grace period. Never an abort candidate: aborting one partition of a commit breaks atomicity."""
@@ -473,6 +504,8 @@ def decide_by_rules(
         return Decision(VerdictKind.HANGING, HangingReason.COORDINATOR_COMPLETED, role)
     if partition_not_in_transaction(t, c, limits):
         return Decision(VerdictKind.HANGING, HangingReason.PARTITION_NOT_IN_TRANSACTION, role)
+    if owner_moved_on(t, c, limits):
+        return Decision(VerdictKind.HANGING, HangingReason.OWNER_MOVED_ON, role)
     if stuck_prepare(t, c, limits):
         return Decision(VerdictKind.STUCK_PREPARE, None, role)
     if coordinator_overdue(t, c, now_ms, limits):
@@ -506,6 +539,7 @@ _HANGING_COMPLETED = Decision(
 _HANGING_NOT_LISTED = Decision(
     VerdictKind.HANGING, HangingReason.PARTITION_NOT_IN_TRANSACTION, CoordinatorRole.CURRENT
 )
+_HANGING_MOVED_ON = Decision(VerdictKind.HANGING, HangingReason.OWNER_MOVED_ON, CoordinatorRole.CURRENT)
 _LOST_COMMIT = Decision(VerdictKind.HANGING, HangingReason.LOST_COMMIT_MARKER, CoordinatorRole.CURRENT)
 _LOST_ABORT = Decision(VerdictKind.HANGING, HangingReason.LOST_ABORT_MARKER, CoordinatorRole.CURRENT)
 _COMMIT_OR_LATE_WRITE = Decision(
@@ -615,6 +649,15 @@ def decide(
             if state is CoordinatorState.COMPLETE_COMMIT:
                 return _COMMIT_OR_LATE_WRITE
         return _HANGING_COMPLETED
+    moved_on = t.moved_on_ms
+    if (
+        moved_on is not None
+        and settled
+        and obs - moved_on - skew > 0
+        and not listed
+        and not (c.prepared_partitions is not None and (t.topic, t.partition) in c.prepared_partitions)
+    ):  # owner_moved_on
+        return _HANGING_MOVED_ON
     return _LATE_CURRENT if is_late else _OPEN_CURRENT
 
 
@@ -755,6 +798,7 @@ def classify(
     view_current_ms: int | None,
     first_seen_ms: int | None = None,
     retired_at_ms: int | None = None,
+    moved_on_ms: int | None = None,
 ) -> Verdict:
     """Classify one open transaction seen on a partition leader (`judge`, explained).
 
@@ -770,6 +814,7 @@ def classify(
             was read to its end after the leader answered.
         first_seen_ms: when our pipeline first saw this transaction open, if tracked.
         retired_at_ms: when the producer id lost its owner, if known; a tombstone view supplies its own time.
+        moved_on_ms: see `TxnFacts.moved_on_ms` (stage 2 tracks it).
 
     Returns:
         The verdict, with evidence and a one-line explanation.
@@ -777,7 +822,7 @@ def classify(
     Raises:
         ValueError: if `coordinator_view` is a live record about another producer id.
     """
-    t = txn_facts(txn, partition_ctx, first_seen_ms=first_seen_ms)
+    t = txn_facts(txn, partition_ctx, first_seen_ms=first_seen_ms)._replace(moved_on_ms=moved_on_ms)
     c = coord_facts(coordinator_view) if coordinator_view is not None else None
     if retired_at_ms is None and coordinator_view is not None and coordinator_view.tombstone:
         retired_at_ms = (
@@ -794,6 +839,7 @@ def classify(
         retired_at_ms=retired_at_ms,
         view_current_ms=view_current_ms,
         first_seen_ms=first_seen_ms,
+        moved_on_ms=moved_on_ms,
     )
 
 
@@ -808,6 +854,7 @@ def build_verdict(
     retired_at_ms: int | None = None,
     view_current_ms: int | None = None,
     first_seen_ms: int | None = None,
+    moved_on_ms: int | None = None,
 ) -> Verdict:
     """The `Verdict` (evidence, explanation) for a decision `decide` or `judge` made on the same inputs.
 
@@ -816,8 +863,8 @@ def build_verdict(
 
     Args:
         decision: what `decide` returned for this transaction.
-        txn, partition_ctx, coordinator_view, now_ms, limits, retired_at_ms, view_current_ms, first_seen_ms:
-            as given to `classify`.
+        txn, partition_ctx, coordinator_view, now_ms, limits, retired_at_ms, view_current_ms, first_seen_ms,
+            moved_on_ms: as given to `classify`.
 
     Returns:
         The verdict.
@@ -831,6 +878,7 @@ def build_verdict(
             "view_current_as_of_ms": view_current_ms,
             "judged_as_of_ms": judged_as_of,
             "first_seen_ms": first_seen_ms,
+            "owner_moved_on_ms": moved_on_ms,
         }
     )
     return Verdict(
@@ -1015,6 +1063,13 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
                 if outcome == "COMMIT"
                 else ""
             )
+        )
+    elif decision.reason is HangingReason.OWNER_MOVED_ON and c:
+        why = (
+            f"its owner lives on: {tid} began a transaction of the same producer id after this one was seen open "
+            f"(at {_iso(e.seen_open_ms or -1)}), recorded at {_iso(e.owner_moved_on_ms or -1)} without this "
+            f"partition, and no record of it has listed the partition since (now {c.state}): no marker is coming; "
+            f"the application that owns {tid} is still running"
         )
     elif decision.reason is HangingReason.NO_COORDINATOR_STATE:
         why = f"no transactional id owns producer {e.producer_id} (past the {grace} grace)"

@@ -36,6 +36,7 @@ from detectors.models import (
     CoordinatorRecord,
     CoordinatorState,
     DetectionLimits,
+    HangingReason,
     PartitionSnapshot,
     VerdictKind,
     WithheldReason,
@@ -139,6 +140,7 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
         last_offset = current[1] if current else -1
         prepared = current.prepared if current is not None and len(current) > 3 else None
         per_producer: dict[int, Fact] = {}
+        listed: dict[int, set[tuple[str, int]]] = {}  # per producer id: what its Prepare records listed
         for _, producer_id, previous_id, next_id, tombstone, updated_ms, offset, record_json, *more in rows:
             if 0 <= offset <= last_offset:
                 continue
@@ -146,6 +148,9 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
             state = more[0] if more else None
             if state in _PREPARING:
                 prepared = prepare_of(producer_id, record_json)
+                listed.setdefault(producer_id, set()).update(
+                    (p["topic"], p["partition"]) for p in json.loads(prepared[2])
+                )
             elif state in _COMPLETING:
                 record_json = with_prepared(record_json, producer_id, prepared)
                 prepared = None
@@ -172,8 +177,25 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
             owners[transactional_id] = Owner(
                 -1 if owned is None else owned, last_offset, undecodable, prepared
             )
-        facts.extend(per_producer.values())
+        for producer_id, (pid, kind, tid, folded_json, fact_ms, fact_offset) in per_producer.items():
+            if folded_json is not None and producer_id in listed:
+                folded_json = with_listed_since(folded_json, listed[producer_id])
+            facts.append((pid, kind, tid, folded_json, fact_ms, fact_offset))
     return facts
+
+
+def with_listed_since(record_json: str, listed: set[tuple[str, int]]) -> str:
+    """The record with `listed_since`: the partitions the Prepare records of its producer id that stage 1 folded
+    into it listed, where they are more than it lists itself (stage 2 must not miss a marker a folded
+    transaction wrote: `BucketState.track_moved_on`). Unchanged otherwise, so a producer that always writes the
+    same partitions costs no JSON round trip."""
+    d = json.loads(record_json)
+    own = {(p["topic"], p["partition"]) for p in (d.get("partitions") or ())}
+    own.update((p["topic"], p["partition"]) for p in (d.get("prepared_partitions") or ()))
+    if listed <= own:
+        return record_json
+    d["listed_since"] = [{"topic": t, "partition": p} for t, p in sorted(listed | own)]
+    return json.dumps(d)
 
 
 _PREPARING = frozenset({CoordinatorState.PREPARE_COMMIT.value, CoordinatorState.PREPARE_ABORT.value})
@@ -319,6 +341,7 @@ def run_ends(
     producer_ids: list[Any],
     tombstones: list[Any],
     states: list[Any] | None = None,
+    partitions: list[Any] | None = None,
 ) -> list[bool]:
     """Which records (in log order) stage 1 needs: the first and the last of each run of records of one
     transactional id with one producer id, every tombstone, and every row that did not decode (id None); with
@@ -327,13 +350,20 @@ def run_ends(
 
     Stage 1 (`advance_owners`) reads a run's first record (does it name the previous owner?) and its last (the
     new owner's view); the ones between are overwritten. A lifecycle (Ongoing, PrepareCommit, CompleteCommit,
-    ... ) of one producer keeps 2 rows (3 with the Prepare) however many transactions it made. The job's decoder
+    ... ) of one producer keeps 2 rows (3 with the Prepare) however many transactions it made. With `partitions`,
+    also every Prepare record whose partitions differ from the run's Prepare before it: each partition any
+    transaction of the run listed reaches stage 1 (`advance_owners`' `listed_since`), at one more row per change
+    of the partitions a producer writes. The job's decoder
     applies it to each Arrow batch of `__transaction_state` (`streaming.sources.decode_batches`); a test holds
     stage 1's output equal with and without it.
     """
     keep = [True] * len(transactional_ids)
     # transactional id -> (producer id, first index, last index, the Prepare kept before a Complete, -1 none)
     run: dict[str, tuple[int, int, int, int]] = {}
+    listed: dict[
+        str, frozenset[tuple[str, int]]
+    ] = {}  # with `partitions`: the run's latest Prepare's partitions
+    fresh: set[int] = set()  # Prepare records that list other partitions than the run's Prepare before them
     for i, (tid, pid, tombstone) in enumerate(zip(transactional_ids, producer_ids, tombstones, strict=True)):
         if tid is None:
             continue
@@ -345,15 +375,27 @@ def run_ends(
             _, first, last, prepare = current
             if last != first:
                 if states is not None and states[last] in _PREPARING and states[i] in _COMPLETING:
-                    if prepare >= 0 and prepare != first:
-                        keep[prepare] = False  # an older transaction's Prepare
+                    if prepare >= 0 and prepare != first and prepare not in fresh:
+                        keep[prepare] = (
+                            False  # an older transaction's Prepare, listing what the one before did
+                        )
                     prepare = last
-                else:
+                elif last not in fresh:
                     keep[last] = False  # a middle record of the run
             run[tid] = (pid, first, i, prepare)
         else:
             run[tid] = (pid, i, i, -1)
+            listed.pop(tid, None)
+        if partitions is not None and states is not None and states[i] in _PREPARING:
+            mine = _partition_set(partitions[i])
+            if listed.get(tid) != mine:
+                fresh.add(i)
+                listed[tid] = mine
     return keep
+
+
+def _partition_set(partitions: Any) -> frozenset[tuple[str, int]]:
+    return frozenset((p["topic"], p["partition"]) for p in partitions or ())
 
 
 # ------------------------------------------------------------------------------------------- stage 2
@@ -560,6 +602,9 @@ class OpenEntry(NamedTuple):
     announced: tuple[Any, ...] | None = None
     # The earliest "opened after" bound any report gave (`earliest_sightings`); added after v0.2.0: None before.
     opened_after_ms: int | None = None
+    # Where the record is in the transaction log (partition, offset) that showed the owner moved on
+    # (`facts.moved_on_ms`, `BucketState.track_moved_on`); added after v0.2.0: None before.
+    moved_on_at: tuple[int, int] | None = None
 
 
 OpenKey = tuple[int, str, int]  # producer id, topic, partition
@@ -731,6 +776,10 @@ class BucketState:
         self.config = config
         self.views = views if isinstance(views, Views) else Views(views)
         self.opens = opens
+        # which open transactions each producer id has: a coordinator fact is weighed against them
+        self._keys_of: dict[int, set[OpenKey]] = {}
+        for key in opens:
+            self._keys_of.setdefault(key[0], set()).add(key)
         # which producer ids had an open transaction tracked as loaded: whose views may have to move
         self._in_use_at_load = {key[0] for key in opens}
         self.currency = currency if currency is not None else config.view_currency()
@@ -783,6 +832,14 @@ class BucketState:
         if partition < 0 or offset < 0:
             return False
         return self.currency.appended_after(partition, offset, moment_ms)
+
+    def _moved_on_after_report(self, entry: OpenEntry, moment_ms: int) -> bool:
+        """The record the owner-moved-on proof rests on was appended after the report at `moment_ms`, by the
+        transaction log's offsets, although its stamp puts it before: the collector's clock runs ahead."""
+        if entry.moved_on_at is None or self.currency.transaction_log is None:
+            return False
+        partition, offset = entry.moved_on_at
+        return partition >= 0 and offset >= 0 and self.currency.appended_after(partition, offset, moment_ms)
 
     def apply_undecodable(self, topic: str, body_json: str) -> None:
         """An "undecodable" fact (`advance_undecodable`): records of `topic` read whose content is lost, and ids
@@ -840,6 +897,45 @@ class BucketState:
             self.views[producer_id] = View(
                 record_json, None, fact_time_ms, now_ms, log_offset, in_progress(record_json)
             )
+            if record_json is not None and producer_id in self._keys_of:
+                self.track_moved_on(producer_id, record_json, self._keys_of[producer_id])
+
+    def track_moved_on(self, producer_id: int, record_json: str, keys: Iterable[OpenKey]) -> None:
+        """Weigh a coordinator record of the producer id, applied in log order, against its open transactions:
+        the first one of a transaction that began after an open transaction was seen open (skew-reduced) and
+        does not list its partition shows the owner moved on (`rules.owner_moved_on`); any record that lists the
+        partition (its partitions, its Prepare's, or those of the Prepare records stage 1 folded into it) undoes
+        that, as its transaction writes the partition a marker.
+
+        Only records of the transaction log: the describe fallback polls, and a transaction that began and ended
+        between two polls would be missed."""
+        d = json.loads(record_json)
+        if d.get("producer_id") != producer_id or d.get("origin", "transaction-log") != "transaction-log":
+            return
+        listed = {
+            (p["topic"], p["partition"])
+            for name in ("partitions", "prepared_partitions", "listed_since")
+            for p in (d.get(name) or ())
+        }
+        start = d.get("start_timestamp_ms", -1)
+        at = (d.get("source_partition", -1), d.get("source_offset", -1))
+        skew = self.config.limits.clock_skew_ms
+        for key in keys:
+            entry = self.opens[key]
+            facts = entry.facts
+            if (key[1], key[2]) in listed:
+                if facts.moved_on_ms is not None:
+                    self.opens[key] = entry._replace(facts=facts._replace(moved_on_ms=None), moved_on_at=None)
+                    self.opens_changed = True
+            elif (
+                facts.moved_on_ms is None
+                and facts.seen_open_ms is not None
+                and start > 0
+                and start - skew > facts.seen_open_ms
+            ):
+                moved = facts._replace(moved_on_ms=d["last_update_timestamp_ms"])
+                self.opens[key] = entry._replace(facts=moved, moved_on_at=at)
+                self.opens_changed = True
 
     def confirm_open(self, key: OpenKey, row: OpenRow, now_ms: int) -> list[Event]:
         """A snapshot showed a transaction open: remember it (keeping when we first saw it)."""
@@ -861,8 +957,18 @@ class BucketState:
                 events.extend(self._gone(key, existing, now_ms))
         # Confirmed as of the snapshot, not as of this batch: a backlog of old snapshots (after a restart or a
         # slow first batch) must not keep long-finished transactions alive.
-        self.opens[key] = open_entry(row, first_seen, candidate_json, decided, announced)
+        entry = open_entry(row, first_seen, candidate_json, decided, announced)
+        if existing is not None and existing.start_offset == row.start_offset:
+            moved = entry.facts._replace(moved_on_ms=existing.facts.moved_on_ms)
+            entry = entry._replace(facts=moved, moved_on_at=existing.moved_on_at)
+        self.opens[key] = entry
+        self._keys_of.setdefault(key[0], set()).add(key)
         self.opens_changed = True
+        if entry.moved_on_at is None:
+            # The producer id's newest record may already show the owner moved on.
+            view = self.views.get(key[0])
+            if view is not None and view.record_json is not None:
+                self.track_moved_on(key[0], view.record_json, (key,))
         return events
 
     def announce_again(self) -> set[int]:
@@ -939,8 +1045,11 @@ class BucketState:
                 decision = decision._replace(withheld=WithheldReason.COORDINATOR_LOG_REWOUND)
             elif undecodable:
                 decision = decision._replace(withheld=WithheldReason.COORDINATOR_RECORD_UNDECODABLE)
-        if decision.kind is VerdictKind.HANGING and self._record_after_report(
-            key[0], transactional_id, decision.judged_as_of_ms or t.observed_at_ms
+        moment = decision.judged_as_of_ms or t.observed_at_ms
+        if decision.kind is VerdictKind.HANGING and (
+            self._moved_on_after_report(entry, moment)
+            if decision.reason is HangingReason.OWNER_MOVED_ON
+            else self._record_after_report(key[0], transactional_id, moment)
         ):
             decision = Decision(
                 VerdictKind.UNCONFIRMED, decision.reason, decision.role, WithheldReason.COLLECTOR_CLOCK_AHEAD
@@ -977,6 +1086,7 @@ class BucketState:
                 retired_at_ms=retired_at_ms,
                 view_current_ms=view_current_ms,
                 first_seen_ms=t.first_seen_ms,
+                moved_on_ms=t.moved_on_ms,
             )
             explanation = verdict.explanation
             candidate_json = entry.candidate_json
@@ -1086,6 +1196,11 @@ class BucketState:
 
     def _forget(self, key: OpenKey, entry: OpenEntry, now_ms: int) -> list[Event]:
         del self.opens[key]
+        keys = self._keys_of.get(key[0])
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._keys_of[key[0]]
         self.opens_changed = True
         return self._gone(key, entry, now_ms)
 

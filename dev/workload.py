@@ -16,6 +16,8 @@ leader's epoch and the leader would fence the marker: `ProducerAppendInfo.checkP
 proposals abort` needs no `--allow-live-owner`. The truth reports that epoch (`owner_epoch`). `--owner-stays-live`
 skips the restart: the kafka-python producer exits, but its coordinator record stays at the orphan's epoch (not
 Dead), which `proposals abort` refuses by name (`live-owner-same-epoch`); for tests of that refusal.
+`--owner-busy-ms N` (`hanging`) makes the owner live on first, as in the field: the same producer commits a
+one-record transaction on another topic every N ms for `--owner-busy-for-s`, then ends as above.
 """
 
 from __future__ import annotations
@@ -131,6 +133,32 @@ def restart_owner(bootstrap: str, transactional_id: str, **extra: Any) -> int:
         return _pid_epoch(producer)[1]
     finally:
         producer.close(timeout=10)
+
+
+def owner_lives_on(
+    admin: KafkaAdminClient,
+    producer: KafkaProducer,
+    args: argparse.Namespace,
+    truth: list[TruthRecord],
+    emit: Callable[[list[TruthRecord]], None] | None,
+) -> None:
+    """`--owner-busy-ms N`: the owner carries on after its orphan, as a Kafka Streams thread or an application
+    after a late write does: a one-record transaction on another topic every N ms, for `--owner-busy-for-s`
+    seconds, with the same producer (the orphan's epoch under transaction version 0/1). The truth is printed
+    first (`--json`), so a test watches detection while the owner is still committing."""
+    busy_topic = f"{args.topic_prefix}owner-busy"
+    ensure_topics(admin, [busy_topic], 1)
+    if emit is not None:
+        emit([replace(t, owner_epoch=t.producer_epoch) for t in truth])
+    deadline = time.monotonic() + args.owner_busy_for_s
+    commits = 0
+    while time.monotonic() < deadline:
+        producer.begin_transaction()
+        producer.send(busy_topic, value=b"busy", partition=0)
+        producer.commit_transaction()
+        commits += 1
+        time.sleep(args.owner_busy_ms / 1000)
+    _log(f"the owner committed {commits} transactions on {busy_topic} after its orphan, then stops")
 
 
 def owner_ends(
@@ -301,8 +329,14 @@ def late(
     return truth
 
 
-def hanging(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
-    """A real orphan: an unverified write to a partition the coordinator never added, then a commit."""
+def hanging(
+    bootstrap: str,
+    admin: KafkaAdminClient,
+    args: argparse.Namespace,
+    emit: Callable[[list[TruthRecord]], None] | None = None,
+) -> list[TruthRecord]:
+    """A real orphan: an unverified write to a partition the coordinator never added, then a commit; with
+    `--owner-busy-ms`, the owner then carries on (`owner_lives_on`) before it ends."""
     if _verification_enabled(admin):
         raise WorkloadError(
             "transaction.partition.verification.enable is true on this cluster, so brokers reject writes to "
@@ -336,7 +370,6 @@ def hanging(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -
         value=b"orphan",
     )
     producer.commit_transaction()
-    producer.close(timeout=10)
     _log(
         f"hanging: {txn_id} (producer id {pid}, epoch {epoch}) committed on {topic}-0; "
         f"orphan open on {orphan_topic}-{orphan_partition} at offset {offset}"
@@ -345,6 +378,11 @@ def hanging(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -
         TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
         TruthRecord("hanging", orphan_topic, orphan_partition, pid, epoch, offset, txn_id, ts),
     ]
+    try:
+        if args.owner_busy_ms:
+            owner_lives_on(admin, producer, args, truth, emit)
+    finally:
+        producer.close(timeout=10)
     return owner_ends(bootstrap, args, truth, txn_id)
 
 
@@ -543,7 +581,7 @@ def run(args: argparse.Namespace, emit: Callable[[list[TruthRecord]], None]) -> 
         if args.scenario == "late":
             return late(args.bootstrap_server, admin, args, emit)
         if args.scenario == "hanging":
-            return hanging(args.bootstrap_server, admin, args)
+            return hanging(args.bootstrap_server, admin, args, emit)
         if args.scenario == "hanging-after-abort":
             return hanging_after_abort(args.bootstrap_server, admin, args)
         if args.scenario == "hanging-multi":
@@ -600,6 +638,21 @@ def parser() -> argparse.ArgumentParser:
         "transactional id initialises, moving it to the next epoch, and closes); the id then stays live at the "
         "orphan's epoch, which `txnwatch proposals abort` refuses (live-owner-same-epoch) without "
         "--allow-live-owner",
+    )
+    p.add_argument(
+        "--owner-busy-ms",
+        type=int,
+        default=0,
+        help="hanging: after the orphan, the owner lives on: the same producer commits a one-record transaction "
+        "on <prefix>owner-busy every N ms (as a Kafka Streams thread commits every 100 ms) for --owner-busy-for-s, "
+        "then ends as without it (restart, or --owner-stays-live); with --json the truth is printed at the "
+        "orphan, before the busy period (0, the default: no busy period)",
+    )
+    p.add_argument(
+        "--owner-busy-for-s",
+        type=float,
+        default=120.0,
+        help="hanging with --owner-busy-ms: how long the owner keeps committing (default %(default)s)",
     )
     p.add_argument(
         "--orphan-partitions",

@@ -428,6 +428,8 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
             "transactional_id": pa.array(key_ids, pa.string()),
             # set by stage 1 from the Prepare record before a Complete one (detectors.tracking.with_prepared)
             "prepared_partitions": pa.nulls(n, DECODED_ARROW_SCHEMA.field("prepared_partitions").type),
+            # set by stage 1 from the Prepare records it folds (detectors.tracking.advance_owners)
+            "listed_since": pa.nulls(n, DECODED_ARROW_SCHEMA.field("listed_since").type),
             "schema_version": pa.nulls(n, pa.int64()).fill_null(SCHEMA_VERSION),
             "source_partition": partition.cast(pa.int64()),
             "source_offset": batch.column("offset"),
@@ -445,7 +447,13 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
             [columns[f.name].cast(f.type) for f in DECODED_ARROW_SCHEMA], schema=DECODED_ARROW_SCHEMA
         )
         if compact:  # decoded[0] has no id for a row that did not decode: run_ends keeps every such row
-            keep = run_ends(decoded[0], decoded[1], decoded[-1], decoded[_DECODED_FIELDS.index("state")])
+            keep = run_ends(
+                decoded[0],
+                decoded[1],
+                decoded[-1],
+                decoded[_DECODED_FIELDS.index("state")],
+                decoded[_DECODED_FIELDS.index("partitions")],
+            )
             out = out.filter(
                 pa.array([k or a is not None for k, a in zip(keep, after, strict=True)], pa.bool_())
             )

@@ -19,17 +19,19 @@ from dataclasses import dataclass
 import pytest
 from pyspark.sql import SparkSession
 from test_stream_e2e import Console, first_batch_done, read_topic, wait_for
-from workloads import Proposals, produce_plain, read_committed_values, run_workload
+from workloads import Proposals, produce_plain, read_committed_values, run_workload, start_workload
 
 from common.settings import KafkaSettings, Settings, StreamSettings
 from common.topics import TopicSettings
-from detectors.models import AbortCandidate
+from detectors.models import AbortCandidate, HangingReason
 from streaming import job
 
 pytestmark = pytest.mark.e2e
 
 CLUSTER = "e2e-abort"
 DETECTION_TIMEOUT_S = 240.0
+# The busy owner commits for this long after its orphan; the proof must come well inside it.
+OWNER_BUSY_S = 100
 # After the abort: the collector's next sweep (5 s) no longer lists the transaction, and the job's next
 # batches (5 s trigger) forget it. Generous on a shared 2-core machine; a RESOLVED that never comes fails.
 RESOLVE_TIMEOUT_S = 120.0
@@ -157,3 +159,62 @@ def test_candidate_resolved_after_the_cli_abort(env: Env) -> None:
     listed = proposals.run("list")
     assert listed.returncode == 0, listed.stderr
     assert candidate.candidate_id not in [c["candidate_id"] for c in json.loads(listed.stdout)]
+
+
+def test_an_orphan_whose_owner_keeps_committing_is_proven_while_it_runs_and_aborted_once_it_restarts(
+    env: Env,
+) -> None:
+    """The owner lives on: after its orphan, the same kafka-python producer (transaction version 0/1: one epoch
+    for every transaction) commits a one-record transaction on another topic every 100 ms. The orphan is
+    HANGING owner-moved-on while the owner still commits; `proposals abort` refuses by name while the owner is
+    live at the orphan's epoch and says to restart it; once the application restarts (InitProducerId moves the
+    epoch), the abort is SAFE, executes, and the job resolves the candidate."""
+    prefix = env.settings.topics.prefix
+    proc, truth = start_workload(
+        env.bootstrap,
+        "--scenario",
+        "hanging",
+        "--topic-prefix",
+        f"{prefix}-busy-",
+        "--owner-busy-ms",
+        "100",
+        "--owner-busy-for-s",
+        str(OWNER_BUSY_S),
+    )
+    made = time.monotonic()
+    try:
+        (h,) = [t for t in truth["transactions"] if t["kind"] == "hanging"]
+
+        def opened() -> list[AbortCandidate]:
+            return [c for c in candidates(env) if c.topic == h["topic"] and c.status.value == "OPENED"]
+
+        (candidate,) = wait_for(opened, OWNER_BUSY_S - 20, "the busy owner's orphan's OPENED candidate")
+        detected = time.monotonic() - made
+        assert proc.poll() is None, "the owner stopped committing before the proof"
+        assert candidate.reason is HangingReason.OWNER_MOVED_ON, candidate.explanation
+        assert (candidate.spec.producer_id, candidate.spec.producer_epoch, candidate.start_offset) == (
+            h["producer_id"],
+            h["producer_epoch"],
+            h["start_offset"],
+        )
+        assert candidate.spec.transaction_result == "ABORT"
+
+        proposals = Proposals(env.bootstrap, prefix, cluster=CLUSTER)
+        refused = proposals.run("abort", candidate.candidate_id)
+        assert refused.returncode == 3, (refused.stdout, refused.stderr)
+        assert "live-owner-same-epoch" in refused.stdout and "restart that producer" in refused.stdout
+    finally:
+        assert proc.wait(timeout=OWNER_BUSY_S + 60) == 0  # the busy period ends, then the owner restarts
+    done = proposals.run("abort", candidate.candidate_id, "--execute", "--actor", "e2e")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert json.loads(done.stdout)["outcome"] == "ABORTED"
+
+    def resolved() -> list[AbortCandidate]:
+        return [
+            c
+            for c in candidates(env)
+            if c.candidate_id == candidate.candidate_id and c.status.value == "RESOLVED"
+        ]
+
+    wait_for(resolved, RESOLVE_TIMEOUT_S, "the job's RESOLVED for the busy owner's candidate")
+    print(f"\nbusy owner: proven {detected:.1f}s after the orphan, while the owner committed every 100 ms")

@@ -776,3 +776,136 @@ def test_a_sighting_restarted_by_a_stale_report_keeps_the_transaction_age() -> N
     batch(b, t2, open_row(seen_at(t2, start_timestamp_ms=T0, opened_after_ms=t2 - SECOND, seen_open_ms=t2)))
     facts = b.opens[(PID, "orders", 0)].facts
     assert (facts.open_since_ms, facts.seen_open_ms) == (T0, t1)
+
+
+# ----------------------------------------------------------------- an owner that lives on (owner-moved-on)
+
+
+def busy_owner_record(at_ms: int, offset: int, *, version: int, epoch: int = 5, **overrides: Any) -> Any:
+    """The owner's newest record at `at_ms`: a one-record transaction on another topic, begun 50 ms before."""
+    fields: dict[str, Any] = {
+        "producer_epoch": epoch,
+        "client_transaction_version": version,
+        "partitions": tps("other-0"),
+        "start_timestamp_ms": at_ms - 50,
+        "last_update_timestamp_ms": at_ms - 50,
+        "source_offset": offset,
+    }
+    fields.update(overrides)
+    return coord(**fields)
+
+
+def orphan_seen(at_ms: int) -> PartitionSnapshot:
+    """The orphan on orders-0: epoch 5, first seen open at T0 (its records stamped 100 ms before)."""
+    return seen_at(at_ms, start_timestamp_ms=T0 - 100, opened_after_ms=T0 - SECOND, seen_open_ms=T0)
+
+
+def run_busy_owner(version: int, *, seconds: int = 30, bump: bool = False) -> list[dict[str, Any]]:
+    """A batch a second: the owner's newest record (it commits every 100 ms: the batch folds the rest) and a
+    report of the orphan still open."""
+    b = new_bucket()
+    events: list[dict[str, Any]] = []
+    for i in range(1, seconds + 1):
+        at = T0 + i * SECOND
+        record = busy_owner_record(at, 5000 + i, version=version, epoch=5 + i if bump else 5)
+        events += batch(b, at, fact_row(record, log_offset=5000 + i), open_row(orphan_seen(at)))
+    return events
+
+
+@pytest.mark.parametrize(
+    ("version", "bump"),
+    [pytest.param(1, False, id="tv1-one-epoch"), pytest.param(2, True, id="tv2-epoch-bump")],
+)
+def test_an_orphan_whose_owner_keeps_committing_elsewhere_hangs_while_the_owner_runs(
+    version: int, bump: bool
+) -> None:
+    """The busy owner moves its newest record forward every batch, faster than a report can pass it by grace +
+    skew; the first record of a transaction that began after the orphan was seen open proves it over."""
+    events = run_busy_owner(version, bump=bump)
+    opened = [e for e in events if e["event"] == "OPENED"]
+    assert len(opened) == 1, [(e["event"], e["kind"], e["reason"]) for e in events]
+    assert opened[0]["reason"] == "owner-moved-on"
+    # Proven at the first report that is settled (grace past the sighting and the records' time, skew
+    # included) and after that record: the sighting is T0, the first later transaction began at T0 + 5.95 s.
+    assert opened[0]["event_time_ms"] == T0 + 15 * SECOND
+    candidate = AbortCandidate.model_validate_json(opened[0]["payload"])
+    assert "its owner lives on" in candidate.explanation
+    assert candidate.spec.transaction_result == "ABORT"
+
+
+def test_a_record_that_lists_the_partition_undoes_the_owner_moved_on_proof() -> None:
+    """A transaction of the owner that lists the orphan's partition writes it a marker (which closes the orphan):
+    from then on no proof rests on the earlier record, whether the newest record lists it or a Prepare record
+    stage 1 folded into it did (`listed_since`)."""
+    b = new_bucket()
+    for i in range(1, 8):
+        at = T0 + i * SECOND
+        batch(
+            b,
+            at,
+            fact_row(busy_owner_record(at, 5000 + i, version=1), log_offset=5000 + i),
+            open_row(orphan_seen(at)),
+        )
+    assert b.opens[(PID, "orders", 0)].facts.moved_on_ms == T0 + 6 * SECOND - 50
+    at = T0 + 8 * SECOND
+    folded = busy_owner_record(at, 5008, version=1, state=CoordinatorState.COMPLETE_COMMIT, partitions=())
+    folded = folded.model_copy(update={"listed_since": tps("orders-0", "other-0")})
+    batch(b, at, fact_row(folded, log_offset=5008), open_row(orphan_seen(at)))
+    assert b.opens[(PID, "orders", 0)].facts.moved_on_ms is None
+    # In flight with the partition at the report: never HANGING while it lists it.
+    at = T0 + 20 * SECOND
+    writing = busy_owner_record(
+        at, 5020, version=1, partitions=tps("orders-0", "other-0"), start_timestamp_ms=T0
+    )
+    events = batch(b, at, fact_row(writing, log_offset=5020), open_row(orphan_seen(at)))
+    assert [e["kind"] for e in events if e["event"] == "VERDICT"] in ([], ["OPEN"])
+    assert all(e["event"] != "OPENED" for e in events)
+
+
+def test_a_transaction_that_began_before_the_sighting_proves_nothing() -> None:
+    """The owner's transaction began before the orphan was seen open (within the skew): the orphan may be its
+    write, and the proof waits for a transaction that began after."""
+    b = new_bucket()
+    at = T0 + 15 * SECOND  # before partition-not-in-transaction's grace after that transaction's start
+    early = busy_owner_record(
+        at, 5001, version=1, start_timestamp_ms=T0 + SECOND, last_update_timestamp_ms=at
+    )
+    events = batch(b, at, fact_row(early, log_offset=5001), open_row(orphan_seen(at)))
+    assert b.opens[(PID, "orders", 0)].facts.moved_on_ms is None
+    assert all(e["event"] != "OPENED" for e in events)
+
+
+def test_stage_1_tells_stage_2_what_the_prepare_records_it_folded_listed() -> None:
+    owners: dict[str, Owner] = {}
+    prepare = coord(
+        state=CoordinatorState.PREPARE_COMMIT, partitions=tps("orders-0", "other-0"), source_offset=1
+    )
+    done = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), source_offset=2)
+    again = coord(partitions=tps("other-0"), source_offset=3, start_timestamp_ms=T0 + SECOND)
+    rows = [
+        CoordinatorRow(*row(r)[:8], r.state.value if r.state else None)  # type: ignore[misc]
+        for r in (prepare, done, again)
+    ]
+    (fact,) = advance_owners(owners, rows)
+    record = CoordinatorRecord.model_validate_json(fact[3])
+    assert record.partitions == tps("other-0")
+    assert record.listed_since == tps("orders-0", "other-0")
+    # A producer that writes the same partitions every time is passed on as it is (no JSON round trip).
+    same = coord(partitions=tps("orders-0", "other-0"), source_offset=4)
+    (fact,) = advance_owners(owners, [CoordinatorRow(*row(same)[:8], "Ongoing")])  # type: ignore[misc]
+    assert fact[3] == same.model_dump_json()
+
+
+def test_the_decoder_keeps_each_prepare_record_that_lists_other_partitions() -> None:
+    """Only the first and last records of a run reach stage 1; a Prepare record whose partitions differ from the
+    run's Prepare before it is kept too, so no partition a folded transaction listed is lost."""
+    a = [{"topic": "other", "partition": 0}]
+    ab = [{"topic": "other", "partition": 0}, {"topic": "orders", "partition": 0}]
+    states = ["Ongoing", "PrepareCommit", "CompleteCommit"] * 4
+    parts = [a, a, [], ab, ab, [], a, a, [], a, a, []]
+    keep = run_ends(["tx"] * 12, [PID] * 12, [False] * 12, states, parts)
+    kept = [i for i, k in enumerate(keep) if k]
+    # first, the first Prepare, the Prepare listing orders-0, the one after it (back to other-0 only), the
+    # newest Prepare (its Complete follows) and the last record
+    assert kept == [0, 1, 4, 7, 10, 11]
+    assert run_ends(["tx"] * 12, [PID] * 12, [False] * 12, states) == [i in (0, 10, 11) for i in range(12)]
