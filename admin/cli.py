@@ -268,6 +268,7 @@ ABORT_EPILOG = (
             "aborted by someone else, epoch, coordinator epoch or start offset moved), or its coordinator owns it "
             "(Ongoing with this partition, or any Prepare state), or the coordinator side cannot be checked, or "
             "another execution holds the candidate, or live-owner-same-epoch (see --allow-live-owner), or "
+            "leader-changed-since-start (see --allow-leader-change), or "
             f"{NOT_PROPOSED} (--topic/--partition/--start-offset name no transaction the job proposes to abort)",
             EXIT_ALREADY_RESOLVED: "nothing to do: an earlier (or concurrent) run of txnwatch aborted it; nothing "
             "written",
@@ -371,7 +372,8 @@ def _register_proposals(subparsers: Any) -> None:
         help="verify a candidate live and (with --execute) abort it with WriteTxnMarkers",
         description="Plan (the candidate's WriteTxnMarkersSpec) -> verify live (the leader still reports the same "
         "producer id, epoch, coordinator epoch and start offset open; its coordinator does not own it, and no "
-        "live transactional id owns it at the marker's epoch) -> "
+        "live transactional id owns it at the marker's epoch; the partition's leader is in the leader epoch the "
+        "transaction's start batch was appended in) -> "
         "with --execute: write the ABORT marker to the current leader -> post-check (the transaction is gone, "
         "the LSO moved past it; the owner did not move meanwhile) -> audit record. Dry run by default. A "
         "lost-commit-marker candidate is refused (its remedy is `proposals commit`).",
@@ -379,6 +381,20 @@ def _register_proposals(subparsers: Any) -> None:
         formatter_class=KeepLines,
     )
     _marker_flags(ab, "abort")
+    ab.add_argument(
+        "--allow-leader-change",
+        action="store_true",
+        help="abort even though the partition's leader changed since the transaction began, or that cannot be "
+        "shown (refusal leader-changed-since-start: its start batch's leader epoch is not the leader's now). The "
+        "risk: an unclean leader election may have lost a COMMIT marker of this transaction; its coordinator "
+        "then committed it, every other partition of it holds its records committed and its client was told so, "
+        "and an ABORT here would undo them on this partition, for good. Only when you have checked that it was "
+        "never committed: the partition's log around the start offset (kafka-dump-log.sh: a COMMIT control "
+        "batch of the producer id before it means the transaction began after that commit) and its "
+        "coordinator's history (txnwatch inspect coordinator-log --transactional-id ID --from-beginning); see "
+        "docs/runbook.md. The flag is recorded in the audit record. Not for `proposals commit`, which restores "
+        "a commit",
+    )
     ab.set_defaults(func=_interruptible(cmd_proposals_abort))
     co = psub.add_parser(
         "commit",
@@ -1124,6 +1140,8 @@ def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) 
             "audit_log": audit_log,
             "allow_live_owner": args.allow_live_owner,
         }
+        if result == "ABORT":
+            options["allow_leader_change"] = args.allow_leader_change
         if result == "COMMIT":
             try:
                 reader = consumer_for(

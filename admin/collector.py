@@ -665,6 +665,13 @@ class Collector:
             last_stable_offset=offsets.last_stable_offset if offsets is not None else None,
             high_watermark=offsets.high_watermark if offsets is not None else None,
             max_transaction_timeout_ms=self._timeouts.get(answer.broker),
+            # The epoch the answer was asked at and the metadata read after it confirmed; with open transactions,
+            # only once the broker's ListOffsets at that epoch answered (a broker that is not the leader at it
+            # was dropped by `_drop_answers_of_non_leaders`; one whose ListOffsets failed otherwise proved
+            # nothing): the rules read "start batch appended in this epoch" as "no marker since lost".
+            leader_epoch=answer.leader_epoch
+            if not txns or (offsets is not None and offsets.error is None)
+            else None,
         )
 
     def _open_transaction(

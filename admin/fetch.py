@@ -84,7 +84,8 @@ def parse_start_batch(
         topic: the partition's topic; on `__consumer_offsets` the batch's record keys name the committing group.
 
     Returns:
-        The batch's header facts and the timestamp of the record at `start_offset`.
+        The batch's header facts (its partitionLeaderEpoch too: the leader epoch it was appended at) and the
+        timestamp of the record at `start_offset`.
     """
     if not records:
         return None
@@ -107,6 +108,7 @@ def parse_start_batch(
             start_timestamp_ms=_timestamp_at(batch, rows, start_offset),
             max_timestamp_ms=batch.max_timestamp,
             transactional=batch.is_transactional,
+            leader_epoch=batch.leader_epoch if batch.leader_epoch >= 0 else None,
             **(_offset_commit(rows) if topic == CONSUMER_OFFSETS_TOPIC else {}),
         )
     return None

@@ -25,9 +25,10 @@ from admin.live import (
     CoordinatorView,
     LiveWire,
     ask_coordinators,
-    ask_leader,
+    ask_leader_at,
     listing_incomplete,
     log_leaders_or_none,
+    offsets_at,
 )
 from admin.seams import FetchFailure, StartBatch, open_transaction, wall_clock_ms
 from admin.text import duration, format_table, iso
@@ -72,6 +73,8 @@ class PartitionReport:
     high_watermark: int | None
     max_transaction_timeout_ms: int | None
     transactions: list[InspectedTransaction] = field(default_factory=list)
+    # The leader epoch the leader answered at (the metadata's, confirmed by its ListOffsets at it), if known.
+    leader_epoch: int | None = None
 
     @property
     def lso_lag(self) -> int | None:
@@ -89,6 +92,7 @@ class PartitionReport:
             "high_watermark": self.high_watermark,
             "lso_lag": self.lso_lag,
             "max_transaction_timeout_ms": self.max_transaction_timeout_ms,
+            "leader_epoch": self.leader_epoch,
             "open_transactions": [
                 {
                     **t.txn.model_dump(mode="json"),
@@ -149,13 +153,17 @@ def inspect_partition(
         AdminError: unknown partition, no leader, or the leader's DescribeProducers failed.
     """
     tp = (topic, partition)
-    leader, observed, result = ask_leader(wire, topic, partition, sleep)
+    answer = ask_leader_at(wire, topic, partition, sleep)
+    leader, observed, result = answer.leader, answer.received_at_ms, answer.producers
     producers = [p for p in result.producers if p.current_txn_start_offset >= 0]
     starts: dict[tuple[Any, int], StartBatch | FetchFailure] = {}
-    offsets = wire.list_offsets({leader: [tp]}).get(tp)
+    offsets, leader_epoch = offsets_at(wire, answer, tp)
     timeout = wire.max_transaction_timeouts([leader]).get(leader)
     if producers:
-        starts = wire.fetch_start_batches({leader: [(tp, p.current_txn_start_offset) for p in producers]})
+        starts = wire.fetch_start_batches(
+            {leader: [(tp, p.current_txn_start_offset) for p in producers]},
+            {tp: answer.leader_epoch} if answer.leader_epoch is not None else None,
+        )
     # "No owner listed" proves nothing unless the listing was complete: every __transaction_state partition
     # led, by the same leader before and after, which answered (`listing_incomplete`).
     before = log_leaders_or_none(wire) if producers else {}
@@ -176,6 +184,7 @@ def inspect_partition(
         last_stable_offset=offsets.last_stable_offset if offsets else None,
         high_watermark=offsets.high_watermark if offsets else None,
         max_transaction_timeout_ms=timeout.value_ms if timeout else None,
+        leader_epoch=leader_epoch,
     )
     for p in sorted(producers, key=lambda p: p.current_txn_start_offset):
         outcome = starts.get((tp, p.current_txn_start_offset))

@@ -1,10 +1,11 @@
 """Reading the cluster live: what a partition's leader and the coordinators say now, for `inspect partition`
 (admin/inspect.py), `proposals show` (admin/show.py) and the verified abort and commit (admin/proposals.py).
 
-Nothing here decides or prints: the leader's producers (`ask_leader`), the transactional id that owns a producer
-id and its description (`ask_coordinators`, `describe_by_id`), whether a listing can have left an owner out
-(`listing_incomplete`), and a candidate's evidence read now (`observe`). The rules that weigh it are
-detectors/; how it is shown is the commands' modules.
+Nothing here decides or prints: the leader's producers (`ask_leader`; with its leader epoch, `ask_leader_at`
+and `offsets_at`), the transactional id that owns a producer id and its description (`ask_coordinators`,
+`describe_by_id`), whether a listing can have left an owner out (`listing_incomplete`), and a candidate's
+evidence read now (`observe`). The rules that weigh it are detectors/; how it is shown is the commands'
+modules.
 """
 
 from __future__ import annotations
@@ -13,16 +14,19 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import kafka.errors as Errors
 
 from admin.client import AdminError, error_name, explain
 from admin.coordinator import record_from_description
 from admin.seams import (
+    TP,
     ClusterWire,
     CoordinatorWire,
+    Offsets,
     PartitionProducers,
+    StartBatch,
     TransactionDescription,
     TransactionListing,
     wall_clock_ms,
@@ -69,6 +73,29 @@ def ask_leader(
     Raises:
         AdminError: unknown partition, no leader, or DescribeProducers failed.
     """
+    answer = ask_leader_at(wire, topic, partition, sleep)
+    return answer.leader, answer.received_at_ms, answer.producers
+
+
+class LeaderAnswer(NamedTuple):
+    """The partition's leader, the leader epoch the metadata that routed the request gave it (None: Metadata
+    without epochs), when its DescribeProducers answer arrived, and that answer."""
+
+    leader: int
+    leader_epoch: int | None
+    received_at_ms: int
+    producers: PartitionProducers
+
+
+def ask_leader_at(
+    wire: ClusterWire, topic: str, partition: int, sleep: Callable[[float], None]
+) -> LeaderAnswer:
+    """`ask_leader`, with the leader epoch of the metadata that routed the answer (unconfirmed: a caller confirms
+    it with a leader-only request at that epoch, `offsets_at`).
+
+    Raises:
+        AdminError: unknown partition, no leader, or DescribeProducers failed.
+    """
     tp = (topic, partition)
     attempt = 1
     while True:
@@ -93,7 +120,17 @@ def ask_leader(
         sleep(0.3)
     if result.error is not None:
         raise AdminError(explain("DescribeProducers", result.error, topic, result.message))
-    return leader, batch.received_at_ms, result
+    return LeaderAnswer(leader, view.leader_epochs.get(tp), batch.received_at_ms, result)
+
+
+def offsets_at(wire: ClusterWire, answer: LeaderAnswer, tp: TP) -> tuple[Offsets | None, int | None]:
+    """The partition's LSO and high watermark (ListOffsets) from the leader that answered, at the leader epoch
+    it was asked at, and that epoch once the leader's answer confirmed it (None: unknown, or the broker is not
+    the leader at it: FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER)."""
+    epoch = answer.leader_epoch
+    offsets = wire.list_offsets({answer.leader: [tp]}, {tp: epoch} if epoch is not None else None).get(tp)
+    confirmed = epoch if offsets is not None and offsets.error is None else None
+    return offsets, confirmed
 
 
 @dataclass(frozen=True)
@@ -296,14 +333,16 @@ def observe(
     sleep: Callable[[float], None] = time.sleep,
 ) -> LiveEvidence:
     """The candidate's partition and coordinator, read now: the leader's row for the producer id, the other open
-    transactions, LSO and high watermark, and the transactional id that owns the producer id.
+    transactions, LSO and high watermark, the leader epoch (the metadata's, confirmed by the leader's ListOffsets
+    at it: `offsets_at`), and the transactional id that owns the producer id.
 
     Raises:
         AdminError: unknown partition, no leader, or the leader's DescribeProducers failed.
     """
     tp = (candidate.topic, candidate.partition)
     pid = candidate.spec.producer_id
-    leader, observed, result = ask_leader(wire, candidate.topic, candidate.partition, sleep)
+    answer = ask_leader_at(wire, candidate.topic, candidate.partition, sleep)
+    leader, observed, result = answer.leader, answer.received_at_ms, answer.producers
     mine = [p for p in result.producers if p.producer_id == pid]
     producer = (
         LeaderProducer(
@@ -324,7 +363,12 @@ def observe(
             if p.producer_id != pid and p.current_txn_start_offset >= 0
         )
     )
-    offsets = wire.list_offsets({leader: [tp]}).get(tp)
+    offsets, leader_epoch = offsets_at(wire, answer, tp)
+    start_epoch = (
+        start_batch_leader_epoch(wire, leader, tp, candidate.start_offset, leader_epoch)
+        if producer is not None and producer.current_txn_start_offset == candidate.start_offset
+        else None
+    )
     coordinator, coordinator_error = _ask_coordinator(wire, candidate)
     return LiveEvidence(
         observed_at_ms=observed,
@@ -335,7 +379,24 @@ def observe(
         high_watermark=offsets.high_watermark if offsets else None,
         coordinator=coordinator,
         coordinator_error=coordinator_error,
+        leader_epoch=leader_epoch,
+        start_batch_leader_epoch=start_epoch,
     )
+
+
+def start_batch_leader_epoch(
+    wire: ClusterWire, leader: int, tp: tuple[str, int], start_offset: int, leader_epoch: int | None
+) -> int | None:
+    """The leader epoch the batch at `start_offset` was appended in, read now from the leader (fenced at
+    `leader_epoch` when known); None when it cannot be read. A candidate planned before snapshots carried it
+    (or whose start batch the collector could not read) is judged on this."""
+    try:
+        got = wire.fetch_start_batches(
+            {leader: [(tp, start_offset)]}, {tp: leader_epoch} if leader_epoch is not None else None
+        ).get((tp, start_offset))
+    except Errors.KafkaError:
+        return None
+    return got.leader_epoch if isinstance(got, StartBatch) else None
 
 
 def _ask_coordinator(wire: LiveWire, candidate: AbortCandidate) -> tuple[LiveCoordinator | None, str | None]:

@@ -58,7 +58,8 @@ from admin.show import stuck_groups as stuck_groups
 from admin.text import iso
 from admin.versions import BrokerApis, marker_acl
 from detectors.abort import (
-    ALLOW_LIVE_OWNER_FLAG,
+    LIVE_OWNER_SAME_EPOCH,
+    WAIVERS,
     MarkerResult,
     claim_holder,
     collision_report,
@@ -66,6 +67,7 @@ from detectors.abort import (
     needs_read_committed,
     post_check,
     prior_ending,
+    refusal_name,
     verify_marker,
 )
 from detectors.models import (
@@ -393,6 +395,7 @@ def write_marker_verified(
     claim_wait_s: float = CLAIM_WAIT_S,
     claim_lease_ms: int = CLAIM_LEASE_MS,
     allow_live_owner: bool = False,
+    allow_leader_change: bool = False,
     read_committed: ReadCommitted | None = None,
 ) -> AbortAttempt:
     """Verify the candidate live and, with `execute`, claim it, write its marker (`result`: ABORT for `proposals
@@ -410,6 +413,7 @@ def write_marker_verified(
     returned ending record, which releases the claim. `clock_ms` stamps records and ages claims; `monotonic`
     and `sleep` pace the waits. `allow_live_owner` (`--allow-live-owner`) waives the refusal
     `live-owner-same-epoch`; the post-check then also reports a COLLISION if that owner moved meanwhile.
+    `allow_leader_change` (`--allow-leader-change`, `proposals abort` only) waives `leader-changed-since-start`.
     `read_committed` reads the records back for a COMMIT's post-check (without it a COMMIT's post-check fails).
 
     Never raises for cluster trouble: every ending is an `AuditRecord` (outcome and message).
@@ -420,6 +424,7 @@ def write_marker_verified(
         actor=actor,
         clock_ms=clock_ms,
         allow_live_owner=allow_live_owner,
+        allow_leader_change=allow_leader_change,
         result=result,
     )
     ended = audit_history_ending(attempt, audit_log)
@@ -511,6 +516,7 @@ class Attempt:
     clock_ms: Callable[[], int]
     allow_live_owner: bool = False
     result: MarkerResult = "ABORT"
+    allow_leader_change: bool = False
 
     def record(self, outcome: AuditOutcome, message: str, **fields: Any) -> AuditRecord:
         return AuditRecord(**self.base, **fields, at_ms=self.clock_ms(), outcome=outcome, message=message)
@@ -528,10 +534,11 @@ def plan(
     audit_id: str | None = None,
     allow_live_owner: bool = False,
     result: MarkerResult = "ABORT",
+    allow_leader_change: bool = False,
 ) -> Attempt:
     """The attempt: a fresh audit id and the candidate's plan (`detectors.abort.plan_abort` built its
     WriteTxnMarkersSpec), which every audit record of this run carries, with the operator's
-    `--allow-live-owner`; `result` is the marker the command writes (verification refuses a plan of the other
+    `--allow-live-owner` and `--allow-leader-change`; `result` is the marker the command writes (verification refuses a plan of the other
     kind by name)."""
     base: dict[str, Any] = {
         **candidate.audit_fields(),
@@ -539,8 +546,9 @@ def plan(
         "actor": actor,
         "execute": execute,
         "allow_live_owner": allow_live_owner,
+        "allow_leader_change": allow_leader_change,
     }
-    return Attempt(candidate, execute, base, clock_ms, allow_live_owner, result)
+    return Attempt(candidate, execute, base, clock_ms, allow_live_owner, result, allow_leader_change)
 
 
 def audit_history_ending(attempt: Attempt, audit_log: AuditLog) -> AbortAttempt | None:
@@ -595,7 +603,11 @@ def verify_live(
             leader_moves=moves,
         )
     verify = verify_marker(
-        candidate, before, result=attempt.result, allow_live_owner=attempt.allow_live_owner
+        candidate,
+        before,
+        result=attempt.result,
+        allow_live_owner=attempt.allow_live_owner,
+        allow_leader_change=attempt.allow_leader_change,
     )
     return verified_or_ending(attempt, before, verify, moves=moves)
 
@@ -678,10 +690,10 @@ _ACT: Final = {"ABORT": "abort", "COMMIT": "commit"}
 
 
 def _waived(verify: VerifyResult | None) -> str:
-    """What the operator's flag let through, for the message: the risk stays theirs, so it is said."""
+    """What the operator's flags let through, for the message: the risk stays theirs, so it is said."""
     if verify is None or not verify.waived:
         return ""
-    return f", with {ALLOW_LIVE_OWNER_FLAG} waiving: " + "; ".join(verify.waived)
+    return "".join(f", with {WAIVERS[refusal_name(w)]} waiving: {w}" for w in verify.waived)
 
 
 def _ended_by(r: AuditRecord) -> str:
@@ -890,12 +902,15 @@ def post_check_ending(
 
 
 def _owner_stayed(verify: VerifyResult | None) -> str:
-    """For an ABORTED (COMMITTED) run whose refusal the operator waived: that the owner was watched and did not
-    move."""
+    """For an ABORTED (COMMITTED) run whose refusals the operator waived: which flag waived which, and, for a
+    live owner, that the owner was watched and did not move."""
     if verify is None or not verify.waived:
         return ""
-    names = ", ".join(w.split(":", 1)[0] for w in verify.waived)
-    return f"; {ALLOW_LIVE_OWNER_FLAG} waived {names}, and the owner did not move before the marker"
+    said = []
+    for name in (refusal_name(w) for w in verify.waived):
+        stayed = ", and the owner did not move before the marker" if name == LIVE_OWNER_SAME_EPOCH else ""
+        said.append(f"; {WAIVERS[name]} waived {name}{stayed}")
+    return "".join(said)
 
 
 def publish_audit(

@@ -85,7 +85,8 @@ class StartBatch:
     """The record batch holding a transaction's first record (read by `admin.fetch.parse_start_batch`).
 
     `start_timestamp_ms` is the timestamp of the record at the start offset (under LogAppendTime, the batch's
-    append time, as Kafka reports it); `max_timestamp_ms` is the batch's max timestamp.
+    append time, as Kafka reports it); `max_timestamp_ms` is the batch's max timestamp. `leader_epoch` is the
+    header's partitionLeaderEpoch: the leader epoch the batch was appended at (None when the header says -1).
     """
 
     base_offset: int
@@ -98,6 +99,7 @@ class StartBatch:
     # and the partitions whose offsets it commits.
     offset_commit_group: str | None = None
     offset_commit_partitions: tuple[TP, ...] = ()
+    leader_epoch: int | None = None
 
 
 class FetchFailure(NamedTuple):
@@ -218,6 +220,7 @@ def open_transaction(
         start_offset=p.current_txn_start_offset,
         start_timestamp_ms=start.start_timestamp_ms if start is not None else None,
         start_batch_producer_epoch=start.producer_epoch if start is not None else None,
+        start_batch_leader_epoch=start.leader_epoch if start is not None else None,
         last_sequence=max(p.last_sequence, -1),
         last_timestamp_ms=max(p.last_timestamp_ms, -1),
         offset_commit_group=start.offset_commit_group if start is not None else None,

@@ -18,11 +18,14 @@ from admin.seams import TP, GroupOffsets, GroupStanding, StartBatch, Transaction
 from admin.text import duration, format_table, iso
 from detectors.abort import (
     ALLOW_LIVE_OWNER_FLAG,
+    LEADER_CHANGED_SINCE_START,
     LIVE_OWNER_SAME_EPOCH,
     candidate_age_ms,
     candidate_is_two_phase_commit,
     kafka_cli_abort,
     lso_lag,
+    refusal_name,
+    waiver_flags,
 )
 from detectors.groups import CONSUMER_OFFSETS_TOPIC
 from detectors.models import AbortCandidate, LiveEvidence, VerifyOutcome, VerifyResult, is_two_phase_commit
@@ -100,10 +103,14 @@ class ActWith:
     topic_prefix: str
     command_config: str | None = None
 
-    def txnwatch(self, c: AbortCandidate, *, allow_live_owner: bool = False) -> str:
-        """The verified command for the candidate's own marker: `abort`, or `commit` for a lost commit."""
+    def txnwatch(
+        self, c: AbortCandidate, *, allow_live_owner: bool = False, flags: Sequence[str] = ()
+    ) -> str:
+        """The verified command for the candidate's own marker: `abort`, or `commit` for a lost commit; with
+        `flags` (the waivers verification asks for, `detectors.abort.waiver_flags`) after `--execute`."""
         config = f" --command-config {shlex.quote(self.command_config)}" if self.command_config else ""
-        waive = f" {ALLOW_LIVE_OWNER_FLAG}" if allow_live_owner else ""
+        wanted = [*([ALLOW_LIVE_OWNER_FLAG] if allow_live_owner else []), *flags]
+        waive = "".join(f" {f}" for f in dict.fromkeys(wanted))
         command = "commit" if c.spec.transaction_result == "COMMIT" else "abort"
         return (
             f"txnwatch proposals {command} {c.candidate_id} --bootstrap-server {shlex.quote(self.bootstrap)}"
@@ -175,14 +182,32 @@ def blocked_group(wire: ShowWire, candidate: AbortCandidate, live: LiveEvidence)
 
 
 def refused_only_for_a_live_owner(verify: VerifyResult) -> bool:
-    """Verification refused the abort for `live-owner-same-epoch` and nothing else: the one case where
-    `--allow-live-owner` is what stands between the operator and the abort, so the only one where `show` offers
-    it. A safe abort needs no flag, and another refusal is not lifted by it."""
-    return (
-        verify.outcome is VerifyOutcome.REFUSED
-        and len(verify.changes) == 1
-        and verify.changes[0].startswith(f"{LIVE_OWNER_SAME_EPOCH}:")
-    )
+    """Verification refused the abort for `live-owner-same-epoch` and nothing else: `--allow-live-owner` alone is
+    what stands between the operator and the abort (JSON `act.txnwatch_allow_live_owner`)."""
+    return waiver_flags(verify) == (ALLOW_LIVE_OWNER_FLAG,)
+
+
+def flags_offered(verify: VerifyResult) -> tuple[str, ...]:
+    """The flags `show` offers: only when every refusal is a waivable one (`live-owner-same-epoch`,
+    `leader-changed-since-start`), exactly the flags that waive them (`detectors.abort.waiver_flags`). A safe
+    abort needs no flag, and another refusal is not lifted by any."""
+    return waiver_flags(verify)
+
+
+def _only_if(c: AbortCandidate, live: LiveEvidence, verify: VerifyResult) -> dict[str, str]:
+    """What the operator must know before waiving each refusal of `verify`, by refusal name."""
+    where = f"{c.topic}-{c.partition}"
+    names = {refusal_name(line) for line in verify.changes}
+    clauses = {}
+    if LIVE_OWNER_SAME_EPOCH in names:
+        clauses[LIVE_OWNER_SAME_EPOCH] = f"{_owner(live)} no longer writes to {where}"
+    if LEADER_CHANGED_SINCE_START in names:
+        clauses[LEADER_CHANGED_SINCE_START] = f"{where}'s log and its coordinator show it was never committed"
+    return clauses
+
+
+def _owner(live: LiveEvidence) -> str:
+    return live.coordinator.transactional_id if live.coordinator else "its transactional id"
 
 
 def kafka_tool_offered(verify: VerifyResult) -> bool:
@@ -234,6 +259,11 @@ def show_json(
             # Only when the live owner is the one refusal (`refused_only_for_a_live_owner`); else null.
             "txnwatch_allow_live_owner": act.txnwatch(c, allow_live_owner=True)
             if refused_only_for_a_live_owner(verify)
+            else None,
+            # Only when every refusal is a waivable one: the command with exactly the flags that waive them
+            # (`flags_offered`); else null.
+            "txnwatch_waiving": act.txnwatch(c, flags=flags_offered(verify))
+            if flags_offered(verify)
             else None,
             # Only while verification says SAFE (`kafka_tool_offered`); else null.
             "kafka_cli": act.kafka_cli(c) if kafka_tool_offered(verify) else None,
@@ -348,15 +378,18 @@ def render_show(
             f"kafka-transactions.sh --bootstrap-server {shlex.quote(act.bootstrap)} forceTerminateTransaction "
             f"--transactionalId {shlex.quote(tid)}"
         )
-    elif refused_only_for_a_live_owner(verify):
-        # The owner's restart (InitProducerId moves its epoch) makes the abort safe without the flag; the flag is
-        # for an owner known to write here no more. Kafka's tool checks neither.
-        owner = live.coordinator.transactional_id if live.coordinator else "its transactional id"
-        lines.append(f"  act (once {owner}'s producer restarted):  " + act.txnwatch(c))
-        lines.append(
-            f"  act (only if {owner} no longer writes to {c.topic}-{c.partition}):  "
-            + act.txnwatch(c, allow_live_owner=True)
-        )
+    elif flags := flags_offered(verify):
+        # Every refusal is one the operator may waive, knowing what verification cannot. The owner's restart
+        # (InitProducerId moves its epoch) lifts a live owner's refusal without its flag; the flags are for what
+        # the operator has checked. Kafka's tool checks none of it.
+        clauses = _only_if(c, live, verify)
+        if ALLOW_LIVE_OWNER_FLAG in flags:
+            rest = [f for f in flags if f != ALLOW_LIVE_OWNER_FLAG]
+            when = f"once {_owner(live)}'s producer restarted" + "".join(
+                f", and only if {clause}" for name, clause in clauses.items() if name != LIVE_OWNER_SAME_EPOCH
+            )
+            lines.append(f"  act ({when}):  " + act.txnwatch(c, flags=rest))
+        lines.append(f"  act (only if {' and '.join(clauses.values())}):  " + act.txnwatch(c, flags=flags))
     else:
         lines.append("  act (verified, dry run without --execute):  " + act.txnwatch(c))
         if kafka_tool_offered(verify):

@@ -20,7 +20,9 @@ from pydantic import ValidationError
 from admin.proposals import latest_candidates
 from admin.text import duration, iso
 from detectors.abort import (
+    ALLOW_LEADER_CHANGE_FLAG,
     ALLOW_LIVE_OWNER_FLAG,
+    LEADER_CHANGED_SINCE_START,
     LIVE_OWNER_SAME_EPOCH,
     candidate_age_ms,
     lso_lag,
@@ -189,13 +191,20 @@ def named_refusals(record: AuditRecord) -> tuple[str, ...]:
 
 
 def attempt_detail(record: AuditRecord) -> str:
-    """An ABORT event's detail: the outcome and the audit message; for a live owner's refusal, also that watch
-    never waives it (the message's advice to run again with the flag is for a person, not for auto-abort)."""
+    """An ABORT event's detail: the outcome and the audit message; for a waivable refusal (a live owner, a leader
+    change), also that watch never waives it (the message's advice to run again with the flag is for a person,
+    not for auto-abort)."""
     detail = f"{record.outcome.value}: {record.message}"
-    if LIVE_OWNER_SAME_EPOCH in named_refusals(record):
+    named = named_refusals(record)
+    if LIVE_OWNER_SAME_EPOCH in named:
         detail += (
             f". auto-abort never passes {ALLOW_LIVE_OWNER_FLAG} and does not try this candidate again in this run: "
             "once the owner's producer restarted, `proposals abort ID --execute` (or watch again) aborts it"
+        )
+    if LEADER_CHANGED_SINCE_START in named:
+        detail += (
+            f". auto-abort never passes {ALLOW_LEADER_CHANGE_FLAG} and does not try this candidate again in this "
+            "run: a person checks that it was never committed (docs/runbook.md) and aborts it with the flag"
         )
     return detail
 

@@ -178,11 +178,21 @@ def _where(c: AbortCandidate) -> str:
 
 
 def verify_abort(
-    candidate: AbortCandidate, live: LiveEvidence, *, allow_live_owner: bool = False
+    candidate: AbortCandidate,
+    live: LiveEvidence,
+    *,
+    allow_live_owner: bool = False,
+    allow_leader_change: bool = False,
 ) -> VerifyResult:
     """May the candidate's ABORT marker still be written? `verify_marker` for `proposals abort`: a candidate
     whose marker is COMMIT is refused by name (`lost-commit-marker`)."""
-    return verify_marker(candidate, live, result="ABORT", allow_live_owner=allow_live_owner)
+    return verify_marker(
+        candidate,
+        live,
+        result="ABORT",
+        allow_live_owner=allow_live_owner,
+        allow_leader_change=allow_leader_change,
+    )
 
 
 def verify_commit(
@@ -194,7 +204,12 @@ def verify_commit(
 
 
 def verify_marker(
-    candidate: AbortCandidate, live: LiveEvidence, *, result: MarkerResult, allow_live_owner: bool = False
+    candidate: AbortCandidate,
+    live: LiveEvidence,
+    *,
+    result: MarkerResult,
+    allow_live_owner: bool = False,
+    allow_leader_change: bool = False,
 ) -> VerifyResult:
     """May the marker `result` (the command's: ABORT for `proposals abort`, COMMIT for `proposals commit`) still
     be written for the candidate? Decided on what the cluster says now.
@@ -207,7 +222,9 @@ def verify_marker(
     state (its coordinator is writing markers: never abort it), is not Ongoing with this partition listed
     (a live transaction: an abort would break exactly-once silently), and is not live at the marker's epoch
     (refused by name, `live-owner-same-epoch`, unless `allow_live_owner`: then SAFE with the refusal in
-    `waived`).
+    `waived`); and, for an ABORT of any reason but `lost-abort-marker`, the partition's leader is still in the
+    leader epoch the transaction's start batch was appended in (refused by name, `leader-changed-since-start`,
+    when they differ or either is unknown, unless `allow_leader_change`: then in `waived`).
 
     ALREADY_RESOLVED: the transaction at the start offset is no longer open (committed, aborted, or aborted by a
     previous execution): nothing to write. REFUSED: anything else that changed, or could not be checked; the
@@ -229,6 +246,7 @@ def verify_marker(
         live: the partition and its coordinator as read just now.
         result: the marker the command writes.
         allow_live_owner: `--allow-live-owner`: `live-owner-same-epoch` is waived (in `waived`).
+        allow_leader_change: `--allow-leader-change`: `leader-changed-since-start` is waived (in `waived`).
     """
     spec, start, where = candidate.spec, candidate.start_offset, _where(candidate)
     pid = spec.producer_id
@@ -279,6 +297,12 @@ def verify_marker(
         waived = (live_owner,)
     elif live_owner is not None:
         changes.append(live_owner)
+    # Across a leader change a commit marker of it may have been lost: an ABORT would undo a decided commit.
+    leader_change = leader_changed_since_start(candidate, live) if result == "ABORT" else None
+    if leader_change is not None and allow_leader_change:
+        waived = (*waived, leader_change)
+    elif leader_change is not None:
+        changes.append(leader_change)
     if changes:
         return VerifyResult(outcome=VerifyOutcome.REFUSED, changes=tuple(changes), waived=waived)
     return VerifyResult(
@@ -452,6 +476,74 @@ def live_owner_same_epoch(
         f"(InitProducerId moves the epoch; the {result.lower()} then needs no flag), or, if it no longer writes "
         f"to {where}, run again with {ALLOW_LIVE_OWNER_FLAG}"
     )
+
+
+LEADER_CHANGED_SINCE_START = "leader-changed-since-start"
+ALLOW_LEADER_CHANGE_FLAG = "--allow-leader-change"
+# The refusals an operator may waive, each with the flag that waives it (`proposals abort`; for `commit`, only
+# the live owner's).
+WAIVERS: dict[str, str] = {
+    LIVE_OWNER_SAME_EPOCH: ALLOW_LIVE_OWNER_FLAG,
+    LEADER_CHANGED_SINCE_START: ALLOW_LEADER_CHANGE_FLAG,
+}
+
+
+def refusal_name(line: str) -> str:
+    """The name a refusal line starts with (`live-owner-same-epoch: ...` -> `live-owner-same-epoch`); a line
+    without one gives its text up to the first colon, which names no waivable refusal."""
+    return line.split(":", 1)[0]
+
+
+def waiver_flags(verify: VerifyResult) -> tuple[str, ...]:
+    """The flags that would let a REFUSED verification through: every refusal is a waivable one (`WAIVERS`),
+    one flag each, in `WAIVERS` order; empty when it is not refused, or when any refusal is not waivable (no
+    flag would get that abort through)."""
+    if verify.outcome is not VerifyOutcome.REFUSED or not verify.changes:
+        return ()
+    names = {refusal_name(line) for line in verify.changes}
+    if not names <= WAIVERS.keys():
+        return ()
+    return tuple(flag for name, flag in WAIVERS.items() if name in names)
+
+
+def leader_changed_since_start(candidate: AbortCandidate, live: LiveEvidence) -> str | None:
+    """The refusal `leader-changed-since-start` for an ABORT candidate (any reason but `lost-abort-marker`) when
+    the partition's leader is not shown to be in the leader epoch its start batch was appended in (the epochs
+    differ, or either is unknown), else None. Waived only by the operator (`--allow-leader-change`).
+
+    A marker can only be missing where the partition's leader changed after it was written: its coordinator
+    completes a transaction only once every marker was acknowledged (acks=all), and a leader never truncates
+    its own log within its leader epoch. So with the start batch in the epoch the leader still reports, no
+    marker written since the transaction began was lost. Across an election (clean or not, the epochs cannot
+    tell), a COMMIT marker of it may have been lost in an unclean one, and an ABORT would then undo records its
+    coordinator committed and its client was told of."""
+    spec = candidate.spec
+    if spec.transaction_result != "ABORT" or candidate.reason is HangingReason.LOST_ABORT_MARKER:
+        return None
+    started = live.start_batch_leader_epoch
+    if started is None:
+        started = candidate.evidence.start_batch_leader_epoch
+    now = live.leader_epoch
+    if started is not None and now is not None and started == now:
+        return None
+    where, start = _where(candidate), candidate.start_offset
+    changed = "changed" if started is not None and now is not None else "may have changed"
+    c = candidate.evidence.coordinator
+    tid = shlex.quote(c.transactional_id) if c is not None and c.transactional_id else "<transactional-id>"
+    return (
+        f"{LEADER_CHANGED_SINCE_START}: the leader of {where} {changed} since this transaction began (its start "
+        f"batch was appended at leader epoch {_epoch(started)}, the leader is at epoch {_epoch(now)} now), so a "
+        "commit marker of it may have been lost in an unclean leader election, and an ABORT would then undo "
+        f"records its coordinator committed; check the partition's log around offset {start} (kafka-dump-log.sh "
+        f"--print-data-log: a COMMIT control batch of producer {spec.producer_id} before it means it began after "
+        "that commit) and its coordinator's history (txnwatch inspect coordinator-log --transactional-id "
+        f"{tid} --from-beginning), and if you are sure it was never committed, run again with "
+        f"{ALLOW_LEADER_CHANGE_FLAG}"
+    )
+
+
+def _epoch(epoch: int | None) -> str:
+    return "unknown" if epoch is None else str(epoch)
 
 
 def _coordinator_objections(

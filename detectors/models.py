@@ -112,6 +112,10 @@ class HangingReason(StrEnum):
     # The owner lives on: a transaction of the same producer id began after this one was seen open, without its
     # partition, and no record of the producer id has listed the partition since (Kafka Streams, a late write).
     OWNER_MOVED_ON = "owner-moved-on"
+    # The coordinator committed with the partition listed, and the open transaction began after that marker: its
+    # start batch was appended in the leader epoch the leader still reports, so the marker is still in the log
+    # before it (a retried Produce that landed late, KIP-890's motivation). ABORT.
+    WRITE_AFTER_MARKER = "write-after-marker"
 
 
 class WithheldReason(StrEnum):
@@ -263,6 +267,10 @@ class OpenTransaction(Model):
     # client time (event time under Kafka Streams) and prove nothing about when the transaction opened.
     opened_after_ms: int | None = None
     seen_open_ms: int | None = None
+    # The start batch's partitionLeaderEpoch: the leader epoch its leader appended it at (None: not read). Beside
+    # the report's `PartitionSnapshot.leader_epoch`, it tells whether a marker written after the transaction began
+    # could have been lost (a leader never truncates its own log within its leader epoch).
+    start_batch_leader_epoch: int | None = None
 
     @property
     def record_time_ms(self) -> int:
@@ -319,6 +327,8 @@ class PartitionSnapshot(Model):
     last_stable_offset: int | None = None
     high_watermark: int | None = None
     max_transaction_timeout_ms: int | None = Field(default=None, ge=1)
+    # The leader epoch the partition's leader answered at (the metadata's, checked by ListOffsets at it), if known.
+    leader_epoch: int | None = None
 
     @model_validator(mode="after")
     def _one_open_transaction_per_producer(self) -> Self:
@@ -618,6 +628,10 @@ class Evidence(Model):
     record_time_ms: int | None = None
     # When the collector first saw it open (it had opened by then), if known.
     seen_open_ms: int | None = None
+    # The leader epoch the start batch was appended at, and the one the leader reported at; None: unknown. Equal:
+    # no leader change since the transaction began, so no marker of it can have been lost (`rules.leader_kept`).
+    start_batch_leader_epoch: int | None = None
+    leader_epoch: int | None = None
     last_timestamp_ms: int
     observed_at_ms: int
     now_ms: int
@@ -837,6 +851,10 @@ class LiveEvidence(Model):
     coordinator: LiveCoordinator | None = None
     # Why the coordinator side could not be read (then `coordinator` proves nothing).
     coordinator_error: str | None = None
+    # The partition's leader epoch now (metadata, checked against the leader's answer), None when unknown.
+    leader_epoch: int | None = None
+    # The leader epoch the batch at the candidate's start offset was appended in, read now; None when unknown.
+    start_batch_leader_epoch: int | None = None
 
 
 class VerifyOutcome(StrEnum):
@@ -854,8 +872,8 @@ class VerifyResult(Model):
     changes: tuple[str, ...] = ()
     # SAFE only: the marker to write (coordinator epoch as the leader reports it now, 0 when negative).
     marker: WriteTxnMarkersSpec | None = None
-    # Refusals the operator waived by flag (`--allow-live-owner`: `live-owner-same-epoch`), one line each: what
-    # verification would have refused with.
+    # Refusals the operator waived by flag (`--allow-live-owner`: `live-owner-same-epoch`; `--allow-leader-change`:
+    # `leader-changed-since-start`), one line each: what verification would have refused with.
     waived: tuple[str, ...] = ()
 
     @model_validator(mode="after")
@@ -921,6 +939,8 @@ class AuditRecord(Model):
     leader_moves: int = 0
     # `--allow-live-owner` was given: a live owner at the marker's epoch did not refuse the abort.
     allow_live_owner: bool = False
+    # `--allow-leader-change` was given: a leader change since the transaction began did not refuse the abort.
+    allow_leader_change: bool = False
     # COLLISION: what the owner's coordinator and the leader showed moved after the marker, one line each.
     collision: tuple[str, ...] = ()
     outcome: AuditOutcome

@@ -72,6 +72,9 @@ class TxnFacts(NamedTuple):
     # seen open and did not list P, with no record of the producer id listing P since (stage 2 keeps it,
     # `detectors.tracking.BucketState.track_moved_on`); None: no such record known.
     moved_on_ms: int | None = None
+    # The start batch was appended in the leader epoch the report was answered at (True), in another (False), or
+    # either is unknown (None): True proves no marker written since T began was lost (`leader_kept`).
+    leader_kept: bool | None = None
 
 
 class CoordFacts(NamedTuple):
@@ -137,6 +140,17 @@ class PartitionContext(Protocol):
     def last_stable_offset(self) -> int | None: ...
     @property
     def high_watermark(self) -> int | None: ...
+    @property
+    def leader_epoch(self) -> int | None: ...
+
+
+def leader_kept(start_batch_leader_epoch: int | None, leader_epoch: int | None) -> bool | None:
+    """Whether the partition's leader is in the leader epoch it appended T's start batch in: a leader never
+    truncates its own log within its epoch, so every marker written since T began is still there (True); an
+    election since, clean or not, may have lost one (False); None when either epoch is unknown."""
+    if start_batch_leader_epoch is None or leader_epoch is None:
+        return None
+    return start_batch_leader_epoch == leader_epoch
 
 
 def txn_facts(txn: OpenTransaction, ctx: PartitionContext, *, first_seen_ms: int | None = None) -> TxnFacts:
@@ -151,6 +165,8 @@ def txn_facts(txn: OpenTransaction, ctx: PartitionContext, *, first_seen_ms: int
         ctx.max_transaction_timeout_ms,
         first_seen_ms,
         txn.seen_open_ms,
+        None,
+        leader_kept(txn.start_batch_leader_epoch, ctx.leader_epoch),
     )
 
 
@@ -334,16 +350,33 @@ def lost_marker(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> b
     )
 
 
-def commit_or_late_write(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
-    """Withheld (UNCONFIRMED commit-or-late-write): `marker_of_completed_transaction` for a commit, but the
-    transaction was not seen open before it: a commit whose marker was lost (COMMIT restores it) and a write
-    after the marker landed (ABORT) look the same, and the remedies are opposite. (For an abort both remedies are
-    ABORT: `coordinator_completed` proves it.)"""
+def write_after_marker(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
+    """HANGING write-after-marker: `marker_of_completed_transaction` for a commit, T was not seen open before it,
+    and T's start batch was appended in the leader epoch the leader still reports (`leader_kept`). The commit
+    marker was acknowledged before Complete was written and no leader change since T began could have removed
+    it, yet T is open: T began after the marker (a Produce retried after the commit, KIP-890's motivation). The
+    commit is whole; the remedy is ABORT."""
     return (
         marker_of_completed_transaction(t, c, limits)
         and c is not None
         and c.state is CoordinatorState.COMPLETE_COMMIT
         and not open_before(t, c.last_update_timestamp_ms, limits)
+        and t.leader_kept is True
+    )
+
+
+def commit_or_late_write(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
+    """Withheld (UNCONFIRMED commit-or-late-write): `marker_of_completed_transaction` for a commit, T was not
+    seen open before it, and the partition's leader changed since T began (or that is unknown): a commit whose
+    marker was lost in the election (COMMIT restores it) and a write after the marker landed (ABORT) look the
+    same, and the remedies are opposite. (For an abort both remedies are ABORT: `coordinator_completed` proves
+    it.)"""
+    return (
+        marker_of_completed_transaction(t, c, limits)
+        and c is not None
+        and c.state is CoordinatorState.COMPLETE_COMMIT
+        and not open_before(t, c.last_update_timestamp_ms, limits)
+        and t.leader_kept is not True
     )
 
 
@@ -493,6 +526,8 @@ def decide_by_rules(
             else HangingReason.LOST_ABORT_MARKER
         )
         return Decision(VerdictKind.HANGING, lost, role)
+    if write_after_marker(t, c, limits):
+        return Decision(VerdictKind.HANGING, HangingReason.WRITE_AFTER_MARKER, role)
     if commit_or_late_write(t, c, limits):
         return Decision(
             VerdictKind.UNCONFIRMED,
@@ -538,6 +573,9 @@ _HANGING_COMPLETED = Decision(
 )
 _HANGING_NOT_LISTED = Decision(
     VerdictKind.HANGING, HangingReason.PARTITION_NOT_IN_TRANSACTION, CoordinatorRole.CURRENT
+)
+_HANGING_WRITE_AFTER_MARKER = Decision(
+    VerdictKind.HANGING, HangingReason.WRITE_AFTER_MARKER, CoordinatorRole.CURRENT
 )
 _HANGING_MOVED_ON = Decision(VerdictKind.HANGING, HangingReason.OWNER_MOVED_ON, CoordinatorRole.CURRENT)
 _LOST_COMMIT = Decision(VerdictKind.HANGING, HangingReason.LOST_COMMIT_MARKER, CoordinatorRole.CURRENT)
@@ -647,7 +685,7 @@ def decide(
             if seen is not None and seen < c.last_update_timestamp_ms - skew:  # open_before
                 return _LOST_COMMIT if state is CoordinatorState.COMPLETE_COMMIT else _LOST_ABORT
             if state is CoordinatorState.COMPLETE_COMMIT:
-                return _COMMIT_OR_LATE_WRITE
+                return _HANGING_WRITE_AFTER_MARKER if t.leader_kept is True else _COMMIT_OR_LATE_WRITE
         return _HANGING_COMPLETED
     moved_on = t.moved_on_ms
     if (
@@ -947,6 +985,8 @@ def _evidence(
         open_since_basis=txn.open_since_basis,
         record_time_ms=txn.record_time_ms,
         seen_open_ms=txn.seen_open_ms,
+        start_batch_leader_epoch=txn.start_batch_leader_epoch,
+        leader_epoch=ctx.leader_epoch,
         last_timestamp_ms=txn.last_timestamp_ms,
         observed_at_ms=ctx.observed_at_ms,
         now_ms=now_ms,
@@ -1064,6 +1104,14 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
                 else ""
             )
         )
+    elif decision.reason is HangingReason.WRITE_AFTER_MARKER and c:
+        why = (
+            f"{tid} reached CompleteCommit at {_iso(c.last_update_timestamp_ms)} with this partition in its Prepare "
+            f"record, and its commit marker is still in the log: this transaction's start batch was appended at "
+            f"leader epoch {e.start_batch_leader_epoch}, the epoch the leader still reports, and a leader never "
+            f"truncates its own log within its epoch; so this transaction began after the marker (a Produce "
+            f"retried after the commit): the commit is whole, and the remedy is ABORT"
+        )
     elif decision.reason is HangingReason.OWNER_MOVED_ON and c:
         why = (
             f"its owner lives on: {tid} began a transaction of the same producer id after this one was seen open "
@@ -1096,6 +1144,8 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
         )
     else:
         why = _why_not_hanging(decision, e, limits)
+    if decision.kind is VerdictKind.HANGING and decision.reason not in _MARKER_DECIDED:
+        why += leader_change_note(e)
     if decision.kind is VerdictKind.UNCONFIRMED:
         why += f"; {_why_withheld(decision, e)}"
     elif decision.judged_as_of_ms is not None and decision.judged_as_of_ms != e.observed_at_ms:
@@ -1112,6 +1162,26 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
         )
     why += blocked_groups_note(e.topic, e.partition, e.offset_commit_group)
     return f"{head}; {why}"
+
+
+# Reasons whose remedy is the outcome the coordinator decided for this very partition (no leader-change caveat).
+_MARKER_DECIDED = frozenset({HangingReason.LOST_COMMIT_MARKER, HangingReason.LOST_ABORT_MARKER})
+
+
+def leader_change_note(e: Evidence) -> str:
+    """For an ABORT proposal: whether a marker of T can have been lost since it began (`leader_kept`). Empty when
+    the leader is in the epoch it appended T's start batch in."""
+    kept = leader_kept(e.start_batch_leader_epoch, e.leader_epoch)
+    if kept is True:
+        return ""
+    if kept is False:
+        change = f"its start batch was appended at leader epoch {e.start_batch_leader_epoch}, the leader is at {e.leader_epoch} now"
+    else:
+        change = "the leader epochs that would show no leader change since it began are unknown"
+    return (
+        f"; unconfirmed that no commit was lost: {change}; an unclean election can drop a commit marker written "
+        f"since, and an ABORT would then undo committed records (`proposals abort` asks for --allow-leader-change)"
+    )
 
 
 def transaction_version_note(c: CoordinatorEvidence) -> str:

@@ -43,7 +43,15 @@ from detectors.models import (
     first_batch_epoch,
     open_since_ms,
 )
-from detectors.rules import CoordFacts, Decision, TxnFacts, build_verdict, judge_view, two_phase_commit
+from detectors.rules import (
+    CoordFacts,
+    Decision,
+    TxnFacts,
+    build_verdict,
+    judge_view,
+    leader_kept,
+    two_phase_commit,
+)
 
 # ------------------------------------------------------------------------------------------- stage 1
 
@@ -351,46 +359,48 @@ def run_ends(
     Stage 1 (`advance_owners`) reads a run's first record (does it name the previous owner?) and its last (the
     new owner's view); the ones between are overwritten. A lifecycle (Ongoing, PrepareCommit, CompleteCommit,
     ... ) of one producer keeps 2 rows (3 with the Prepare) however many transactions it made. With `partitions`,
-    also every Prepare record whose partitions differ from the run's Prepare before it: each partition any
-    transaction of the run listed reaches stage 1 (`advance_owners`' `listed_since`), at one more row per change
-    of the partitions a producer writes. The job's decoder
+    also every Prepare record whose partitions differ from the run's next Prepare: each partition any transaction
+    of the run listed reaches stage 1 (`advance_owners`' `listed_since`), at one more row per change of the
+    partitions a producer writes, none for a producer that always writes the same ones. The job's decoder
     applies it to each Arrow batch of `__transaction_state` (`streaming.sources.decode_batches`); a test holds
     stage 1's output equal with and without it.
     """
     keep = [True] * len(transactional_ids)
     # transactional id -> (producer id, first index, last index, the Prepare kept before a Complete, -1 none)
     run: dict[str, tuple[int, int, int, int]] = {}
-    listed: dict[
-        str, frozenset[tuple[str, int]]
-    ] = {}  # with `partitions`: the run's latest Prepare's partitions
-    fresh: set[int] = set()  # Prepare records that list other partitions than the run's Prepare before them
+    # with `partitions`: per transactional id, its run's latest Prepare (index, partitions); a Prepare whose
+    # partitions differ from the next one's is pinned (kept), so every set of partitions the run listed is kept
+    prepares: dict[str, tuple[int, frozenset[tuple[str, int]]]] = {}
+    pinned: list[int] = []
     for i, (tid, pid, tombstone) in enumerate(zip(transactional_ids, producer_ids, tombstones, strict=True)):
         if tid is None:
             continue
         if tombstone:
             run.pop(tid, None)
+            prepares.pop(tid, None)
             continue
         current = run.get(tid)
         if current is not None and current[0] == pid:
             _, first, last, prepare = current
             if last != first:
                 if states is not None and states[last] in _PREPARING and states[i] in _COMPLETING:
-                    if prepare >= 0 and prepare != first and prepare not in fresh:
-                        keep[prepare] = (
-                            False  # an older transaction's Prepare, listing what the one before did
-                        )
+                    if prepare >= 0 and prepare != first:
+                        keep[prepare] = False  # an older transaction's Prepare
                     prepare = last
-                elif last not in fresh:
+                else:
                     keep[last] = False  # a middle record of the run
             run[tid] = (pid, first, i, prepare)
         else:
             run[tid] = (pid, i, i, -1)
-            listed.pop(tid, None)
+            prepares.pop(tid, None)
         if partitions is not None and states is not None and states[i] in _PREPARING:
             mine = _partition_set(partitions[i])
-            if listed.get(tid) != mine:
-                fresh.add(i)
-                listed[tid] = mine
+            before = prepares.get(tid)
+            if before is not None and before[1] != mine:
+                pinned.append(before[0])
+            prepares[tid] = (i, mine)
+    for i in pinned:
+        keep[i] = True
     return keep
 
 
@@ -425,6 +435,9 @@ STAGE2_INPUT_COLUMNS = (
     "seen_open_ms",
     "max_transaction_timeout_ms",
     "lso_lag",
+    # the start batch's leader epoch and the report's (`rules.leader_kept`); null when unknown
+    "start_batch_leader_epoch",
+    "leader_epoch",
 )
 
 
@@ -657,6 +670,8 @@ class OpenRow(NamedTuple):
     seen_open_ms: int | None
     max_transaction_timeout_ms: int | None
     lso_lag: int | None
+    start_batch_leader_epoch: int | None = None
+    leader_epoch: int | None = None
 
 
 def open_entry(
@@ -680,6 +695,8 @@ def open_entry(
         r.max_transaction_timeout_ms,
         first_seen_ms,
         r.seen_open_ms,
+        None,
+        leader_kept(r.start_batch_leader_epoch, r.leader_epoch),
     )
     return OpenEntry(
         facts,
@@ -823,6 +840,14 @@ class BucketState:
             if record.get("origin", "transaction-log") != "transaction-log":
                 return False
             partition, offset = record.get("source_partition", -1), record.get("source_offset", -1)
+            if offset < 0:
+                # The job's records carry no provenance (streaming.rows.coordinator_rows): the fact's log offset
+                # says where (the describe fallback's have none), the transactional id which partition.
+                newest = self.currency.newest.get(self.currency.transaction_log)
+                tid = record.get("transactional_id")
+                if newest is None or tid is None:
+                    return False
+                partition, offset = coordinator_partition(tid, newest.partitions), view.log_offset
         else:  # retired: by a record of the transaction log unless the fallback's topic is read too
             newest = self.currency.newest.get(self.currency.transaction_log)
             if transactional_id is None or newest is None or self.config.coordinator_state_topic:
@@ -897,20 +922,22 @@ class BucketState:
             self.views[producer_id] = View(
                 record_json, None, fact_time_ms, now_ms, log_offset, in_progress(record_json)
             )
-            if record_json is not None and producer_id in self._keys_of:
-                self.track_moved_on(producer_id, record_json, self._keys_of[producer_id])
+            if record_json is not None and log_offset >= 0 and producer_id in self._keys_of:
+                self.track_moved_on(producer_id, record_json, log_offset, self._keys_of[producer_id])
 
-    def track_moved_on(self, producer_id: int, record_json: str, keys: Iterable[OpenKey]) -> None:
+    def track_moved_on(
+        self, producer_id: int, record_json: str, log_offset: int, keys: Iterable[OpenKey]
+    ) -> None:
         """Weigh a coordinator record of the producer id, applied in log order, against its open transactions:
         the first one of a transaction that began after an open transaction was seen open (skew-reduced) and
         does not list its partition shows the owner moved on (`rules.owner_moved_on`); any record that lists the
         partition (its partitions, its Prepare's, or those of the Prepare records stage 1 folded into it) undoes
         that, as its transaction writes the partition a marker.
 
-        Only records of the transaction log: the describe fallback polls, and a transaction that began and ended
-        between two polls would be missed."""
+        Only records of the transaction log (`log_offset` >= 0): the describe fallback polls, and a transaction
+        that began and ended between two polls would be missed."""
         d = json.loads(record_json)
-        if d.get("producer_id") != producer_id or d.get("origin", "transaction-log") != "transaction-log":
+        if d.get("producer_id") != producer_id or log_offset < 0:
             return
         listed = {
             (p["topic"], p["partition"])
@@ -918,7 +945,12 @@ class BucketState:
             for p in (d.get(name) or ())
         }
         start = d.get("start_timestamp_ms", -1)
-        at = (d.get("source_partition", -1), d.get("source_offset", -1))
+        newest = self.currency.newest.get(self.currency.transaction_log or "")
+        tid = d.get("transactional_id")
+        at = (
+            -1 if newest is None or tid is None else coordinator_partition(tid, newest.partitions),
+            log_offset,
+        )
         skew = self.config.limits.clock_skew_ms
         for key in keys:
             entry = self.opens[key]
@@ -967,8 +999,8 @@ class BucketState:
         if entry.moved_on_at is None:
             # The producer id's newest record may already show the owner moved on.
             view = self.views.get(key[0])
-            if view is not None and view.record_json is not None:
-                self.track_moved_on(key[0], view.record_json, (key,))
+            if view is not None and view.record_json is not None and view.log_offset >= 0:
+                self.track_moved_on(key[0], view.record_json, view.log_offset, (key,))
         return events
 
     def announce_again(self) -> set[int]:
@@ -1243,7 +1275,7 @@ def reconcile_bucket(
     """
     (pid, fact, _tid, record_json, fact_time, log_offset, topic, partition, snapshot_json, observed, leader,
      offset, epoch, start_epoch, start_ts, last_ts, opened_after, seen_open, max_timeout,
-     lso_lag) = columns  # fmt: skip
+     lso_lag, start_leader_epoch, leader_epoch) = columns  # fmt: skip
     events: list[Event] = []
     producer_ids: set[int] = bucket.announce_again() if announce else set()
     confirmed_now: set[OpenKey] = set()
@@ -1255,7 +1287,7 @@ def reconcile_bucket(
         row = OpenRow(
             pid[i], topic[i], partition[i], snapshot_json[i], observed[i], leader[i], offset[i],
             epoch[i], start_epoch[i], start_ts[i], last_ts[i], opened_after[i], seen_open[i], max_timeout[i],
-            lso_lag[i],
+            lso_lag[i], start_leader_epoch[i], leader_epoch[i],
         )  # fmt: skip
         events.extend(bucket.confirm_open(key, row, now_ms))
         confirmed_now.add(key)

@@ -57,6 +57,7 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
         "last_stable_offset",
         "high_watermark",
         "max_transaction_timeout_ms",
+        "leader_epoch",
     )
     return s.select(
         F.coalesce(F.col("x.b"), bucket_of("t.producer_id", buckets)).alias("bucket"),
@@ -80,6 +81,8 @@ def open_transaction_rows(snapshots: DataFrame, buckets: int) -> DataFrame:
         F.col("t.seen_open_ms").alias("seen_open_ms"),
         "max_transaction_timeout_ms",
         (F.col("high_watermark") - F.col("last_stable_offset")).alias("lso_lag"),
+        F.col("t.start_batch_leader_epoch").alias("start_batch_leader_epoch"),
+        "leader_epoch",
     )
 
 

@@ -155,8 +155,11 @@ def plan_by_hand(
     wire: Any, topic: str, partition: int, producer_id: int, *, cluster: str = PROPOSALS_CLUSTER
 ) -> Any:
     """An `AbortCandidate` planned from what the leader reports now, as the job would plan it (no coordinator
-    view, so reason no-coordinator-state; the test knows the truth and needs no grace)."""
-    from admin.seams import open_transaction
+    view, so reason no-coordinator-state; the test knows the truth and needs no grace), with the leader epochs the
+    collector reports: the one its start batch was appended at (its header's partitionLeaderEpoch) and the
+    leader's now. Equal, as on a bed whose leader did not change since the orphan: `proposals abort` then needs no
+    `--allow-leader-change`."""
+    from admin.seams import StartBatch, open_transaction
     from detectors.abort import plan_abort
     from detectors.models import DetectionLimits, PartitionSnapshot
     from detectors.rules import classify
@@ -164,7 +167,12 @@ def plan_by_hand(
     time.sleep(0.05)  # the transaction's last batch is then strictly older than the leader's answer
     leader, observed, producers, offsets = leader_state(wire, topic, partition)
     (p,) = [p for p in producers if p.producer_id == producer_id and p.current_txn_start_offset >= 0]
-    txn = open_transaction(p, None)
+    tp = (topic, partition)
+    epoch = wire.metadata([topic]).leader_epochs.get(tp)
+    at = (tp, p.current_txn_start_offset)
+    start = wire.fetch_start_batches({leader: [at]}, {tp: epoch} if epoch is not None else None).get(at)
+    start_epoch = start.leader_epoch if isinstance(start, StartBatch) else None
+    txn = open_transaction(p, None).model_copy(update={"start_batch_leader_epoch": start_epoch})
     snapshot = PartitionSnapshot(
         cluster=cluster,
         sweep_id=uuid.uuid4().hex,
@@ -176,6 +184,7 @@ def plan_by_hand(
         last_stable_offset=offsets.last_stable_offset,
         high_watermark=offsets.high_watermark,
         max_transaction_timeout_ms=60_000,
+        leader_epoch=epoch,
     )
     limits = DetectionLimits(grace_ms=0, clock_skew_ms=0)
     verdict = classify(txn, snapshot, None, now_ms=observed, limits=limits, view_current_ms=observed)

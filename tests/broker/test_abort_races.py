@@ -64,11 +64,19 @@ class RacingWire(KafkaWire):
 
 
 def execute_in_process(
-    bootstrap: str, wire: KafkaWire, candidate: Any, prefix: str, *, allow_live_owner: bool = False
+    bootstrap: str,
+    wire: KafkaWire,
+    candidate: Any,
+    prefix: str,
+    *,
+    allow_live_owner: bool = False,
+    allow_leader_change: bool = False,
 ) -> AbortAttempt:
     """`proposals abort --execute` as the CLI runs it: the audit topic, the claim, the abort, its ending
     published. `allow_live_owner`: `--allow-live-owner`, for the collision test only (dev/workload.py's orphans
-    end with their producer restarted: their id is at a later epoch than the orphan's)."""
+    end with their producer restarted: their id is at a later epoch than the orphan's). `allow_leader_change`:
+    `--allow-leader-change`, for the tests that move the orphan's leader (an abort across a leader change is
+    refused, `leader-changed-since-start`)."""
     audit_topic = f"{prefix}.audit"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
@@ -81,7 +89,13 @@ def execute_in_process(
     try:
         log = TopicAuditLog(producer, consumer, audit_topic)
         attempt = abort(
-            wire, candidate, execute=True, actor="race-test", audit_log=log, allow_live_owner=allow_live_owner
+            wire,
+            candidate,
+            execute=True,
+            actor="race-test",
+            audit_log=log,
+            allow_live_owner=allow_live_owner,
+            allow_leader_change=allow_leader_change,
         )
         log.append(attempt.audit)
         return attempt
@@ -275,8 +289,11 @@ def three_node_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
 def test_leader_moves_between_verify_and_marker_is_followed(three_node_bed: Cluster) -> None:
     """The orphan's partition has three replicas. After verification, its leader is moved to another replica
     (preferred-leader election; the old leader stays up as a follower). The marker sent to the old leader is
-    answered NOT_LEADER_OR_FOLLOWER (nothing written there); the abort reads metadata again, verifies again, and
-    the marker goes to the new leader: exactly one ABORT control batch on the partition, written by it."""
+    answered NOT_LEADER_OR_FOLLOWER (nothing written there); the abort reads metadata again and verifies again at
+    the new leader, whose leader epoch is not the one the orphan's start batch was appended in: refused,
+    `leader-changed-since-start` (an election, clean or not, could have lost a commit marker), nothing written.
+    With `--allow-leader-change` (the operator checked) the same race is followed: the marker goes to the new
+    leader, exactly one ABORT control batch on the partition, written by it."""
     bootstrap = three_node_bed.bootstrap_servers
     unique = f"m{uuid.uuid4().hex[:8]}-"
     h = orphan(bootstrap, f"{unique}r-", f"{unique}tx")
@@ -294,10 +311,26 @@ def test_leader_moves_between_verify_and_marker_is_followed(three_node_bed: Clus
 
         wire = RacingWire(admin, race=move)
         candidate = plan_by_hand(wire, topic, partition, pid)
-        attempt = execute_in_process(bootstrap, wire, candidate, f"{unique}tw")
+        started = candidate.evidence.start_batch_leader_epoch
+        assert started is not None and started == wire.metadata([topic]).leader_epochs[(topic, partition)]
+        refused = execute_in_process(bootstrap, wire, candidate, f"{unique}tw")
+        record = refused.audit
+        assert refused.exit_code == 3, record.message
+        assert record.outcome.value == "REFUSED" and record.leader_moves == 1 and not record.marker_written
+        assert wire.sent == [(old, "NOT_LEADER_OR_FOLLOWER")]
+        assert record.before is not None and record.before.leader == new  # verified again at the new leader
+        assert record.before.leader_epoch != started  # the new leader's (or unknown, if it had not caught up)
+        assert "leader-changed-since-start: the leader of" in record.message
+        assert controls_from(partition_batches(bootstrap, topic, partition), start) == []
+
+        moved.clear()
+        old, new = new, next(r for r in replicas if r not in (old, new))
+        wire = RacingWire(admin, race=move)
+        attempt = execute_in_process(bootstrap, wire, candidate, f"{unique}tw", allow_leader_change=True)
         record = attempt.audit
         assert attempt.exit_code == 0, record.message
-        assert record.outcome.value == "ABORTED" and record.leader_moves == 1
+        assert record.outcome.value == "ABORTED" and record.leader_moves == 1 and record.allow_leader_change
+        assert record.verify is not None and record.verify.waived[0].startswith("leader-changed-since-start:")
         assert wire.sent == [(old, "NOT_LEADER_OR_FOLLOWER"), (new, None)]
         assert f"marker written by broker {new}" in record.message
         assert record.before is not None and record.before.leader == new  # verified again at the new leader
@@ -312,8 +345,9 @@ def test_leader_moves_between_verify_and_marker_is_followed(three_node_bed: Clus
 
 def test_leader_stopped_between_verify_and_marker_writes_nothing(three_node_bed: Cluster) -> None:
     """The same, but the old leader is stopped (controlled shutdown) after verification: the marker cannot reach
-    it. The attempt fails without a marker anywhere (no control batch on the partition); a second run then
-    verifies at the new leader and aborts there, once."""
+    it. The attempt fails without a marker anywhere (no control batch on the partition); a second run verifies at
+    the new leader and refuses (`leader-changed-since-start`: the leader changed since the orphan began), and a
+    third, with `--allow-leader-change`, aborts there, once."""
     bootstrap = three_node_bed.bootstrap_servers
     unique = f"s{uuid.uuid4().hex[:8]}-"
     h = orphan(bootstrap, f"{unique}r-", f"{unique}tx")
@@ -335,19 +369,27 @@ def test_leader_stopped_between_verify_and_marker_writes_nothing(three_node_bed:
         candidate = plan_by_hand(wire, topic, partition, pid)
         first = execute_in_process(bootstrap, wire, candidate, f"{unique}tw")
         print(f"\nold leader stopped: {first.audit.outcome.value}: {first.audit.message}; sent {wire.sent}")
-        assert first.audit.outcome.value in ("FAILED", "REFUSED", "ABORTED")
+        # Not ABORTED: a marker that follows the move is verified at the new leader, in another leader epoch.
+        assert first.audit.outcome.value in ("FAILED", "REFUSED")
         new = partition_replicas(admin, topic, partition)[0]
         assert new != old
-        if first.audit.outcome.value != "ABORTED":
-            assert [b for b, _ in wire.sent] == [old]
-            assert controls_from(partition_batches(bootstrap, topic, partition), start) == []
-            again = execute_in_process(
-                bootstrap, RacingWire(admin, race=lambda _b: None), candidate, f"{unique}tw"
-            )
-            assert again.audit.outcome.value == "ABORTED", again.audit.message
-            assert f"marker written by broker {new}" in again.audit.message
-        else:
-            assert wire.sent[-1] == (new, None)
+        assert [b for b, _ in wire.sent] == [old]
+        assert controls_from(partition_batches(bootstrap, topic, partition), start) == []
+        refused = execute_in_process(
+            bootstrap, RacingWire(admin, race=lambda _b: None), candidate, f"{unique}tw"
+        )
+        assert refused.audit.outcome.value == "REFUSED", refused.audit.message
+        assert "leader-changed-since-start: the leader of" in refused.audit.message
+        assert controls_from(partition_batches(bootstrap, topic, partition), start) == []
+        again = execute_in_process(
+            bootstrap,
+            RacingWire(admin, race=lambda _b: None),
+            candidate,
+            f"{unique}tw",
+            allow_leader_change=True,
+        )
+        assert again.audit.outcome.value == "ABORTED", again.audit.message
+        assert f"marker written by broker {new}" in again.audit.message
         assert controls_from(partition_batches(bootstrap, topic, partition), start) == [
             ("ABORT", pid, candidate.spec.producer_epoch)
         ]

@@ -2,7 +2,8 @@
 processes (as they run in production) while the cluster and the job are hurt for real.
 
 - a partition's leader moves while it holds a hanging transaction: the collector follows, the verdict stays,
-  the candidate is not opened twice, and `proposals abort --execute` writes its marker on the new leader;
+  the candidate is not opened twice, `proposals abort --execute` refuses (`leader-changed-since-start`) until
+  the operator acknowledges the move (`--allow-leader-change`), then writes its marker on the new leader;
 - a broker is killed (SIGKILL) while the collector sweeps back to back: it reports the gap, keeps sweeping, and
   covers every partition again once the broker is back;
 - the Spark driver is killed (SIGKILL of its process group) in the middle of a micro-batch, stays down for three
@@ -293,7 +294,15 @@ def test_leader_move_keeps_the_verdict_and_the_abort_follows(rig: Rig) -> None:
     assert [(x.candidate_id, x.status.value) for x in rig.candidates() if x.topic == topic] == [
         (c.candidate_id, "OPENED")
     ]
-    done = rig.proposals.run("abort", c.candidate_id, "--execute", "--actor", "fault-test")
+    # The leader moved since the orphan began: a commit marker of it could have been lost in an unclean election,
+    # so the abort waits for the operator's word (nothing written), then goes through with it.
+    refused = rig.proposals.run("abort", c.candidate_id, "--execute", "--actor", "fault-test")
+    assert refused.returncode == 3, (refused.stdout, refused.stderr)
+    assert "leader-changed-since-start" in refused.stdout
+    assert not [b for b in partition_batches(rig.bootstrap, topic, partition) if b.control]
+    done = rig.proposals.run(
+        "abort", c.candidate_id, "--execute", "--allow-leader-change", "--actor", "fault-test"
+    )
     assert done.returncode == 0, done.stderr
     assert f"marker written by broker {new}" in done.stdout
     controls = [

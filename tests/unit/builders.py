@@ -24,6 +24,10 @@ HOUR = 60 * MINUTE
 PID = 1000
 TOPIC = "orders"
 PARTITION = 0
+# A leader epoch for scenes where the partition's leader is still in the epoch the start batch was appended in
+# (`OpenTransaction.start_batch_leader_epoch` = `PartitionSnapshot.leader_epoch` = `LiveEvidence.leader_epoch`):
+# no marker written since the transaction began can have been lost. Not a default: unset, both are unknown.
+LEADER_EPOCH = 7
 # The thresholds these tests are written against (the defaults until 2026-11-23; today's are 4 s and 2 s):
 # grace 10 s, skew 5 s, late buffer 0, cleanup 10 s, default max timeout 15 min.
 LIMITS = DetectionLimits(grace_ms=10_000, clock_skew_ms=5_000)

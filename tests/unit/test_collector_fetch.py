@@ -24,6 +24,7 @@ def batch(
     producer_epoch: int = 5,
     transactional: bool = True,
     compression: int = 0,
+    leader_epoch: int = 3,
 ) -> bytes:
     builder = MemoryRecordsBuilder(
         magic=2,
@@ -38,8 +39,10 @@ def batch(
         builder.append(ts, None, b"v")
     builder.close()
     data = bytearray(builder.buffer())
-    # The broker assigns the base offset; it is outside the CRC, so set it as the log would.
+    # The broker assigns the base offset and the partitionLeaderEpoch (the epoch of the leader that appends it);
+    # both are outside the CRC, so set them as the log would.
     struct.pack_into(">q", data, 0, base_offset)
+    struct.pack_into(">i", data, 12, leader_epoch)
     return bytes(data)
 
 
@@ -52,7 +55,20 @@ def test_single_batch_at_the_start_offset() -> None:
         start_timestamp_ms=T0,
         max_timestamp_ms=T0 + 7,
         transactional=True,
+        leader_epoch=3,
     )
+
+
+def test_the_start_batchs_leader_epoch_is_the_one_it_was_appended_at() -> None:
+    """The batch header's partitionLeaderEpoch: the leader epoch the batch was appended in (the batch holding the
+    offset, not its neighbours'); -1 (a header that says none) is unknown."""
+    data = batch(90, [T0 - 10], producer_id=1, leader_epoch=4) + batch(100, [T0, T0 + 1], leader_epoch=6)
+    got = parse_start_batch(data, 101)
+    assert got is not None and (got.base_offset, got.leader_epoch) == (100, 6)
+    earlier = parse_start_batch(data, 90)
+    assert earlier is not None and earlier.leader_epoch == 4
+    unknown = parse_start_batch(batch(100, [T0], leader_epoch=-1), 100)
+    assert unknown is not None and unknown.leader_epoch is None
 
 
 def test_the_batch_containing_the_offset_among_several() -> None:

@@ -155,6 +155,22 @@ def test_a_transaction_a_sweep_saw_young_is_described_again_when_a_report_can_se
     assert settled(facts(collector.sweep(only=[ORDERS0]).snapshots[0]), LIMITS)
 
 
+def test_a_re_describe_reports_the_leader_epoch_and_the_start_batchs_as_a_sweep_does() -> None:
+    """A re-describe's report is an ordinary snapshot: the leader epoch its answer was confirmed at, and the
+    epoch the start batch was appended at, which the rules compare (no marker can be lost within one epoch)."""
+    cluster = young_orphan(opened_at_ms=T0 + 60_000)
+    cluster.starts[(ORDERS0, 100)] = start_batch(start_timestamp_ms=T0 + 60_000, leader_epoch=EPOCH)
+    begin(cluster)
+    collector = make(cluster)
+    collector.sweep()
+    cluster.clock += 5_000
+    (s,) = collector.sweep(only=[ORDERS0]).snapshots
+    assert (s.leader_epoch, s.open_transactions[0].start_batch_leader_epoch) == (EPOCH, EPOCH)
+    cluster.epochs[ORDERS0] = EPOCH + 1  # an election since: the same start batch, another leader epoch
+    (moved,) = collector.sweep(only=[ORDERS0]).snapshots
+    assert (moved.leader_epoch, moved.open_transactions[0].start_batch_leader_epoch) == (EPOCH + 1, EPOCH)
+
+
 def test_a_partition_whose_awaited_transactions_ended_is_not_described_again() -> None:
     """The probe after the schedule shows the last stable offset past the transaction: it ended (committed, as
     most do within the grace), so there is nothing left to prove there."""

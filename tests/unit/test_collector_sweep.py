@@ -86,6 +86,33 @@ def test_snapshot_carries_leader_start_batch_offsets_and_broker_timeout() -> Non
     assert result.partitions_total == result.partitions_covered == 3
 
 
+def test_snapshot_carries_the_leader_epoch_and_the_start_batchs() -> None:
+    """The leader epoch the answer was asked at (and its ListOffsets confirmed) is the snapshot's; the epoch its
+    start batch was appended at is the transaction's: the rules compare them (a marker can only be lost across
+    a leader change). Without epochs in the metadata, or in the batch's header, they are unknown."""
+    cluster = one_hanging()
+    cluster.epochs = {ORDERS0: 5}
+    cluster.starts[(ORDERS0, 100)] = start_batch(leader_epoch=4)
+    collector = make(cluster)[0]
+    s = snap(collector.sweep(), ORDERS0)
+    assert s.leader_epoch == 5 and s.open_transactions[0].start_batch_leader_epoch == 4
+    # Cached with its start batch: the next sweep, in the same epoch, still knows it.
+    again = snap(collector.sweep(), ORDERS0)
+    assert (again.leader_epoch, again.open_transactions[0].start_batch_leader_epoch) == (5, 4)
+    assert len(cluster.fetch_calls) == 1
+    blind = one_hanging()
+    s = snap(make(blind)[0].sweep(), ORDERS0)
+    assert s.leader_epoch is None and s.open_transactions[0].start_batch_leader_epoch is None
+
+
+def test_the_leader_epoch_is_unknown_when_the_leaders_list_offsets_did_not_confirm_it() -> None:
+    cluster = one_hanging()
+    cluster.epochs = {ORDERS0: 5}
+    cluster.offsets[ORDERS0] = Offsets(None, None, "UNKNOWN_SERVER_ERROR")
+    s = snap(make(cluster)[0].sweep(), ORDERS0)
+    assert s.leader == 1 and s.leader_epoch is None
+
+
 def test_observed_at_is_when_the_request_to_that_leader_was_sent() -> None:
     cluster = one_hanging()
     cluster.producers[("orders", 1)] = [producer(producer_id=9, current_txn_start_offset=5)]

@@ -59,9 +59,15 @@ def completed(state: CoordinatorState, prepared: str | None, **overrides: Any) -
     )
 
 
-def verdict(record: CoordinatorRecord, *, seen_open_ms: int | None) -> Any:
-    txn = open_txn(seen_open_ms=seen_open_ms)
-    snap = snapshot(txn, observed_at_ms=OBSERVED)
+def verdict(
+    record: CoordinatorRecord,
+    *,
+    seen_open_ms: int | None,
+    start_leader_epoch: int | None = None,
+    leader_epoch: int | None = None,
+) -> Any:
+    txn = open_txn(seen_open_ms=seen_open_ms, start_batch_leader_epoch=start_leader_epoch)
+    snap = snapshot(txn, observed_at_ms=OBSERVED, leader_epoch=leader_epoch)
     v = classify(
         txn, snap, record, now_ms=OBSERVED, limits=LIMITS, view_current_ms=OBSERVED, first_seen_ms=T0 + SECOND
     )
@@ -102,6 +108,39 @@ def test_a_commit_listing_the_partition_before_a_transaction_not_seen_open_is_wi
     assert "no remedy is proposed" in v.explanation
     unknown = verdict(completed(S.COMPLETE_COMMIT, "orders-0"), seen_open_ms=None)
     assert unknown.withheld is WithheldReason.COMMIT_OR_LATE_WRITE
+
+
+def test_a_write_after_the_commit_marker_is_told_apart_by_the_partitions_leader_epoch() -> None:
+    """Seen open only after a commit that listed the partition, but its start batch was appended in the leader
+    epoch the leader still reports: the marker cannot have been lost since, so the transaction began after it (a
+    Produce retried after the commit): HANGING write-after-marker, ABORT. Another epoch, or an unknown one: a lost
+    commit marker is possible, and it stays withheld."""
+    record = completed(S.COMPLETE_COMMIT, "orders-0")
+    kept = verdict(record, seen_open_ms=DONE_AT + SECOND, start_leader_epoch=7, leader_epoch=7)
+    assert (kept.kind, kept.reason) == (K.HANGING, R.WRITE_AFTER_MARKER)
+    assert (
+        "began after the marker" in kept.explanation and "unconfirmed that no commit" not in kept.explanation
+    )
+    txn = open_txn(seen_open_ms=DONE_AT + SECOND, start_batch_leader_epoch=7)
+    c = plan_abort(snapshot(txn, leader_epoch=7), txn, kept, first_detected_ms=OBSERVED)
+    assert c.spec.transaction_result == "ABORT"
+    for start, now in ((6, 7), (None, 7), (7, None)):
+        v = verdict(record, seen_open_ms=DONE_AT + SECOND, start_leader_epoch=start, leader_epoch=now)
+        assert (v.kind, v.withheld) == (K.UNCONFIRMED, WithheldReason.COMMIT_OR_LATE_WRITE), (start, now)
+
+
+def test_an_abort_proposed_after_a_leader_change_says_a_commit_may_be_lost() -> None:
+    """A transaction whose coordinator moved on (here: Empty after a restart) is HANGING and ABORT is its remedy,
+    but where the partition's leader changed since it began, the marker of a commit may have been lost in an
+    unclean election: the verdict says so (and `proposals abort` asks for an acknowledgement)."""
+    empty = coord(state=S.EMPTY, partitions=(), last_update_timestamp_ms=DONE_AT, start_timestamp_ms=-1)
+    moved = verdict(empty, seen_open_ms=DONE_AT + SECOND, start_leader_epoch=6, leader_epoch=7)
+    assert (moved.kind, moved.reason) == (K.HANGING, R.COORDINATOR_COMPLETED)
+    assert (
+        "unconfirmed that no commit was lost" in moved.explanation and "leader epoch 6" in moved.explanation
+    )
+    same = verdict(empty, seen_open_ms=DONE_AT + SECOND, start_leader_epoch=7, leader_epoch=7)
+    assert "unconfirmed that no commit" not in same.explanation
 
 
 def test_an_abort_listing_the_partition_is_aborted_either_way() -> None:

@@ -872,6 +872,7 @@ def random_scenario(
         first_seen_ms=maybe(instant()),
         seen_open_ms=maybe(instant()),
         moved_on_ms=maybe(instant()),
+        leader_kept=rng.choice((None, True, False)),
     )
     role = rng.choice(("current", "current", "current", "previous", "next", "none", "stranger"))
     c = None
@@ -930,8 +931,8 @@ def test_fast_decide_equals_the_rules_applied_in_order() -> None:
         assert got == expected, (t, c, now, lim, retired)
         seen.add(got)
     # Every outcome the rules can produce was reached, so the comparison covered all of them.
-    # with lost-commit-marker, lost-abort-marker, commit-or-late-write and owner-moved-on
-    assert len(seen) == 19, sorted(seen)
+    # with lost-commit-marker, lost-abort-marker, commit-or-late-write, owner-moved-on, write-after-marker
+    assert len(seen) == 20, sorted(seen)
     # And every coordinator state (None = no record or a tombstone), in every role, listing the partition or
     # not: the fast path's dispatch on state sets cannot hide a state the rules treat otherwise.
     every = {

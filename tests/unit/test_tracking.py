@@ -209,6 +209,8 @@ def open_row(s: PartitionSnapshot) -> list[Any]:
         "seen_open_ms": t.seen_open_ms,
         "max_transaction_timeout_ms": s.max_transaction_timeout_ms,
         "lso_lag": s.high_watermark - s.last_stable_offset,  # type: ignore[operator]
+        "start_batch_leader_epoch": t.start_batch_leader_epoch,
+        "leader_epoch": s.leader_epoch,
     }
     return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
 
@@ -905,7 +907,11 @@ def test_the_decoder_keeps_each_prepare_record_that_lists_other_partitions() -> 
     parts = [a, a, [], ab, ab, [], a, a, [], a, a, []]
     keep = run_ends(["tx"] * 12, [PID] * 12, [False] * 12, states, parts)
     kept = [i for i, k in enumerate(keep) if k]
-    # first, the first Prepare, the Prepare listing orders-0, the one after it (back to other-0 only), the
-    # newest Prepare (its Complete follows) and the last record
-    assert kept == [0, 1, 4, 7, 10, 11]
+    # first, the Prepare before the change, the Prepare listing orders-0 (the next one lists other-0 only), the
+    # newest Prepare (its Complete follows) and the last record; the Prepare at 7 lists what the one at 10 does
+    assert kept == [0, 1, 4, 10, 11]
+    same = [a, a, [], a, a, [], a, a, [], a, a, []]
+    assert run_ends(["tx"] * 12, [PID] * 12, [False] * 12, states, same) == [
+        i in (0, 10, 11) for i in range(12)
+    ]
     assert run_ends(["tx"] * 12, [PID] * 12, [False] * 12, states) == [i in (0, 10, 11) for i in range(12)]

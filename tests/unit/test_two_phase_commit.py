@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from builders import LIMITS, MINUTE, PID, T0, coord, open_txn, snapshot, tps
+from builders import LEADER_EPOCH, LIMITS, MINUTE, PID, T0, coord, open_txn, snapshot, tps
 from collector_fakes import FakeCoordinators, description
 from hypothesis import given
 from hypothesis import strategies as st
@@ -181,8 +181,8 @@ def test_stage_two_labels_the_verdict_event() -> None:
 def hanging_two_pc_candidate() -> AbortCandidate:
     # A leftover on orders-1, which the 2PC transaction (Ongoing on orders-0) does not list: HANGING.
     view = coord(transactional_id="tx-2pc", transaction_timeout_ms=TWO_PC, partitions=tps("orders-0"))
-    t = open_txn()
-    snap = snapshot(t, partition=1, observed_at_ms=T0 + MINUTE)
+    t = open_txn(start_batch_leader_epoch=LEADER_EPOCH)
+    snap = snapshot(t, partition=1, observed_at_ms=T0 + MINUTE, leader_epoch=LEADER_EPOCH)
     v = classify(t, snap, view, now_ms=T0 + MINUTE, limits=LIMITS, view_current_ms=T0 + MINUTE)
     assert (v.kind, v.two_phase_commit) == (K.HANGING, True)
     return plan_abort(snap, t, v, first_detected_ms=T0 + MINUTE)
@@ -196,6 +196,7 @@ def live(coordinator: LiveCoordinator | None) -> LiveEvidence:
             producer_id=PID, producer_epoch=5, coordinator_epoch=3, current_txn_start_offset=100
         ),
         coordinator=coordinator,
+        leader_epoch=LEADER_EPOCH,
     )
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from builders import HOUR, LIMITS, MINUTE, T0, coord, open_txn, snapshot
+from builders import HOUR, LEADER_EPOCH, LIMITS, MINUTE, T0, coord, open_txn, snapshot
 from collector_fakes import FakeCluster, FakeCoordinators, description, producer
 from test_lost_markers import lost_commit
 
@@ -65,10 +65,15 @@ TPX: TP = ("orders", 0)
 
 
 def candidate(*, coordinator_epoch: int = -1, since_ms: int = T0, **snap: Any) -> AbortCandidate:
+    """Producer 1000's orphan on orders-0, judged without a coordinator view; the partition's leader still in the
+    leader epoch its start batch was appended in (unless `snap` says otherwise)."""
     txn = open_txn(
-        coordinator_epoch=coordinator_epoch, start_timestamp_ms=since_ms, last_timestamp_ms=since_ms
+        coordinator_epoch=coordinator_epoch,
+        start_timestamp_ms=since_ms,
+        last_timestamp_ms=since_ms,
+        start_batch_leader_epoch=LEADER_EPOCH,
     )
-    s = snapshot(txn, **snap)
+    s = snapshot(txn, **{"leader_epoch": LEADER_EPOCH, **snap})
     verdict = classify(txn, s, None, now_ms=s.observed_at_ms, limits=LIMITS, view_current_ms=s.observed_at_ms)
     return plan_abort(s, txn, verdict, first_detected_ms=s.observed_at_ms)
 
@@ -105,6 +110,7 @@ def live(**overrides: Any) -> LiveEvidence:
         "last_stable_offset": 100,
         "high_watermark": 250,
         "coordinator": owner(),
+        "leader_epoch": LEADER_EPOCH,
     }
     fields.update(overrides)
     return LiveEvidence(**fields)
@@ -330,6 +336,7 @@ class FakeProposalWire(FakeCluster):
 def scripted(**overrides: Any) -> FakeProposalWire:
     fields: dict[str, Any] = {
         "leaders": {TPX: 1, **{(TRANSACTION_LOG_TOPIC, p): 1 for p in range(3)}},
+        "epochs": {TPX: LEADER_EPOCH},
         "producers": {TPX: [producer(coordinator_epoch=-1)]},
         "offsets": {TPX: Offsets(100, 250)},
         "coordinators": FakeCoordinators(
@@ -604,8 +611,13 @@ def test_stuck_groups_are_those_at_or_past_the_lso() -> None:
 
 
 def test_show_reads_the_named_id_when_it_no_longer_owns_the_producer() -> None:
-    txn = open_txn(coordinator_epoch=-1, start_timestamp_ms=T0, last_timestamp_ms=T0)
-    s = snapshot(txn)
+    txn = open_txn(
+        coordinator_epoch=-1,
+        start_timestamp_ms=T0,
+        last_timestamp_ms=T0,
+        start_batch_leader_epoch=LEADER_EPOCH,
+    )
+    s = snapshot(txn, leader_epoch=LEADER_EPOCH)
     record = coord(state=CoordinatorState.COMPLETE_COMMIT, partitions=(), last_update_timestamp_ms=T0 + 1)
     verdict = classify(
         txn, s, record, now_ms=s.observed_at_ms, limits=LIMITS, view_current_ms=s.observed_at_ms
@@ -630,8 +642,13 @@ def test_show_reads_the_named_id_when_it_no_longer_owns_the_producer() -> None:
 def judged(client_transaction_version: int) -> AbortCandidate:
     """An orphan proven coordinator-completed against its owner's own record: tx-1, producer 1000 at epoch 5 (the
     orphan's), CompleteCommit without orders-0, written by a client of that transaction version."""
-    txn = open_txn(coordinator_epoch=-1, start_timestamp_ms=T0, last_timestamp_ms=T0)
-    s = snapshot(txn)
+    txn = open_txn(
+        coordinator_epoch=-1,
+        start_timestamp_ms=T0,
+        last_timestamp_ms=T0,
+        start_batch_leader_epoch=LEADER_EPOCH,
+    )
+    s = snapshot(txn, leader_epoch=LEADER_EPOCH)
     record = coord(
         state=CoordinatorState.COMPLETE_COMMIT,
         partitions=(),
