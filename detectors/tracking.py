@@ -990,14 +990,16 @@ class BucketState:
         # Confirmed as of the snapshot, not as of this batch: a backlog of old snapshots (after a restart or a
         # slow first batch) must not keep long-finished transactions alive.
         entry = open_entry(row, first_seen, candidate_json, decided, announced)
-        if existing is not None and existing.start_offset == row.start_offset:
+        known = existing is not None and existing.start_offset == row.start_offset
+        if known and existing is not None:
             moved = entry.facts._replace(moved_on_ms=existing.facts.moved_on_ms)
             entry = entry._replace(facts=moved, moved_on_at=existing.moved_on_at)
         self.opens[key] = entry
         self._keys_of.setdefault(key[0], set()).add(key)
         self.opens_changed = True
-        if entry.moved_on_at is None:
-            # The producer id's newest record may already show the owner moved on.
+        if not known and entry.facts.seen_open_ms is not None:
+            # A transaction new here: the producer id's newest record may already show the owner moved on (later
+            # records are weighed as they are applied, `apply_fact`).
             view = self.views.get(key[0])
             if view is not None and view.record_json is not None and view.log_offset >= 0:
                 self.track_moved_on(key[0], view.record_json, view.log_offset, (key,))
