@@ -156,9 +156,7 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
             state = more[0] if more else None
             if state in _PREPARING:
                 prepared = prepare_of(producer_id, record_json)
-                listed.setdefault(producer_id, set()).update(
-                    (p["topic"], p["partition"]) for p in json.loads(prepared[2])
-                )
+                listed.setdefault(producer_id, set()).update(_partition_set(json.loads(prepared[2])))
             elif state in _COMPLETING:
                 record_json = with_prepared(record_json, producer_id, prepared)
                 prepared = None
@@ -198,8 +196,7 @@ def with_listed_since(record_json: str, listed: set[tuple[str, int]]) -> str:
     transaction wrote: `BucketState.track_moved_on`). Unchanged otherwise, so a producer that always writes the
     same partitions costs no JSON round trip."""
     d = json.loads(record_json)
-    own = {(p["topic"], p["partition"]) for p in (d.get("partitions") or ())}
-    own.update((p["topic"], p["partition"]) for p in (d.get("prepared_partitions") or ()))
+    own = _partition_set(d.get("partitions")) | _partition_set(d.get("prepared_partitions"))
     if listed <= own:
         return record_json
     d["listed_since"] = [{"topic": t, "partition": p} for t, p in sorted(listed | own)]
@@ -843,20 +840,21 @@ class BucketState:
             if offset < 0:
                 # The job's records carry no provenance (streaming.rows.coordinator_rows): the fact's log offset
                 # says where (the describe fallback's have none), the transactional id which partition.
-                newest = self.currency.newest.get(self.currency.transaction_log)
-                tid = record.get("transactional_id")
-                if newest is None or tid is None:
-                    return False
-                partition, offset = coordinator_partition(tid, newest.partitions), view.log_offset
+                partition, offset = self._log_partition(record.get("transactional_id")), view.log_offset
         else:  # retired: by a record of the transaction log unless the fallback's topic is read too
-            newest = self.currency.newest.get(self.currency.transaction_log)
-            if transactional_id is None or newest is None or self.config.coordinator_state_topic:
+            if self.config.coordinator_state_topic:
                 return False
-            partition = coordinator_partition(transactional_id, newest.partitions)
-            offset = view.log_offset
+            partition, offset = self._log_partition(transactional_id), view.log_offset
         if partition < 0 or offset < 0:
             return False
         return self.currency.appended_after(partition, offset, moment_ms)
+
+    def _log_partition(self, transactional_id: str | None) -> int:
+        """The transaction log partition that holds the id's records (-1: no id, or the log's size unknown)."""
+        newest = self.currency.newest.get(self.currency.transaction_log or "")
+        if transactional_id is None or newest is None:
+            return -1
+        return coordinator_partition(transactional_id, newest.partitions)
 
     def _moved_on_after_report(self, entry: OpenEntry, moment_ms: int) -> bool:
         """The record the owner-moved-on proof rests on was appended after the report at `moment_ms`, by the
@@ -922,7 +920,7 @@ class BucketState:
             self.views[producer_id] = View(
                 record_json, None, fact_time_ms, now_ms, log_offset, in_progress(record_json)
             )
-            if record_json is not None and log_offset >= 0 and producer_id in self._keys_of:
+            if record_json is not None and producer_id in self._keys_of:
                 self.track_moved_on(producer_id, record_json, log_offset, self._keys_of[producer_id])
 
     def track_moved_on(
@@ -936,21 +934,18 @@ class BucketState:
 
         Only records of the transaction log (`log_offset` >= 0): the describe fallback polls, and a transaction
         that began and ended between two polls would be missed."""
-        d = json.loads(record_json)
-        if d.get("producer_id") != producer_id or log_offset < 0:
+        if log_offset < 0:
             return
-        listed = {
-            (p["topic"], p["partition"])
-            for name in ("partitions", "prepared_partitions", "listed_since")
-            for p in (d.get(name) or ())
-        }
-        start = d.get("start_timestamp_ms", -1)
-        newest = self.currency.newest.get(self.currency.transaction_log or "")
-        tid = d.get("transactional_id")
-        at = (
-            -1 if newest is None or tid is None else coordinator_partition(tid, newest.partitions),
-            log_offset,
+        d = json.loads(record_json)
+        if d.get("producer_id") != producer_id:
+            return
+        listed = (
+            _partition_set(d.get("partitions"))
+            | _partition_set(d.get("prepared_partitions"))
+            | _partition_set(d.get("listed_since"))
         )
+        start = d.get("start_timestamp_ms", -1)
+        at = (self._log_partition(d.get("transactional_id")), log_offset)
         skew = self.config.limits.clock_skew_ms
         for key in keys:
             entry = self.opens[key]
@@ -1001,7 +996,7 @@ class BucketState:
             # A transaction new here: the producer id's newest record may already show the owner moved on (later
             # records are weighed as they are applied, `apply_fact`).
             view = self.views.get(key[0])
-            if view is not None and view.record_json is not None and view.log_offset >= 0:
+            if view is not None and view.record_json is not None:
                 self.track_moved_on(key[0], view.record_json, view.log_offset, (key,))
         return events
 
