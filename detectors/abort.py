@@ -222,7 +222,7 @@ def verify_marker(
     state (its coordinator is writing markers: never abort it), is not Ongoing with this partition listed
     (a live transaction: an abort would break exactly-once silently), and is not live at the marker's epoch
     (refused by name, `live-owner-same-epoch`, unless `allow_live_owner`: then SAFE with the refusal in
-    `waived`); and, for an ABORT of any reason but `lost-abort-marker`, the partition's leader is still in the
+    `waived`; named beside a Prepare state of a transaction on other partitions too); and, for an ABORT of any reason but `lost-abort-marker`, the partition's leader is still in the
     leader epoch the transaction's start batch was appended in (refused by name, `leader-changed-since-start`,
     when they differ or either is unknown, unless `allow_leader_change`: then in `waived`).
 
@@ -289,9 +289,14 @@ def verify_marker(
         changes.extend(commit_objections(candidate))
     objections = _coordinator_objections(candidate, live, result)
     changes.extend(objections)
-    # Only an owner the checks above let through (readable, in a known state, not writing markers, not owning
-    # the partition) can be live at the marker's epoch without another refusal saying more.
-    live_owner = None if objections else live_owner_same_epoch(candidate, live.coordinator, result)
+    # An owner the checks above let through (readable, in a known state, not writing markers, not owning the
+    # partition) may be live at the marker's epoch; so may one caught writing the markers of a transaction on
+    # other partitions: a busy owner is in a Prepare state often, and retrying alone would not help.
+    live_owner = (
+        live_owner_same_epoch(candidate, live.coordinator, result)
+        if not objections or _preparing_elsewhere(live)
+        else None
+    )
     waived: tuple[str, ...] = ()
     if live_owner is not None and allow_live_owner:
         waived = (live_owner,)
@@ -539,6 +544,17 @@ def leader_changed_since_start(candidate: AbortCandidate, live: LiveEvidence) ->
         "that commit) and its coordinator's history (txnwatch inspect coordinator-log --transactional-id "
         f"{tid} --from-beginning), and if you are sure it was never committed, run again with "
         f"{ALLOW_LEADER_CHANGE_FLAG}"
+    )
+
+
+def _preparing_elsewhere(live: LiveEvidence) -> bool:
+    """The owner is writing the markers of a transaction that does not list the candidate's partition."""
+    c = live.coordinator
+    return (
+        live.coordinator_error is None
+        and c is not None
+        and c.state in {s.value for s in PREPARING_STATES}
+        and not c.partition_listed
     )
 
 

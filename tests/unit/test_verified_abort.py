@@ -41,8 +41,10 @@ from detectors.abort import (
     pending_candidates,
     plan_abort,
     post_check,
+    refusal_name,
     resolved_by_audit,
     verify_abort,
+    waiver_flags,
 )
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.models import (
@@ -721,6 +723,24 @@ def test_allow_live_owner_waives_nothing_else() -> None:
     result = verify_abort(candidate(), listed, allow_live_owner=True)
     assert result.outcome is VerifyOutcome.REFUSED and result.waived == ()
     assert "Ongoing with orders-0" in result.changes[0]
+
+
+def test_a_live_owner_caught_committing_elsewhere_is_named_beside_its_prepare_state() -> None:
+    """A busy owner at the marker's epoch is in PrepareCommit of a transaction on other partitions about as often
+    as not: the refusal names the Prepare state and the live owner, so the operator learns to restart the
+    producer rather than to retry; no flag gets it through while the coordinator writes markers."""
+    c = judged(0)
+    busy = live(coordinator=owner(state="PrepareCommit", producer_epoch=5, partition_listed=False))
+    result = verify_abort(c, busy)
+    assert result.outcome is VerifyOutcome.REFUSED
+    assert [refusal_name(line) for line in result.changes][-1] == "live-owner-same-epoch"
+    assert any("never aborted by hand" in line for line in result.changes)
+    assert waiver_flags(result) == ()
+    waived = verify_abort(c, busy, allow_live_owner=True)
+    assert waived.outcome is VerifyOutcome.REFUSED and waived.waived[0].startswith("live-owner-same-epoch")
+    # Writing this partition's markers is a stronger refusal: the live owner is not added.
+    listed = live(coordinator=owner(state="PrepareCommit", producer_epoch=5, partition_listed=True))
+    assert not any(line.startswith("live-owner-same-epoch") for line in verify_abort(c, listed).changes)
 
 
 @pytest.mark.parametrize(
