@@ -53,3 +53,5 @@ OWNING_STATES = PREPARING_STATES | {CoordinatorState.ONGOING}
 COMPLETED_STATES = frozenset(
     {CoordinatorState.EMPTY, CoordinatorState.COMPLETE_COMMIT, CoordinatorState.COMPLETE_ABORT}
 )
+# The completions that wrote markers: to the partitions of the Prepare record before them.
+COMPLETE_WITH_MARKERS = frozenset({CoordinatorState.COMPLETE_COMMIT, CoordinatorState.COMPLETE_ABORT})

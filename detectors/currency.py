@@ -367,7 +367,7 @@ class ViewCurrency:
     def appended_after(self, partition: int, offset: int, moment_ms: int) -> bool:
         """Whether the transaction log's record at `offset` of `partition` was appended after `moment_ms` (the
         collector's clock): it lies at or above the log end offset of a position measured at or after that
-        moment (the first one known that has the partition; the log end is asked for after `as_of_ms` is read).
+        moment (any one known that has the partition; the log end is asked for after `as_of_ms` is read).
         False when no such position is known: not shown, which is not the same as shown before. True when that
         first position may have been dropped (the moment is at or before `log_ends_dropped_ms`): a later one's
         log end could put the record wrongly before the moment, so the proof that weighs it is withheld.
@@ -380,10 +380,12 @@ class ViewCurrency:
         if self.log_ends_dropped_ms is not None and moment_ms <= self.log_ends_dropped_ms:
             return True
         start = bisect.bisect_left(self.log_ends, (moment_ms,))
+        # Any of them, not only the first: positions can arrive out of order (two collectors, a restart), and
+        # each one that puts the record at or above its log end shows it appended after that position.
         for _, ends in self.log_ends[start:]:
             end = dict(ends).get(partition)
-            if end is not None:
-                return offset >= end
+            if end is not None and offset >= end:
+                return True
         return False
 
     def current_as_of(self, transactional_id: str | None) -> int | None:

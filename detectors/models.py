@@ -422,6 +422,21 @@ class TxnLogValueLike(Protocol):
     def client_transaction_version(self) -> int: ...
 
 
+class FoldedCompletion(Model):
+    """A transaction of the producer id that completed among the records stage 1 folded into a newer one, and
+    listed partitions that record does not (`detectors.tracking.advance_owners`): what a lost-marker proof
+    needs of it when its owner has moved on (`BucketState.track_moved_on`)."""
+
+    state: CoordinatorState  # CompleteCommit or CompleteAbort
+    producer_epoch: int
+    start_timestamp_ms: int
+    # No later than its markers were sent: the Prepare record's time (the Complete record's when only it was read).
+    decided_ms: int
+    # No earlier than every marker was acknowledged: the Complete record's time, else the record after the Prepare.
+    completed_by_ms: int
+    partitions: tuple[TopicPartition, ...]
+
+
 class CoordinatorRecord(Model):
     """The coordinator's state for one transactional id (JSON).
 
@@ -450,6 +465,9 @@ class CoordinatorRecord(Model):
     # listed partitions this record does not: a transaction of the producer id that wrote those partitions a
     # marker, which stage 2 must know of to tell an owner that moved on (detectors.tracking). None: nothing more.
     listed_since: tuple[TopicPartition, ...] | None = None
+    # Set by stage 1 with the transactions of the producer id that completed among the records it folded into
+    # this one and listed partitions this record does not (in log order). None: none.
+    completed_since: tuple[FoldedCompletion, ...] | None = None
     last_update_timestamp_ms: int
     start_timestamp_ms: int
     source_partition: int = -1

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
-from detectors.contract import COMPLETED_STATES, OWNING_STATES, PREPARING_STATES
+from detectors.contract import COMPLETE_WITH_MARKERS, COMPLETED_STATES, OWNING_STATES, PREPARING_STATES
 from detectors.groups import blocked_groups_note
 from detectors.lateness import (
     age_ms,
@@ -42,7 +42,6 @@ from detectors.models import (
 # Transaction version from which every transaction bumps the producer epoch (KIP-890 part 2).
 EPOCH_BUMP_TRANSACTION_VERSION = 2
 # The completions that follow markers (Empty follows none: InitProducerId, or an abort of nothing).
-_COMPLETE_WITH_MARKERS = frozenset({CoordinatorState.COMPLETE_COMMIT, CoordinatorState.COMPLETE_ABORT})
 
 
 # ----------------------------------------------------------------------------------------- lean facts
@@ -324,7 +323,7 @@ def marker_of_completed_transaction(t: TxnFacts, c: CoordFacts | None, limits: D
     election truncates it away) or this transaction began after it (a late write)."""
     return (
         c is not None
-        and c.state in _COMPLETE_WITH_MARKERS
+        and c.state in COMPLETE_WITH_MARKERS
         and c.prepared_partitions is not None
         and (t.topic, t.partition) in c.prepared_partitions
         and coordinator_role(t, c) is CoordinatorRole.CURRENT
@@ -680,7 +679,7 @@ def decide(
             return _STUCK
     elif state in COMPLETED_STATES and settled and obs - c.last_update_timestamp_ms - skew > grace:
         prepared = c.prepared_partitions
-        if state in _COMPLETE_WITH_MARKERS and prepared is not None and (t.topic, t.partition) in prepared:
+        if state in COMPLETE_WITH_MARKERS and prepared is not None and (t.topic, t.partition) in prepared:
             seen = t.seen_open_ms
             if seen is not None and seen < c.last_update_timestamp_ms - skew:  # open_before
                 return _LOST_COMMIT if state is CoordinatorState.COMPLETE_COMMIT else _LOST_ABORT

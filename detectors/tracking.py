@@ -149,17 +149,27 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
         prepared = current.prepared if current is not None and len(current) > 3 else None
         per_producer: dict[int, Fact] = {}
         listed: dict[int, set[tuple[str, int]]] = {}  # per producer id: what its Prepare records listed
+        # per producer id: the transactions that completed in this batch (`FoldedCompletion` fields), and the
+        # Prepare record read last (its state, epoch, start, time, partitions), until a record follows it
+        completions: dict[int, list[dict[str, Any]]] = {}
+        decided: tuple[int, dict[str, Any]] | None = None
         for _, producer_id, previous_id, next_id, tombstone, updated_ms, offset, record_json, *more in rows:
             if 0 <= offset <= last_offset:
                 continue
             last_offset = max(last_offset, offset)
             state = more[0] if more else None
-            if state in _PREPARING:
-                prepared = prepare_of(producer_id, record_json)
-                listed.setdefault(producer_id, set()).update(_partition_set(json.loads(prepared[2])))
-            elif state in _COMPLETING:
+            if state in _COMPLETING:
                 record_json = with_prepared(record_json, producer_id, prepared)
-                prepared = None
+            if decided is not None:  # a record after a Prepare: its transaction completed by now
+                completions.setdefault(decided[0], []).append(completion(decided[1], updated_ms))
+                decided = None
+            elif state in _COMPLETING and producer_id == (prepared[0] if prepared else None):
+                completions.setdefault(producer_id, []).append(completed_here(record_json))
+            if state in _PREPARING:
+                d = json.loads(record_json)
+                prepared = prepare_of(producer_id, d)
+                listed.setdefault(producer_id, set()).update(_partition_set(d.get("partitions")))
+                decided = (producer_id, d)
             else:
                 prepared = None
             if tombstone:
@@ -185,21 +195,84 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
             )
         for producer_id, (pid, kind, tid, folded_json, fact_ms, fact_offset) in per_producer.items():
             if folded_json is not None and producer_id in listed:
-                folded_json = with_listed_since(folded_json, listed[producer_id])
+                folded_json = with_listed_since(
+                    folded_json, listed[producer_id], completions.get(producer_id, ())
+                )
             facts.append((pid, kind, tid, folded_json, fact_ms, fact_offset))
     return facts
 
 
-def with_listed_since(record_json: str, listed: set[tuple[str, int]]) -> str:
+def completion(prepare: dict[str, Any], next_ms: int) -> dict[str, Any]:
+    """A `FoldedCompletion` of a Prepare record followed by another record of its id (Kafka writes none until
+    the transaction completed), whose Complete record the decoder dropped."""
+    commit = prepare["state"] == CoordinatorState.PREPARE_COMMIT.value
+    return {
+        "state": (CoordinatorState.COMPLETE_COMMIT if commit else CoordinatorState.COMPLETE_ABORT).value,
+        "producer_epoch": prepare["producer_epoch"],
+        "start_timestamp_ms": prepare["start_timestamp_ms"],
+        "decided_ms": prepare["last_update_timestamp_ms"],
+        # a coordinator that moved to a broker whose clock is behind stamps the next record older
+        "completed_by_ms": max(next_ms, prepare["last_update_timestamp_ms"]),
+        "partitions": prepare.get("partitions") or [],
+    }
+
+
+def completed_here(record_json: str) -> dict[str, Any]:
+    """A `FoldedCompletion` of a Complete record read with its Prepare's partitions (`with_prepared`), its
+    Prepare read in an earlier batch."""
+    d = json.loads(record_json)
+    return {
+        "state": d["state"],
+        "producer_epoch": d["producer_epoch"],
+        "start_timestamp_ms": d["start_timestamp_ms"],
+        "decided_ms": d["last_update_timestamp_ms"],
+        "completed_by_ms": d["last_update_timestamp_ms"],
+        "partitions": d.get("prepared_partitions") or [],
+    }
+
+
+def completion_after(d: dict[str, Any], record_json: str, tp: tuple[str, int], after_ms: int) -> str | None:
+    """The first completion in a coordinator record (parsed `d`, its JSON `record_json`) whose Prepare listed
+    `tp` and that was decided after `after_ms`: among those stage 1 folded into it (`completed_since`, as a
+    Complete record of its own), then the record itself; None if there is none."""
+    for c in d.get("completed_since") or ():
+        if c["decided_ms"] > after_ms and tp in _partition_set(c["partitions"]):
+            folded = d | {
+                "state": c["state"],
+                "producer_epoch": c["producer_epoch"],
+                "start_timestamp_ms": c["start_timestamp_ms"],
+                "last_update_timestamp_ms": c["completed_by_ms"],
+                "partitions": [],
+                "prepared_partitions": c["partitions"],
+                "listed_since": None,
+                "completed_since": None,
+            }
+            return json.dumps(folded)
+    if (
+        d.get("state") in _COMPLETING
+        and d["last_update_timestamp_ms"] > after_ms
+        and tp in _partition_set(d.get("prepared_partitions"))
+    ):
+        return record_json
+    return None
+
+
+def with_listed_since(
+    record_json: str, listed: set[tuple[str, int]], completions: Sequence[dict[str, Any]] = ()
+) -> str:
     """The record with `listed_since`: the partitions the Prepare records of its producer id that stage 1 folded
     into it listed, where they are more than it lists itself (stage 2 must not miss a marker a folded
-    transaction wrote: `BucketState.track_moved_on`). Unchanged otherwise, so a producer that always writes the
+    transaction wrote: `BucketState.track_moved_on`), and `completed_since`: those of the `completions` that
+    listed more (a lost-marker proof rests on them). Unchanged otherwise, so a producer that always writes the
     same partitions costs no JSON round trip."""
     d = json.loads(record_json)
     own = _partition_set(d.get("partitions")) | _partition_set(d.get("prepared_partitions"))
     if listed <= own:
         return record_json
     d["listed_since"] = [{"topic": t, "partition": p} for t, p in sorted(listed | own)]
+    more = [c for c in completions if not _partition_set(c["partitions"]) <= own]
+    if more:
+        d["completed_since"] = more
     return json.dumps(d)
 
 
@@ -207,9 +280,9 @@ _PREPARING = frozenset({CoordinatorState.PREPARE_COMMIT.value, CoordinatorState.
 _COMPLETING = frozenset({CoordinatorState.COMPLETE_COMMIT.value, CoordinatorState.COMPLETE_ABORT.value})
 
 
-def prepare_of(producer_id: int, record_json: str) -> tuple[int, int, str]:
-    """What a PrepareCommit/PrepareAbort record says its Complete record needs: producer id, epoch, partitions."""
-    d = json.loads(record_json)
+def prepare_of(producer_id: int, d: dict[str, Any]) -> tuple[int, int, str]:
+    """What a PrepareCommit/PrepareAbort record (parsed) says its Complete record needs: producer id, epoch,
+    partitions."""
     return (producer_id, d["producer_epoch"], json.dumps(d.get("partitions") or []))
 
 
@@ -615,6 +688,10 @@ class OpenEntry(NamedTuple):
     # Where the record is in the transaction log (partition, offset) that showed the owner moved on
     # (`facts.moved_on_ms`, `BucketState.track_moved_on`); added after v0.2.0: None before.
     moved_on_at: tuple[int, int] | None = None
+    # The first Complete* record of the producer id whose Prepare listed the partition, written after the
+    # transaction was seen open (its JSON and log offset, `BucketState.track_moved_on`): the lost-marker proof
+    # rests on it, whatever the owner does next. Added after v0.2.0: None before.
+    marker_record: tuple[str, int] | None = None
 
 
 OpenKey = tuple[int, str, int]  # producer id, topic, partition
@@ -856,12 +933,13 @@ class BucketState:
             return -1
         return coordinator_partition(transactional_id, newest.partitions)
 
-    def _moved_on_after_report(self, entry: OpenEntry, moment_ms: int) -> bool:
-        """The record the owner-moved-on proof rests on was appended after the report at `moment_ms`, by the
-        transaction log's offsets, although its stamp puts it before: the collector's clock runs ahead."""
-        if entry.moved_on_at is None or self.currency.transaction_log is None:
+    def _appended_after_report(self, at: tuple[int, int] | None, moment_ms: int) -> bool:
+        """The record a proof rests on (its transaction log partition and offset: the owner moved on, or a kept
+        completion) was appended after the report at `moment_ms`, by the transaction log's offsets, although its
+        stamp puts it before: the collector's clock runs ahead."""
+        if at is None or self.currency.transaction_log is None:
             return False
-        partition, offset = entry.moved_on_at
+        partition, offset = at
         return partition >= 0 and offset >= 0 and self.currency.appended_after(partition, offset, moment_ms)
 
     def apply_undecodable(self, topic: str, body_json: str) -> None:
@@ -939,11 +1017,8 @@ class BucketState:
         d = json.loads(record_json)
         if d.get("producer_id") != producer_id:
             return
-        listed = (
-            _partition_set(d.get("partitions"))
-            | _partition_set(d.get("prepared_partitions"))
-            | _partition_set(d.get("listed_since"))
-        )
+        prepared = _partition_set(d.get("prepared_partitions"))
+        listed = _partition_set(d.get("partitions")) | prepared | _partition_set(d.get("listed_since"))
         start = d.get("start_timestamp_ms", -1)
         at = (self._log_partition(d.get("transactional_id")), log_offset)
         skew = self.config.limits.clock_skew_ms
@@ -952,8 +1027,14 @@ class BucketState:
             facts = entry.facts
             if (key[1], key[2]) in listed:
                 if facts.moved_on_ms is not None:
-                    self.opens[key] = entry._replace(facts=facts._replace(moved_on_ms=None), moved_on_at=None)
+                    entry = entry._replace(facts=facts._replace(moved_on_ms=None), moved_on_at=None)
+                    self.opens[key] = entry
                     self.opens_changed = True
+                if entry.marker_record is None and facts.seen_open_ms is not None:
+                    kept = completion_after(d, record_json, (key[1], key[2]), facts.seen_open_ms + skew)
+                    if kept is not None:
+                        self.opens[key] = entry._replace(marker_record=(kept, log_offset))
+                        self.opens_changed = True
             elif (
                 facts.moved_on_ms is None
                 and facts.seen_open_ms is not None
@@ -988,7 +1069,9 @@ class BucketState:
         known = existing is not None and existing.start_offset == row.start_offset
         if known and existing is not None:
             moved = entry.facts._replace(moved_on_ms=existing.facts.moved_on_ms)
-            entry = entry._replace(facts=moved, moved_on_at=existing.moved_on_at)
+            entry = entry._replace(
+                facts=moved, moved_on_at=existing.moved_on_at, marker_record=existing.marker_record
+            )
         self.opens[key] = entry
         self._keys_of.setdefault(key[0], set()).add(key)
         self.opens_changed = True
@@ -1061,9 +1144,15 @@ class BucketState:
         # its currency says, so it proves nothing until a decodable record supersedes that one.
         undecodable = self.currency.undecodable_about(transactional_id)
         rewound = self.currency.rewound_about(transactional_id)
+        # A completion whose marker should have closed it, written after it was seen open: the lost-marker proof
+        # rests on that record, not on the newest, which a busy owner moves on every 100 ms (to a transaction
+        # without the partition: owner-moved-on would propose an ABORT of a commit). Only while no transaction
+        # of the owner lists the partition again: its coordinator may still close it.
+        kept = entry.marker_record if not owned_by_coordinator(t, c) else None
+        weighed = coord_facts_from_json(kept[0]) if kept is not None else c
         decision = judge_view(
             t,
-            c,
+            weighed,
             t.observed_at_ms,
             self.config.limits,
             view_current_ms=None if undecodable or rewound else view_current_ms,
@@ -1076,8 +1165,10 @@ class BucketState:
                 decision = decision._replace(withheld=WithheldReason.COORDINATOR_RECORD_UNDECODABLE)
         moment = decision.judged_as_of_ms or t.observed_at_ms
         if decision.kind is VerdictKind.HANGING and (
-            self._moved_on_after_report(entry, moment)
+            self._appended_after_report(entry.moved_on_at, moment)
             if decision.reason is HangingReason.OWNER_MOVED_ON
+            else self._appended_after_report((self._log_partition(transactional_id), kept[1]), moment)
+            if kept is not None
             else self._record_after_report(key[0], transactional_id, moment)
         ):
             decision = Decision(
@@ -1101,7 +1192,9 @@ class BucketState:
             snapshot = PartitionSnapshot.model_validate_json(entry.snapshot_json)
             view = self.views.get(key[0])
             record = (
-                CoordinatorRecord.model_validate_json(view.record_json)
+                CoordinatorRecord.model_validate_json(kept[0])
+                if kept is not None
+                else CoordinatorRecord.model_validate_json(view.record_json)
                 if c is not None and view is not None and view.record_json is not None
                 else None
             )

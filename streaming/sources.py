@@ -430,6 +430,7 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
             "prepared_partitions": pa.nulls(n, DECODED_ARROW_SCHEMA.field("prepared_partitions").type),
             # set by stage 1 from the Prepare records it folds (detectors.tracking.advance_owners)
             "listed_since": pa.nulls(n, DECODED_ARROW_SCHEMA.field("listed_since").type),
+            "completed_since": pa.nulls(n, DECODED_ARROW_SCHEMA.field("completed_since").type),
             "schema_version": pa.nulls(n, pa.int64()).fill_null(SCHEMA_VERSION),
             "source_partition": partition.cast(pa.int64()),
             "source_offset": batch.column("offset"),

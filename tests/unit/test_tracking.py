@@ -864,6 +864,147 @@ def test_a_record_that_lists_the_partition_undoes_the_owner_moved_on_proof() -> 
     assert all(e["event"] != "OPENED" for e in events)
 
 
+@pytest.mark.parametrize(
+    ("version", "bump"),
+    [pytest.param(1, False, id="tv1-one-epoch"), pytest.param(2, True, id="tv2-epoch-bump")],
+)
+def test_a_lost_commit_marker_stays_a_commit_while_the_owner_commits_elsewhere(
+    version: int, bump: bool
+) -> None:
+    """The orphan was seen open while its transaction was in flight; that transaction then committed with
+    orders-0 in its Prepare (the marker was lost), and the owner goes on committing elsewhere every 100 ms: the
+    proof rests on that completion, so the remedy is COMMIT, never an owner-moved-on ABORT of records the
+    coordinator committed (not even within the grace after the completion, before a report could prove it)."""
+    b = new_bucket()
+    events: list[dict[str, Any]] = []
+    committed = 8  # seconds after the sighting: past the skew
+    for i in range(1, 40):
+        at = T0 + i * SECOND
+        whole = {"partitions": tps("orders-0", "other-0"), "start_timestamp_ms": T0 - SECOND}
+        if i < committed:  # the orphan's own transaction, in flight
+            record = busy_owner_record(at, 5000 + i, version=version, **whole)
+        elif i == committed:
+            record = busy_owner_record(
+                at,
+                5000 + i,
+                version=version,
+                epoch=6 if bump else 5,
+                state=CoordinatorState.COMPLETE_COMMIT,
+                partitions=(),
+                prepared_partitions=whole["partitions"],
+                start_timestamp_ms=T0 - SECOND,
+                last_update_timestamp_ms=at,
+            )
+        else:
+            record = busy_owner_record(at, 5000 + i, version=version, epoch=5 + i if bump else 5)
+        events += batch(b, at, fact_row(record, log_offset=5000 + i), open_row(orphan_seen(at)))
+    opened = [e for e in events if e["event"] == "OPENED"]
+    assert [e["reason"] for e in opened] == ["lost-commit-marker"], [
+        (e["event"], e["kind"], e["reason"]) for e in events
+    ]
+    candidate = AbortCandidate.model_validate_json(opened[0]["payload"])
+    assert candidate.spec.transaction_result == "COMMIT"
+    assert all(e["reason"] != "owner-moved-on" for e in events if e["event"] == "VERDICT")
+    # The completion is kept with the open transaction, whatever the newest record is now.
+    kept = b.opens[(PID, "orders", 0)].marker_record
+    assert kept is not None and kept[1] == 5000 + committed
+
+
+@pytest.mark.parametrize(
+    ("version", "bump"),
+    [pytest.param(1, False, id="tv1-one-epoch"), pytest.param(2, True, id="tv2-epoch-bump")],
+)
+def test_a_lost_commit_folded_behind_a_busy_owner_in_one_batch_is_still_a_commit(
+    version: int, bump: bool
+) -> None:
+    """One batch of the log holds the orphan's transaction committing with orders-0 (its marker lost) and ten of
+    the owner's next transactions on other-0: the decoder drops the CompleteCommit (a middle record of the run)
+    and stage 1 folds the rest into the newest record; what the commit decided reaches stage 2 with it
+    (`completed_since`), and the remedy proposed is the COMMIT, never an owner-moved-on ABORT."""
+    b = new_bucket()
+    batch(b, T0 + SECOND, open_row(orphan_seen(T0 + SECOND)))  # seen open at T0
+    whole, other = tps("orders-0", "other-0"), tps("other-0")
+    commit_at = T0 + 8 * SECOND
+    since = {"start_timestamp_ms": T0 - SECOND, "client_transaction_version": version}
+    log = [
+        coord(partitions=whole, last_update_timestamp_ms=T0 - SECOND, **since),
+        coord(
+            state=CoordinatorState.PREPARE_COMMIT,
+            partitions=whole,
+            last_update_timestamp_ms=commit_at,
+            **since,
+        ),
+        coord(
+            state=CoordinatorState.COMPLETE_COMMIT,
+            partitions=(),
+            last_update_timestamp_ms=commit_at + 5,
+            **since,
+        ),
+    ]
+    for i in range(1, 11):
+        at = commit_at + i * 100
+        mine = {
+            "start_timestamp_ms": at,
+            "producer_epoch": 5 + i if bump else 5,
+            "client_transaction_version": version,
+        }
+        log += [
+            coord(partitions=other, last_update_timestamp_ms=at, **mine),
+            coord(
+                state=CoordinatorState.PREPARE_COMMIT,
+                partitions=other,
+                last_update_timestamp_ms=at + 50,
+                **mine,
+            ),
+            coord(
+                state=CoordinatorState.COMPLETE_COMMIT,
+                partitions=(),
+                last_update_timestamp_ms=at + 60,
+                **mine,
+            ),
+        ]
+    log = [r.model_copy(update={"source_offset": 100 + i}) for i, r in enumerate(log)]
+    states = [r.state.value if r.state else None for r in log]
+    keep = run_ends(
+        [r.transactional_id for r in log],
+        [r.producer_id for r in log],
+        [False] * len(log),
+        states,
+        [[p.model_dump() for p in r.partitions] for r in log],
+    )
+    assert not keep[2], "the decoder drops the orphan's CompleteCommit"
+    rows = [
+        CoordinatorRow(*row(r)[:8], state)  # type: ignore[misc]
+        for r, state, k in zip(log, states, keep, strict=True)
+        if k
+    ]
+    (fact,) = advance_owners({}, rows)
+    folded = CoordinatorRecord.model_validate_json(fact[3])
+    assert folded.completed_since is not None and folded.completed_since[0].partitions == whole
+    events: list[dict[str, Any]] = []
+    for i in range(9, 40):  # a report a second; the owner commits elsewhere all along
+        at = T0 + i * SECOND
+        facts = (
+            [fact_row(folded, log_offset=fact[5])]
+            if i == 9
+            else [
+                fact_row(
+                    busy_owner_record(at, 1000 + i, version=version, epoch=20 + i if bump else 5),
+                    log_offset=1000 + i,
+                )
+            ]
+        )
+        events += batch(b, at, *facts, open_row(orphan_seen(at)))
+    opened = [e for e in events if e["event"] == "OPENED"]
+    assert [e["reason"] for e in opened] == ["lost-commit-marker"], [
+        (e["event"], e["kind"], e["reason"]) for e in events
+    ]
+    candidate = AbortCandidate.model_validate_json(opened[0]["payload"])
+    assert candidate.spec.transaction_result == "COMMIT"
+    assert candidate.evidence.coordinator is not None
+    assert candidate.evidence.coordinator.prepared_partition_listed is True
+
+
 def test_a_transaction_that_began_before_the_sighting_proves_nothing() -> None:
     """The owner's transaction began before the orphan was seen open (within the skew): the orphan may be its
     write, and the proof waits for a transaction that began after."""
