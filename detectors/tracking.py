@@ -429,9 +429,10 @@ def run_ends(
     Stage 1 (`advance_owners`) reads a run's first record (does it name the previous owner?) and its last (the
     new owner's view); the ones between are overwritten. A lifecycle (Ongoing, PrepareCommit, CompleteCommit,
     ... ) of one producer keeps 2 rows (3 with the Prepare) however many transactions it made. With `partitions`,
-    also every Prepare record whose partitions differ from the run's next Prepare: each partition any transaction
-    of the run listed reaches stage 1 (`advance_owners`' `listed_since`), at one more row per change of the
-    partitions a producer writes, none for a producer that always writes the same ones. The job's decoder
+    also every Prepare record whose partitions differ from the run's next Prepare, and the Complete record right
+    after it: each partition any transaction of the run listed, and when it completed, reaches stage 1
+    (`advance_owners`' `listed_since` and `completed_since`), at two more rows per change of the partitions a
+    producer writes, none for a producer that always writes the same ones. The job's decoder
     applies it to each Arrow batch of `__transaction_state` (`streaming.sources.decode_batches`); a test holds
     stage 1's output equal with and without it.
     """
@@ -442,6 +443,7 @@ def run_ends(
     # partitions differ from the next one's is pinned (kept), so every set of partitions the run listed is kept
     prepares: dict[str, tuple[int, frozenset[tuple[str, int]]]] = {}
     pinned: list[int] = []
+    completes: dict[int, int] = {}  # a Prepare's index -> the Complete right after it in its run
     for i, (tid, pid, tombstone) in enumerate(zip(transactional_ids, producer_ids, tombstones, strict=True)):
         if tid is None:
             continue
@@ -452,6 +454,8 @@ def run_ends(
         current = run.get(tid)
         if current is not None and current[0] == pid:
             _, first, last, prepare = current
+            if states is not None and states[last] in _PREPARING and states[i] in _COMPLETING:
+                completes[last] = i
             if last != first:
                 if states is not None and states[last] in _PREPARING and states[i] in _COMPLETING:
                     if prepare >= 0 and prepare != first:
@@ -471,6 +475,8 @@ def run_ends(
             prepares[tid] = (i, mine)
     for i in pinned:
         keep[i] = True
+        if i in completes:  # its completion too (`advance_owners`' `completed_since`)
+            keep[completes[i]] = True
     return keep
 
 

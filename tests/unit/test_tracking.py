@@ -23,6 +23,7 @@ from detectors.models import (
     CoordinatorState,
     OpenTransaction,
     PartitionSnapshot,
+    TopicPartition,
 )
 from detectors.rules import coord_facts, txn_facts
 from detectors.tracking import (
@@ -918,8 +919,8 @@ def test_a_lost_commit_folded_behind_a_busy_owner_in_one_batch_is_still_a_commit
     version: int, bump: bool
 ) -> None:
     """One batch of the log holds the orphan's transaction committing with orders-0 (its marker lost) and ten of
-    the owner's next transactions on other-0: the decoder drops the CompleteCommit (a middle record of the run)
-    and stage 1 folds the rest into the newest record; what the commit decided reaches stage 2 with it
+    the owner's next transactions on other-0: the decoder keeps the run's ends and the Prepare listing orders-0
+    with its Complete, and stage 1 folds them into the newest record; what the commit decided reaches stage 2 with it
     (`completed_since`), and the remedy proposed is the COMMIT, never an owner-moved-on ABORT."""
     b = new_bucket()
     batch(b, T0 + SECOND, open_row(orphan_seen(T0 + SECOND)))  # seen open at T0
@@ -972,7 +973,8 @@ def test_a_lost_commit_folded_behind_a_busy_owner_in_one_batch_is_still_a_commit
         states,
         [[p.model_dump() for p in r.partitions] for r in log],
     )
-    assert not keep[2], "the decoder drops the orphan's CompleteCommit"
+    assert keep[1] and keep[2], "the decoder keeps the Prepare listing orders-0 and its Complete"
+    assert keep.count(True) == 5, "and the run's first, its newest Prepare, its last"
     rows = [
         CoordinatorRow(*row(r)[:8], state)  # type: ignore[misc]
         for r, state, k in zip(log, states, keep, strict=True)
@@ -1048,9 +1050,28 @@ def test_the_decoder_keeps_each_prepare_record_that_lists_other_partitions() -> 
     parts = [a, a, [], ab, ab, [], a, a, [], a, a, []]
     keep = run_ends(["tx"] * 12, [PID] * 12, [False] * 12, states, parts)
     kept = [i for i, k in enumerate(keep) if k]
-    # first, the Prepare before the change, the Prepare listing orders-0 (the next one lists other-0 only), the
-    # newest Prepare (its Complete follows) and the last record; the Prepare at 7 lists what the one at 10 does
-    assert kept == [0, 1, 4, 10, 11]
+    # first, the Prepare before the change and its Complete, the Prepare listing orders-0 (the next one lists
+    # other-0 only) and its Complete, the newest Prepare (its Complete follows) and the last record; the Prepare
+    # at 7 lists what the one at 10 does
+    assert kept == [0, 1, 2, 4, 5, 10, 11]
+    # Stage 1 says the same of the compacted log as of the whole log, what the folded transactions listed and
+    # when they completed included.
+    records = []
+    for i, (state, listed) in enumerate(zip(states, parts, strict=True)):
+        r = coord(
+            state=CoordinatorState(state),
+            partitions=tuple(TopicPartition(**p) for p in listed),
+            start_timestamp_ms=T0 + 100 * (i // 3),
+            last_update_timestamp_ms=T0 + 100 * (i // 3) + 10 * (i % 3),
+            source_offset=i,
+        )
+        records.append(CoordinatorRow(*row(r)[:8], state))  # type: ignore[misc]
+    whole = advance_owners({}, records)
+    compacted = advance_owners({}, [r for r, k in zip(records, keep, strict=True) if k])
+    assert compacted == whole
+    folded = CoordinatorRecord.model_validate_json(whole[0][3])
+    assert folded.completed_since is not None
+    assert [c.partitions for c in folded.completed_since] == [tuple(TopicPartition(**p) for p in ab)]
     same = [a, a, [], a, a, [], a, a, [], a, a, []]
     assert run_ends(["tx"] * 12, [PID] * 12, [False] * 12, states, same) == [
         i in (0, 10, 11) for i in range(12)
