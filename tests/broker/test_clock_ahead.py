@@ -14,35 +14,24 @@ UNCONFIRMED `collector-clock-ahead`."""
 from __future__ import annotations
 
 import contextlib
-import json
 import time
-from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
+from stage2_rows import applied_row, batch, open_row, position_row, view_row
 from workloads import transaction_log_records
 
 from admin.collector import Collector
 from admin.seams import wall_clock_ms
 from admin.wire import KafkaWire
 from common.settings import CollectorSettings
-from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
 from detectors.models import (
-    CoordinatorLogPosition,
-    CoordinatorRecord,
     CoordinatorState,
     DetectionLimits,
-    PartitionSnapshot,
 )
-from detectors.tracking import (
-    EVENT_COLUMNS,
-    STAGE2_INPUT_COLUMNS,
-    BucketState,
-    ReconcileConfig,
-    reconcile_bucket,
-)
+from detectors.tracking import BucketState, ReconcileConfig
 
 pytestmark = pytest.mark.broker
 
@@ -53,60 +42,6 @@ SETTINGS = CollectorSettings(retry_backoff_ms=100, request_timeout_ms=10_000)
 
 def ahead_ms() -> int:
     return wall_clock_ms() + AHEAD_MS
-
-
-def row(**values: Any) -> list[Any]:
-    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
-
-
-def open_row(snap: PartitionSnapshot) -> list[Any]:
-    (t,) = snap.open_transactions
-    return row(
-        producer_id=t.producer_id,
-        fact="open",
-        topic=snap.topic,
-        partition=snap.partition,
-        snapshot_json=snap.model_dump_json(),
-        observed_at_ms=snap.observed_at_ms,
-        leader=snap.leader,
-        start_offset=t.start_offset,
-        producer_epoch=t.producer_epoch,
-        start_batch_producer_epoch=t.start_batch_producer_epoch,
-        start_timestamp_ms=t.start_timestamp_ms,
-        last_timestamp_ms=t.last_timestamp_ms,
-        opened_after_ms=t.opened_after_ms,
-        seen_open_ms=t.seen_open_ms,
-    )
-
-
-def position_row(p: CoordinatorLogPosition) -> list[Any]:
-    return row(producer_id=-1, fact="position", record_json=p.model_dump_json(), fact_time_ms=p.as_of_ms)
-
-
-def view_row(r: CoordinatorRecord) -> list[Any]:
-    return row(
-        producer_id=r.producer_id,
-        fact="view",
-        transactional_id=r.transactional_id,
-        record_json=r.model_dump_json(),
-        fact_time_ms=r.last_update_timestamp_ms,
-        log_offset=r.source_offset,
-    )
-
-
-def applied_row(ends: dict[int, int]) -> list[Any]:
-    return row(
-        producer_id=-1,
-        fact="applied",
-        transactional_id=TRANSACTION_LOG_TOPIC,
-        record_json=json.dumps(ends),
-        fact_time_ms=0,
-    )
-
-
-def batch(bucket: BucketState, now_ms: int, *rows: list[Any]) -> list[dict[str, Any]]:
-    columns = [list(c) for c in zip(*rows, strict=True)]
-    return [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in reconcile_bucket(bucket, columns, now_ms)]
 
 
 def test_a_commit_after_the_report_of_a_collector_whose_clock_runs_ahead_is_not_hanging(

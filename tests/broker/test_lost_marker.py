@@ -7,13 +7,20 @@ holds the data, so the commit's marker lands on L alone (L drops F from the ISR 
 then appends the marker); the coordinator writes PrepareCommit listing P and Q, the markers, CompleteCommit. L is
 killed, F resumed and elected leader uncleanly (Admin electLeaders UNCLEAN): F holds the data open and no marker.
 
-Then the job's own code judges it: the collector sweeps past the grace, `__transaction_state` is read and decoded
-with the job's decoder (`streaming.sources.decode_batches`), stage 1 (`detectors.tracking.advance_owners`) carries
-the PrepareCommit's partitions over to the CompleteCommit record, and `detectors.rules.classify` says HANGING
-`lost-commit-marker`. `proposals abort` refuses it by name (exit 3, nothing written); `proposals commit --execute`
-first refuses while the transactional id is live at the marker's epoch (kafka-python is a TV0/TV1 client: its
-epoch does not move per transaction), then, once the id is initialised again, writes the COMMIT (exit 0): the LSO
-moves past it and a read_committed consumer gets the records on P.
+The owner lives on, as in the field (issue 39): the same producer commits a one-record transaction on a topic of C
+every 100 ms from then on, so the producer id's newest coordinator record is a transaction that began after the
+orphan was seen open and does not list P — what `owner-moved-on` proves an ABORT from.
+
+Then the job's own code judges it: the collector sweeps past the grace while the owner commits,
+`__transaction_state` is read and decoded with the job's decoder (`streaming.sources.decode_batches`), stage 1
+(`detectors.tracking.advance_owners`, one batch up to the commit and two of the owner's later transactions)
+carries the PrepareCommit's partitions over to the CompleteCommit record, and stage 2
+(`detectors.tracking.reconcile_bucket`, with the collector's reports and positions) opens a HANGING
+`lost-commit-marker` candidate with a COMMIT, never an ABORT. `proposals abort` refuses it by name (exit 3,
+nothing written); `proposals commit --execute` first refuses while the transactional id is live at the marker's
+epoch (kafka-python is a TV0/TV1 client: its epoch does not move per transaction), then, once the id is
+initialised again, writes the COMMIT (exit 0): the LSO moves past it and a read_committed consumer gets the
+records on P.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,6 +41,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.structs import TopicPartition
+from stage2_rows import applied_row, batch, fact_row, open_row, position_row
 from workloads import (
     PROPOSALS_CLUSTER,
     Proposals,
@@ -46,12 +55,10 @@ from workloads import (
 from admin.collector import Collector
 from admin.wire import KafkaWire
 from common.settings import CollectorSettings
-from detectors.abort import plan_abort
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
-from detectors.models import CoordinatorRecord, DetectionLimits, HangingReason, VerdictKind
-from detectors.rules import classify
-from detectors.tracking import CoordinatorRow, advance_owners
+from detectors.models import AbortCandidate, CoordinatorRecord, DetectionLimits, HangingReason
+from detectors.tracking import BucketState, CoordinatorRow, Fact, ReconcileConfig, advance_owners
 from dev.kafka import Cluster, Node, TestBedConfig, start_cluster, stop_cluster, stop_node
 from streaming.sources import decode_batches
 
@@ -140,9 +147,8 @@ def elect_uncleanly(bootstrap: str, topic: str, to: int) -> int | None:
         admin.close()
 
 
-def coordinator_log(bootstrap: str, partition: int) -> list[dict[str, Any]]:
-    """`__transaction_state`'s partition read to its end now, through the job's decoder (`decode_batches`, as the
-    job runs it: compact), one dict of DECODED_SCHEMA's columns per row."""
+def coordinator_log(bootstrap: str, partition: int) -> list[Any]:
+    """`__transaction_state`'s partition read to its end now: its records (kafka-python's ConsumerRecords)."""
     tp = TopicPartition(TRANSACTION_LOG_TOPIC, partition)
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     records: list[Any] = []
@@ -156,23 +162,29 @@ def coordinator_log(bootstrap: str, partition: int) -> list[dict[str, Any]]:
                 records += [r for r in batch if r.offset < end]
     finally:
         consumer.close()
+    return records
+
+
+def decoded(records: list[Any], *, compact: bool = True) -> list[dict[str, Any]]:
+    """The records through the job's decoder (`decode_batches`; as the job runs it: compact, one Arrow batch),
+    one dict of DECODED_SCHEMA's columns per row."""
     raw = pa.RecordBatch.from_pydict(
         {
             "key": pa.array([r.key for r in records], pa.binary()),
             "value": pa.array([r.value for r in records], pa.binary()),
             "topic": pa.array([TRANSACTION_LOG_TOPIC] * len(records), pa.string()),
-            "partition": pa.array([partition] * len(records), pa.int32()),
+            "partition": pa.array([r.partition for r in records], pa.int32()),
             "offset": pa.array([r.offset for r in records], pa.int64()),
             "ts_ms": pa.array([r.timestamp for r in records], pa.int64()),
         }
     )
-    (decoded,) = list(decode_batches(iter([raw]), compact=True))
-    return decoded.to_pylist()  # type: ignore[no-any-return]
+    (batch,) = list(decode_batches(iter([raw]), compact=compact))
+    return batch.to_pylist()  # type: ignore[no-any-return]
 
 
-def coordinator_view(rows: list[dict[str, Any]], producer_id: int) -> CoordinatorRecord:
-    """Stage 1 on the decoded rows: the record the job's view holds for the producer id. Each row becomes the
-    record JSON the job builds (`streaming.rows.coordinator_rows`: the decoded fields, provenance left out)."""
+def stage1_rows(rows: list[dict[str, Any]]) -> list[CoordinatorRow]:
+    """The decoded rows as stage 1's input: each becomes the record JSON the job builds
+    (`streaming.rows.coordinator_rows`: the decoded fields, provenance left out)."""
     fields = set(CoordinatorRecord.model_fields) - {
         "schema_version",
         "source_partition",
@@ -180,7 +192,7 @@ def coordinator_view(rows: list[dict[str, Any]], producer_id: int) -> Coordinato
         "source_timestamp_ms",
         "origin",
     }
-    stage1 = [
+    return [
         CoordinatorRow(
             r["transactional_id"],
             r["producer_id"],
@@ -195,10 +207,25 @@ def coordinator_view(rows: list[dict[str, Any]], producer_id: int) -> Coordinato
         for r in rows
         if r["error"] is None
     ]
-    views = [f for f in advance_owners({}, stage1) if f[0] == producer_id and f[1] == "view"]
-    (view,) = views
-    assert view[3] is not None
-    return CoordinatorRecord.model_validate_json(view[3])
+
+
+def owner_commits_elsewhere(producer: KafkaProducer, topic: str, stop: threading.Event) -> threading.Thread:
+    """The owner lives on: the same producer (kafka-python: its epoch does not move per transaction) commits a
+    one-record transaction on `topic` every 100 ms until `stop`; returned once it committed its first."""
+    first = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            producer.begin_transaction()
+            producer.send(topic, b"busy", partition=0).get(timeout=10)
+            producer.commit_transaction()
+            first.set()
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=run, name="busy-owner", daemon=True)
+    thread.start()
+    assert first.wait(30), "the owner's first transaction after the commit"
+    return thread
 
 
 def test_a_commit_marker_lost_to_an_unclean_election_is_restored_with_a_commit_never_aborted(
@@ -221,7 +248,7 @@ def test_a_commit_marker_lost_to_an_unclean_election_is_restored_with_a_commit_n
         if coordinator_partition(f"{unique}tx-{i}", LOG_PARTITIONS) == 0
     )
     leader, follower = [n for n in nodes if n != c]
-    p, q = f"{unique}p", f"{unique}q"
+    p, q, busy = f"{unique}p", f"{unique}q", f"{unique}busy"
     proposals_prefix = f"{unique}tw"
     admin.create_topics(
         [
@@ -231,6 +258,7 @@ def test_a_commit_marker_lost_to_an_unclean_election_is_restored_with_a_commit_n
                 topic_configs={"unclean.leader.election.enable": "true", "min.insync.replicas": "1"},
             ),
             NewTopic(q, replica_assignments={0: [c]}),
+            NewTopic(busy, replica_assignments={0: [c]}),
             # txnwatch's own topics on C, which stays up throughout
             NewTopic(
                 f"{proposals_prefix}.abort-candidates",
@@ -263,7 +291,8 @@ def test_a_commit_marker_lost_to_an_unclean_election_is_restored_with_a_commit_n
         settings=CollectorSettings(retry_backoff_ms=100, request_timeout_ms=5_000),
         open_partitions=set(),
     )
-    (seen,) = [s for s in collector.sweep().snapshots if s.topic == p]
+    before_commit = collector.sweep()
+    (seen,) = [s for s in before_commit.snapshots if s.topic == p]
     (open_before,) = seen.open_transactions
     assert open_before.start_offset == start and open_before.seen_open_ms is not None
 
@@ -281,7 +310,6 @@ def test_a_commit_marker_lost_to_an_unclean_election_is_restored_with_a_commit_n
         assert [(b.producer_id, b.marker) for b in on_leader if b.control] == [
             (open_before.producer_id, "COMMIT")
         ]
-        producer.close()
         # L dies with the only copy of the marker; F comes back and is elected uncleanly.
         stop_node(bed, leader, kill=True)
     finally:
@@ -300,30 +328,73 @@ def test_a_commit_marker_lost_to_an_unclean_election_is_restored_with_a_commit_n
     admin.close()
     assert read_committed_values(alive, q, 0, 0) == [b"q-1"]  # committed everywhere else
 
-    # The collector, past the grace after the commit, twice; then the job's view, read after those sweeps.
-    time.sleep(max(0.0, (committed_at + LIMITS.grace_ms + LIMITS.clock_skew_ms + 500) / 1000 - time.time()))
-    collector.sweep()
-    time.sleep(1)
-    (snapshot,) = [s for s in collector.sweep().snapshots if s.topic == p]
+    # The owner lives on: it commits elsewhere every 100 ms while the collector sweeps, past the grace after the
+    # commit and at least the skew after the owner's first transaction (what owner-moved-on would rest on).
+    stop = threading.Event()
+    busy_owner = owner_commits_elsewhere(producer, busy, stop)
+    try:
+        busy_since = time.time()
+        time.sleep(
+            max(
+                busy_since + (LIMITS.clock_skew_ms + 1_000) / 1000 - time.time(),
+                (committed_at + LIMITS.grace_ms + LIMITS.clock_skew_ms + 500) / 1000 - time.time(),
+            )
+        )
+        collector.sweep()
+        time.sleep(1)
+        report = collector.sweep()
+        records = coordinator_log(alive, log_partition)
+        assert busy_owner.is_alive(), "the owner stopped committing before the report"
+    finally:
+        stop.set()
+        busy_owner.join(15)
+        producer.close()
     collector_admin.close()
+    (snapshot,) = [s for s in report.snapshots if s.topic == p]
     (txn,) = snapshot.open_transactions
     assert (txn.start_offset, txn.seen_open_ms) == (start, open_before.seen_open_ms)
-    record = coordinator_view(coordinator_log(alive, log_partition), pid)
-    assert record.state is not None and record.state.value == "CompleteCommit"
-    assert record.prepared_partitions is not None
-    assert {(x.topic, x.partition) for x in record.prepared_partitions} == {(p, 0), (q, 0)}
-    verdict = classify(
-        txn,
-        snapshot,
-        record,
-        now_ms=snapshot.observed_at_ms,
-        limits=LIMITS,
-        view_current_ms=snapshot.observed_at_ms,  # the log was read to its end after the sweep
-        first_seen_ms=txn.seen_open_ms,
+
+    # Stage 1 on the log up to the end measured at the report, in three batches as the job would read it; then
+    # stage 2 on the reports, positions and facts.
+    (position,) = report.positions
+    end = position.end_offsets[log_partition]
+    records = [r for r in records if r.offset < end]
+    every = decoded(records, compact=False)
+    ours = [r for r in every if r["producer_id"] == pid]
+    commit_at = next(r["source_offset"] for r in ours if r["state"] == "CompleteCommit")
+    assert [r["state"] for r in ours if r["source_offset"] > commit_at].count("CompleteCommit") >= 10
+    # The job's batches: up to two of the owner's transactions after the commit (the decoder drops the commit's
+    # Complete record, a middle one, and stage 1 folds the rest), then its transactions until 3 s before the
+    # report, then the rest.
+    first = [r["source_offset"] for r in ours if r["source_offset"] > commit_at][5]
+    cut = snapshot.observed_at_ms - 3_000
+    slices = [
+        [r for r in records if r.offset <= first],
+        [r for r in records if r.offset > first and r.timestamp <= cut],
+        [r for r in records if r.offset > first and r.timestamp > cut],
+    ]
+    batches = [decoded(s) for s in slices if s]
+    owners: dict[str, Any] = {}
+    facts: list[Fact] = [f for b in batches for f in advance_owners(owners, stage1_rows(b))]
+    config = ReconcileConfig(limits=LIMITS, expire_after_ms=600_000, view_ttl_ms=3_600_000, bootstrap=alive)
+    bucket = BucketState(config, {}, {})
+    (first_position,) = before_commit.positions
+    batch(bucket, seen.observed_at_ms, open_row(seen), position_row(first_position))
+    ends = {n: position.end_offsets.get(n, 0) for n in range(position.partitions)}
+    events = batch(
+        bucket,
+        snapshot.observed_at_ms,
+        *(fact_row(f) for f in facts),
+        applied_row(ends),
+        open_row(snapshot),
+        position_row(position),
     )
-    print(f"\nverdict: {verdict.kind.value} {verdict.reason}: {verdict.explanation}")
-    assert (verdict.kind, verdict.reason) == (VerdictKind.HANGING, HangingReason.LOST_COMMIT_MARKER)
-    candidate = plan_abort(snapshot, txn, verdict, first_detected_ms=snapshot.observed_at_ms)
+    verdicts = [(e["event"], e["kind"], e["reason"]) for e in events]
+    print(f"\nstage 2: {verdicts}")
+    (opened,) = [e for e in events if e["event"] == "OPENED"]
+    candidate = AbortCandidate.model_validate_json(opened["payload"])
+    print(f"candidate: {candidate.reason.value}: {candidate.explanation}")
+    assert candidate.reason is HangingReason.LOST_COMMIT_MARKER, verdicts
     assert candidate.spec.transaction_result == "COMMIT"
 
     proposals = Proposals(alive, proposals_prefix)
