@@ -219,7 +219,8 @@ def verify_marker(
     0 when negative); the coordinator side was read; the candidate was not judged against a KIP-939
     two-phase-commit transaction, and the transactional id owning the producer id (if any) is not one now
     (its transaction manager decides its outcome: refused by name, `two-phase-commit`), is not in a Prepare
-    state (its coordinator is writing markers: never abort it), is not Ongoing with this partition listed
+    state (its coordinator is writing markers: never abort it; for an ABORT, unless it does not list the
+    partition and is at a later epoch than the marker's), is not Ongoing with this partition listed
     (a live transaction: an abort would break exactly-once silently), and is not live at the marker's epoch
     (refused by name, `live-owner-same-epoch`, unless `allow_live_owner`: then SAFE with the refusal in
     `waived`; named beside a Prepare state of a transaction on other partitions too); and, for an ABORT of any reason but `lost-abort-marker`, the partition's leader is still in the
@@ -547,6 +548,13 @@ def leader_changed_since_start(candidate: AbortCandidate, live: LiveEvidence) ->
     )
 
 
+def _fenced_past(candidate: AbortCandidate, c: LiveCoordinator) -> bool:
+    """The owner is the candidate's producer id at a later epoch than the marker's: a transaction of it (its
+    current one, in whatever state) is not the orphan's, and writes only its own partitions at its own epoch (a
+    TV2 owner committing elsewhere every 100 ms is in PrepareCommit now and then)."""
+    return c.producer_id == candidate.spec.producer_id and c.producer_epoch > candidate.spec.producer_epoch
+
+
 def _preparing_elsewhere(live: LiveEvidence) -> bool:
     """The owner is writing the markers of a transaction that does not list the candidate's partition."""
     c = live.coordinator
@@ -590,7 +598,9 @@ def _coordinator_objections(
         state = None
     if state is None:
         return [f"transactional id {c.transactional_id} is in a state txnwatch does not know ({c.state})"]
-    if state in PREPARING_STATES:
+    if state in PREPARING_STATES and (
+        result == "COMMIT" or c.partition_listed or not _fenced_past(candidate, c)
+    ):
         return [
             f"transactional id {c.transactional_id} (producer {c.producer_id}) is {c.state}: its coordinator "
             f"is writing markers right now; a Prepare state is never {ended} by hand"

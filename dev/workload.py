@@ -18,6 +18,15 @@ skips the restart: the kafka-python producer exits, but its coordinator record s
 Dead), which `proposals abort` refuses by name (`live-owner-same-epoch`); for tests of that refusal.
 `--owner-busy-ms N` (`hanging`) makes the owner live on first, as in the field: the same producer commits a
 one-record transaction on another topic every N ms for `--owner-busy-for-s`, then ends as above.
+
+`--owner-client java` (`hanging`) makes the owner a Kafka 4.x Java producer (`dev/jvm/owner/BusyOwner.java`,
+compiled on first use against the client jars `make jars` put in .cache/jars/kafka) instead of kafka-python, which
+runs transaction version 0/1. On a cluster that finalized transaction.version=2 (the bed's default) the Java client
+runs TV2 (KIP-890 part 2): every EndTxn moves its producer epoch by one. The workload learns the open transaction's
+producer id and epoch from the leader (DescribeProducers), writes the orphan at that epoch, then lets the owner
+commit: the commit already leaves the orphan's epoch behind, so there is no restart (nor `--owner-stays-live`), and
+with `--owner-busy-ms` the owner's later transactions never run at the orphan's epoch: an ABORT marker at it cannot
+catch one of them, and `txnwatch proposals abort` may execute while the owner still commits.
 """
 
 from __future__ import annotations
@@ -25,13 +34,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import queue
 import random
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
@@ -41,9 +56,30 @@ from kafka.protocol.producer.transaction import TxnOffsetCommitRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 from kafka.structs import TopicPartition
 
+from common.jars import CHECKOUT, jars_dir
+from dev.kafka import java_binary
 from dev.kafka_versions import describe_brokers
 
 SCENARIOS = ("steady", "late", "hanging", "hanging-offsets", "hanging-after-abort", "hanging-multi")
+OWNER_CLIENTS = ("kafka-python", "java")
+
+# `--owner-client java`: dev/jvm/owner/BusyOwner.java, compiled with javac against the Kafka 4.3.1 client jars `make
+# jars` put in .cache/jars/kafka, on first use (again only when its source is newer), into .cache/owner-classes.
+OWNER_SOURCE = CHECKOUT / "dev" / "jvm" / "owner" / "BusyOwner.java"
+OWNER_LOG_CONFIG = CHECKOUT / "dev" / "jvm" / "owner" / "BusyOwner.log4j2.properties"
+OWNER_CLASSES = CHECKOUT / ".cache" / "owner-classes"
+# What the client needs of .cache/jars/kafka (the broker's own jars are there too): kafka-clients, its compression
+# codecs, SLF4J and Log4j2 as its logging backend.
+OWNER_JAR_PREFIXES = (
+    "kafka-clients-",
+    "lz4-java-",
+    "snappy-java-",
+    "zstd-jni-",
+    "slf4j-api-",
+    "log4j-api-",
+    "log4j-core-",
+    "log4j-slf4j2-impl-",
+)
 
 
 @dataclass(frozen=True)
@@ -59,7 +95,10 @@ class TruthRecord:
     transactional_id: str
     start_timestamp_ms: int
     # The hanging scenarios: the epoch the transactional id's coordinator record holds once the scenario ended (the
-    # restart's, `producer_epoch + 1`; `producer_epoch` with --owner-stays-live). None: not measured.
+    # restart's, `producer_epoch + 1`; `producer_epoch` with --owner-stays-live; with --owner-client java, what
+    # DescribeTransactions says once the owner closed: the orphan's epoch plus one per transaction it ended, as
+    # transaction version 2 moves it at every EndTxn). None: not measured, as in the truth a busy Java owner's
+    # scenario prints at its orphan: its epoch is then moving by one every transaction (past the orphan's already).
     owner_epoch: int | None = None
 
 
@@ -173,6 +212,224 @@ def owner_ends(
         owner = restart_owner(bootstrap, transactional_id)
         _log(f"{transactional_id} restarted: InitProducerId moved it to epoch {owner}")
     return [replace(t, owner_epoch=owner) for t in truth]
+
+
+def build_busy_owner() -> tuple[Path, list[Path]]:
+    """BusyOwner compiled against the Kafka client jars (`make jars`), again only when its source is newer; returns
+    the class directory and the jars it runs with."""
+    kafka_jars = jars_dir() / "kafka"
+    jars = sorted(j for j in kafka_jars.glob("*.jar") if j.name.startswith(OWNER_JAR_PREFIXES))
+    if not any(j.name.startswith("kafka-clients-") for j in jars):
+        raise WorkloadError(
+            f"no kafka-clients jar in {kafka_jars}: run `make jars` (--owner-client java needs it)"
+        )
+    built = OWNER_CLASSES / "BusyOwner.class"
+    if built.exists() and built.stat().st_mtime >= OWNER_SOURCE.stat().st_mtime:
+        return OWNER_CLASSES, jars
+    OWNER_CLASSES.parent.mkdir(parents=True, exist_ok=True)
+    # Compiled aside and renamed into place, so two callers never see half a class directory.
+    staging = Path(tempfile.mkdtemp(dir=OWNER_CLASSES.parent, prefix="owner-classes."))
+    javac = str(Path(java_binary()).with_name("javac")) if os.environ.get("JAVA_HOME") else "javac"
+    done = subprocess.run(
+        [javac, "-cp", os.pathsep.join(map(str, jars)), "-d", str(staging), str(OWNER_SOURCE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        subprocess.run(["rm", "-rf", str(staging)], check=False)
+        raise WorkloadError(f"javac {OWNER_SOURCE.name} failed:\n{done.stderr}")
+    if OWNER_CLASSES.exists():
+        old = OWNER_CLASSES.with_name(f"{OWNER_CLASSES.name}.old.{uuid.uuid4().hex[:6]}")
+        OWNER_CLASSES.rename(old)
+        subprocess.run(["rm", "-rf", str(old)], check=False)
+    staging.rename(OWNER_CLASSES)
+    return OWNER_CLASSES, jars
+
+
+class JavaOwner:
+    """A running BusyOwner (dev/jvm/owner/BusyOwner.java), spoken to by lines: it says READY with its transaction
+    open on `topic`-`partition`, commits it on our COMMIT (says COMMITTED), commits a one-record transaction on
+    `busy_topic` every `busy_ms` ms for `busy_for_s` s, says BUSY <commits>, closes and exits 0. Its stderr (Log4j2
+    warnings) goes to a file, quoted when it fails."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        transactional_id: str,
+        topic: str,
+        partition: int,
+        busy_topic: str,
+        busy_ms: int,
+        busy_for_s: float,
+    ) -> None:
+        classes, jars = build_busy_owner()
+        self._err: IO[str] = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in close())
+            "w+", prefix="busy-owner-", suffix=".err", delete=False
+        )
+        self.proc = subprocess.Popen(
+            [
+                java_binary(),
+                "-Xmx128m",
+                "-XX:+UseSerialGC",  # two cores shared with the broker and Spark: no parallel GC threads
+                "-XX:TieredStopAtLevel=1",  # starts sooner; it sends a few records a second
+                f"-Dlog4j2.configurationFile={OWNER_LOG_CONFIG}",
+                "-cp",
+                os.pathsep.join([str(classes), *map(str, jars)]),
+                "BusyOwner",
+                bootstrap,
+                transactional_id,
+                topic,
+                str(partition),
+                busy_topic,
+                str(busy_ms),
+                str(busy_for_s),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            text=True,
+            cwd=CHECKOUT,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.strip())
+        self._lines.put(None)
+
+    def expect(self, word: str, timeout_s: float) -> list[str]:
+        """The next line, which must start with `word`; its words after it."""
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise WorkloadError(
+                f"the Java owner said no {word} within {timeout_s:.0f}s{self._stderr()}"
+            ) from None
+        if line is None or line.split()[:1] != [word]:
+            said = "exited" if line is None else f"said {line!r}"
+            raise WorkloadError(f"the Java owner {said} instead of {word}{self._stderr()}")
+        return line.split()[1:]
+
+    def say(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def _stderr(self) -> str:
+        with contextlib.suppress(OSError):
+            self._err.flush()
+            tail = Path(self._err.name).read_text(errors="replace")[-3000:]
+            return f"; its stderr ({self._err.name}):\n{tail}" if tail else ""
+        return ""
+
+    def close(self) -> None:
+        """Closes its stdin (which ends its busy period: nobody waits for it any more) and waits for it."""
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self._err.close()
+        if self.proc.returncode == 0:
+            Path(self._err.name).unlink(missing_ok=True)
+        else:
+            _log(f"the Java owner exited {self.proc.returncode}; its stderr: {self._err.name}")
+
+
+def open_transaction_at(admin: KafkaAdminClient, topic: str, partition: int, offset: int) -> tuple[int, int]:
+    """(producer id, epoch) of the transaction the leader of `topic`-`partition` has open from `offset`, by
+    DescribeProducers: how the workload learns a client's producer id and epoch when it cannot ask the client."""
+    tp = TopicPartition(topic, partition)
+    for prod in admin.describe_producers([tp])[tp].active_producers:
+        if prod.current_transaction_start_offset == offset:
+            return int(prod.producer_id), int(prod.producer_epoch)
+    raise WorkloadError(f"the leader of {topic}-{partition} has no transaction open from offset {offset}")
+
+
+def coordinator_epoch(admin: KafkaAdminClient, transactional_id: str) -> int:
+    """The epoch the transactional id's coordinator holds now (DescribeTransactions)."""
+    return int(admin.describe_transactions([transactional_id])[transactional_id].producer_epoch)
+
+
+def hanging_java_owner(
+    bootstrap: str,
+    admin: KafkaAdminClient,
+    args: argparse.Namespace,
+    emit: Callable[[list[TruthRecord]], None] | None,
+    *,
+    topic: str,
+    orphan_topic: str,
+    orphan_partition: int,
+    txn_id: str,
+) -> list[TruthRecord]:
+    """`hanging --owner-client java`: the orphan of a Kafka 4.x Java producer (BusyOwner), which runs transaction
+    version 2 on a cluster that finalized it: its transaction writes `topic`-0 (the leader adds the partition: Produce
+    v12+), the workload reads its producer id and epoch there (DescribeProducers) and writes the orphan at that epoch
+    to `orphan_topic`-`orphan_partition` (Produce v9, never added), then the owner commits. The commit moves the
+    owner's epoch past the orphan's (EndTxn v5: the markers and every later transaction of it are at the next
+    epoch), so no restart is needed for an ABORT at the orphan's epoch to be safe: the owner just lives on
+    (`--owner-busy-ms`), then closes."""
+    if args.owner_stays_live:
+        raise WorkloadError(
+            "--owner-stays-live keeps a kafka-python owner at its orphan's epoch; a Java owner under transaction "
+            "version 2 moves past it at its first commit, so there is no such owner to keep: drop the flag"
+        )
+    busy_topic = f"{args.topic_prefix}owner-busy"
+    busy_for_s = args.owner_busy_for_s if args.owner_busy_ms else 0.0
+    if busy_for_s:
+        ensure_topics(admin, [busy_topic], 1)
+    owner = JavaOwner(bootstrap, txn_id, topic, 0, busy_topic, max(args.owner_busy_ms, 1), busy_for_s)
+    try:
+        offset_word, timestamp_word = owner.expect("READY", 120)  # a JVM's start on a busy machine
+        committed_offset, committed_ts = int(offset_word), int(timestamp_word)
+        pid, epoch = open_transaction_at(admin, topic, 0, committed_offset)
+        ts = int(time.time() * 1000) - args.backdate_ms
+        offset = raw_transactional_produce(
+            admin,
+            topic=orphan_topic,
+            partition=orphan_partition,
+            transactional_id=txn_id,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            timestamp_ms=ts,
+            value=b"orphan",
+        )
+        owner.say("COMMIT")
+        owner.expect("COMMITTED", 60)
+        moved = coordinator_epoch(admin, txn_id)
+        if moved <= epoch:
+            raise WorkloadError(
+                f"the Java owner's epoch stayed at {moved} after its commit (orphan at {epoch}): the cluster runs "
+                "transaction version 0/1 for it; finalize transaction.version=2 (`python -m dev.kafka up "
+                "--transaction-version 2`, the default) or use --owner-client kafka-python"
+            )
+        _log(
+            f"hanging: {txn_id} (Java owner, producer id {pid}, epoch {epoch}) committed on {topic}-0 and moved to "
+            f"epoch {moved}; orphan open on {orphan_topic}-{orphan_partition} at offset {offset}"
+        )
+        truth = [
+            TruthRecord("committed", topic, 0, pid, epoch, committed_offset, txn_id, committed_ts),
+            TruthRecord("hanging", orphan_topic, orphan_partition, pid, epoch, offset, txn_id, ts),
+        ]
+        if emit is not None and args.owner_busy_ms:
+            emit(truth)  # owner_epoch None: it moves by one every transaction from here on
+        (commits,) = owner.expect("BUSY", busy_for_s + 120)
+        if args.owner_busy_ms:
+            _log(f"the owner committed {commits} transactions on {busy_topic} after its orphan, then stops")
+    finally:
+        owner.close()
+    if owner.proc.returncode != 0:
+        raise WorkloadError(f"the Java owner exited {owner.proc.returncode}")
+    final = coordinator_epoch(admin, txn_id)
+    _log(f"{txn_id} closed at epoch {final} (transaction version 2: one more per transaction it ended)")
+    return [replace(t, owner_epoch=final) for t in truth]
 
 
 def _verification_enabled(admin: KafkaAdminClient) -> bool:
@@ -336,7 +593,8 @@ def hanging(
     emit: Callable[[list[TruthRecord]], None] | None = None,
 ) -> list[TruthRecord]:
     """A real orphan: an unverified write to a partition the coordinator never added, then a commit; with
-    `--owner-busy-ms`, the owner then carries on (`owner_lives_on`) before it ends."""
+    `--owner-busy-ms`, the owner then carries on (`owner_lives_on`) before it ends. `--owner-client java`: the owner
+    is a Kafka 4.x Java producer under transaction version 2 (`hanging_java_owner`)."""
     if _verification_enabled(admin):
         raise WorkloadError(
             "transaction.partition.verification.enable is true on this cluster, so brokers reject writes to "
@@ -348,15 +606,26 @@ def hanging(
     # --transactional-id: run again as an existing transactional id (InitProducerId gives it the next epoch), so
     # the orphan partition's producer entry moves to a newer epoch while an older orphan of it is still open.
     txn_id = args.transactional_id or new_transactional_id(f"{args.topic_prefix}hanging-")
+    orphan_partition = args.partitions - 1 if args.partitions > 1 else 0
+    orphan_topic = topic if orphan_partition != 0 else f"{topic}-orphan"
+    if orphan_topic != topic:
+        ensure_topics(admin, [orphan_topic], 1)
+    if args.owner_client == "java":
+        return hanging_java_owner(
+            bootstrap,
+            admin,
+            args,
+            emit,
+            topic=topic,
+            orphan_topic=orphan_topic,
+            orphan_partition=orphan_partition,
+            txn_id=txn_id,
+        )
     producer = _producer(bootstrap, txn_id)
     pid, epoch = _pid_epoch(producer)
     producer.begin_transaction()
     # A well-behaved write first: partition 0 is added to the transaction and gets its commit marker.
     md = producer.send(topic, value=b"committed", partition=0).get(timeout=30)
-    orphan_partition = args.partitions - 1 if args.partitions > 1 else 0
-    orphan_topic = topic if orphan_partition != 0 else f"{topic}-orphan"
-    if orphan_topic != topic:
-        ensure_topics(admin, [orphan_topic], 1)
     ts = int(time.time() * 1000) - args.backdate_ms
     offset = raw_transactional_produce(
         admin,
@@ -574,6 +843,8 @@ def hanging_multi(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namesp
 
 
 def run(args: argparse.Namespace, emit: Callable[[list[TruthRecord]], None]) -> list[TruthRecord]:
+    if args.owner_client != "kafka-python" and args.scenario != "hanging":
+        raise WorkloadError(f"--owner-client {args.owner_client} is for --scenario hanging only")
     admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="txnwatch-workload")
     try:
         if args.scenario == "steady":
@@ -645,8 +916,20 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="hanging: after the orphan, the owner lives on: the same producer commits a one-record transaction "
         "on <prefix>owner-busy every N ms (as a Kafka Streams thread commits every 100 ms) for --owner-busy-for-s, "
-        "then ends as without it (restart, or --owner-stays-live); with --json the truth is printed at the "
-        "orphan, before the busy period (0, the default: no busy period)",
+        "then ends as without it (restart, or --owner-stays-live; a java owner just closes); with --json the truth "
+        "is printed at the orphan, before the busy period (0, the default: no busy period)",
+    )
+    p.add_argument(
+        "--owner-client",
+        choices=OWNER_CLIENTS,
+        default="kafka-python",
+        help="hanging: the client that owns the orphan's transactional id. kafka-python (the default) runs "
+        "transaction version 0/1: one producer epoch for all its transactions, so while it lives on it stays at its "
+        "orphan's epoch and `proposals abort` refuses (live-owner-same-epoch) until it restarts. java: a Kafka 4.x "
+        "Java producer (dev/jvm/owner/BusyOwner.java, compiled on first use against .cache/jars/kafka: `make jars`), "
+        "transaction version 2 on a cluster that finalized it (the bed's default): every commit moves its epoch by "
+        "one, so its first commit already leaves the orphan behind, no restart follows, and the orphan may be "
+        "aborted while it keeps committing (with --owner-busy-ms); not with --owner-stays-live",
     )
     p.add_argument(
         "--owner-busy-for-s",

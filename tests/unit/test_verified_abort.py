@@ -170,8 +170,11 @@ def test_transaction_no_longer_open_is_already_resolved(
         (live(coordinator=owner(state="PrepareCommit", partition_listed=True)), "is PrepareCommit"),
         (live(coordinator=owner(state="PrepareAbort", partition_listed=True)), "is PrepareAbort"),
         (live(coordinator=owner(state="PrepareEpochFence", partition_listed=True)), "is PrepareEpochFence"),
-        # A Prepare state is never aborted by hand, listed or not.
-        (live(coordinator=owner(state="PrepareCommit", partition_listed=False)), "never aborted by hand"),
+        # A Prepare state is never aborted by hand, listed or not, at the marker's epoch.
+        (
+            live(coordinator=owner(state="PrepareCommit", partition_listed=False, producer_epoch=5)),
+            "never aborted by hand",
+        ),
         (live(coordinator=None, coordinator_error="ListTransactions failed"), "cannot be checked"),
         (live(coordinator=owner(state="Frozen")), "does not know (Frozen)"),
     ],
@@ -723,6 +726,15 @@ def test_allow_live_owner_waives_nothing_else() -> None:
     result = verify_abort(candidate(), listed, allow_live_owner=True)
     assert result.outcome is VerifyOutcome.REFUSED and result.waived == ()
     assert "Ongoing with orders-0" in result.changes[0]
+
+
+def test_an_owner_past_the_markers_epoch_committing_elsewhere_does_not_stop_the_abort() -> None:
+    """A TV2 owner moves its epoch every transaction and is caught in PrepareCommit of one on other partitions
+    now and then: that transaction is not the orphan's and writes no marker to its partition."""
+    busy = live(coordinator=owner(state="PrepareCommit", producer_epoch=9, partition_listed=False))
+    assert verify_abort(judged(2), busy).outcome is VerifyOutcome.SAFE
+    listed = live(coordinator=owner(state="PrepareCommit", producer_epoch=9, partition_listed=True))
+    assert verify_abort(judged(2), listed).outcome is VerifyOutcome.REFUSED
 
 
 def test_a_live_owner_caught_committing_elsewhere_is_named_beside_its_prepare_state() -> None:
