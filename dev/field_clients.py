@@ -537,6 +537,8 @@ class FieldScenario:
     phases: list[tuple[int, str]] = field(default_factory=list)  # (when, what): the scenario's timeline
     feeder: Feeder | None = None
     stopped: bool = False
+    # After the rebalance, before the faults: how long the clients run undisturbed (their short transactions only).
+    steady_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.topics = FieldTopics.with_prefix(self.prefix)
@@ -611,6 +613,9 @@ class FieldScenario:
         b.wait_line(joined, "STATE RUNNING", 120)
         a.wait_line(joined, "STATE RUNNING", 120)  # A went through REBALANCING
         self.phase("rebalanced: streams-b joined")
+        if self.steady_s:
+            time.sleep(self.steady_s)
+            self.phase(f"steady for {self.steady_s:.0f}s")
 
         # A and rdk-1 paused inside a transaction past its timeout: the coordinator aborts it.
         caught = {
