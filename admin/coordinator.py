@@ -13,7 +13,8 @@ the poll's ListTransactions: the `CoordinatorLogPosition` the streaming job need
 
 That position vouches for every transactional id, so it is measured only for a poll that refreshed every id
 whose state may have changed (`CoordinatorPoll.incomplete` is None): every `__transaction_state` partition kept
-one leader across the poll, that leader served it loaded before the listing and answered the listing (and the
+one leader, at one leader epoch, across the poll (a broker that lost a partition answers from its old cache until
+it unloads it: `detectors.listing`), that leader served it loaded before the listing and answered the listing (and the
 DurationFilter listing) without an error, and every DescribeTransactions the poll needed answered. A broker
 answers ListTransactions with COORDINATOR_LOAD_IN_PROGRESS for all its partitions while any of them loads, and a
 partition without a leader is listed by nobody, with no error (`TransactionStateManager.listTransactionStates`).
@@ -43,6 +44,7 @@ from admin.seams import (
 from admin.versions import takes_duration_filter
 from detectors.contract import OWNING_STATES, TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
+from detectors.listing import METADATA_GAPS, ListingCheck, LogLeader, check_listing
 from detectors.models import CoordinatorLogPosition, CoordinatorRecord, CoordinatorState, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -139,22 +141,15 @@ class FallbackWire(CoordinatorWire, Protocol):
 # ------------------------------------------------------------------------- when a poll's listing is complete
 
 
-def leaderless_or_moved(before: Mapping[int, int], after: Mapping[int, int]) -> Incomplete | None:
+def moved_or_leaderless(check: ListingCheck) -> Incomplete | None:
     """A `__transaction_state` partition without a leader (nobody lists its ids, nobody reports an error), or
-    whose leader changed between the Metadata read before the listing and the one after it (the old leader may
-    have answered without it, the new one before it took it over)."""
-    for p in sorted(set(before) | set(after)):
-        first, now = before.get(p, -1), after.get(p, -1)
-        if first < 0 or now < 0:
-            return Incomplete(
-                "partition-without-leader", f"{TRANSACTION_LOG_TOPIC} partition {p} has no leader"
-            )
-        if first != now:
-            return Incomplete(
-                "leader-moved",
-                f"{TRANSACTION_LOG_TOPIC} partition {p} moved from broker {first} to broker {now} during the poll",
-            )
-    return None
+    whose leader, or its leader epoch, differs between the Metadata read before the listing and the one after
+    the poll's answers (the old leader may have answered from its old cache or without it, the new one before it
+    took it over; `detectors.listing`)."""
+    gap = check.first(METADATA_GAPS)
+    if gap is None:
+        return None
+    return Incomplete("partition-without-leader" if gap.kind == "no-leader" else "leader-moved", gap.detail)
 
 
 def unserved_partition(
@@ -185,17 +180,19 @@ def unserved_partition(
 
 
 def unanswered_listing(
-    leaders: Mapping[int, int], listing: ListingResult, reason: IncompleteReason, what: str
+    check: ListingCheck, listing: ListingResult, reason: IncompleteReason, what: str
 ) -> Incomplete | None:
-    """A `__transaction_state` leader that did not answer `listing` without an error (a loading broker answers
-    COORDINATOR_LOAD_IN_PROGRESS for all its partitions), or any broker whose listing failed."""
-    for p, leader in sorted(leaders.items()):
-        if leader not in listing.answered:
-            why = listing.failed.get(leader, "not asked")
-            return Incomplete(
-                reason,
-                f"broker {leader}, leader of {TRANSACTION_LOG_TOPIC} partition {p}, did not answer {what} ({why})",
-            )
+    """A `__transaction_state` leader that did not answer `listing` without an error (`check`, made from that
+    listing's answers: a loading broker answers COORDINATOR_LOAD_IN_PROGRESS for all its partitions), or any
+    broker whose listing failed."""
+    gap = check.first(["not-answered"])
+    if gap is not None:
+        why = listing.failed.get(gap.broker, "not asked")
+        return Incomplete(
+            reason,
+            f"broker {gap.broker}, leader of {TRANSACTION_LOG_TOPIC} partition {gap.partition}, did not answer "
+            f"{what} ({why})",
+        )
     if listing.failed:
         # A broker that leads nothing here lists nothing, but Metadata may be behind the broker's own view.
         broker, error = min(listing.failed.items())
@@ -346,13 +343,17 @@ class CoordinatorPoller:
             self._note(message)
         return position
 
-    def _log_leaders(self) -> dict[int, int] | Incomplete:
-        """Each `__transaction_state` partition's leader (-1: none), or why they are unknown."""
+    def _log_leaders(self) -> dict[int, LogLeader] | Incomplete:
+        """Each `__transaction_state` partition's leader (-1: none) and leader epoch, or why they are unknown."""
         try:
             view = self._wire.metadata([TRANSACTION_LOG_TOPIC])
         except KafkaError as exc:
             return Incomplete("metadata-failed", f"Metadata for {TRANSACTION_LOG_TOPIC} failed ({exc})")
-        leaders = {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
+        leaders = {
+            p: LogLeader(b, view.leader_epochs.get((t, p)))
+            for (t, p), b in view.leaders.items()
+            if t == TRANSACTION_LOG_TOPIC
+        }
         if not leaders:
             return Incomplete(
                 "transaction-log-not-visible",
@@ -372,10 +373,11 @@ class CoordinatorPoller:
                 i += 1
         return self._probes
 
-    def _unserved(self, leaders: dict[int, int] | Incomplete) -> Incomplete | None:
+    def _unserved(self, log_leaders: dict[int, LogLeader] | Incomplete) -> Incomplete | None:
         """Asked before the listing: does every leader serve its partition loaded (`unserved_partition`)?"""
-        if isinstance(leaders, Incomplete) or any(b < 0 for b in leaders.values()):
+        if isinstance(log_leaders, Incomplete) or any(x.broker < 0 for x in log_leaders.values()):
             return None  # `_incomplete` names the reason (Metadata, or the partition without a leader)
+        leaders = {p: x.broker for p, x in log_leaders.items()}
         probes = self._probe_ids(len(leaders))
         by_leader: dict[int, list[str]] = {}
         for p, tid in sorted(probes.items()):
@@ -384,36 +386,37 @@ class CoordinatorPoller:
         return unserved_partition(leaders, probes, answers)
 
     def _expired(
-        self, gone: Sequence[str], listing: ListingResult, leaders: dict[int, int] | Incomplete
+        self, gone: Sequence[str], listing: ListingResult, check: ListingCheck | Incomplete
     ) -> set[str]:
-        """The ids among `gone` (listed before, by nobody now) shown to have expired.
+        """The ids among `gone` (listed before, by nobody whose answer counts now) shown to have expired.
 
         Absence counts only where the id's *current* coordinator says so: the leader of its `__transaction_state`
-        partition (`leaders`, Metadata after the listing) answered this poll's listing, and answers
-        TRANSACTIONAL_ID_NOT_FOUND when asked for the id (DescribeTransactions). While the partition moves or
-        loads (its old coordinator no longer lists the id, the new one answers COORDINATOR_LOAD_IN_PROGRESS or
-        NOT_COORDINATOR), or has no leader, or Metadata fails, the id is withheld: its last record stands and it
-        is asked about again next poll.
+        partition, at one leader epoch in the Metadata before the listing and after the poll's answers, answered
+        this poll's listing (`check`, `detectors.listing`), and answers TRANSACTIONAL_ID_NOT_FOUND when asked for
+        the id (DescribeTransactions). While the partition moves or loads (its old coordinator no longer lists the
+        id, or lists it from its old cache; the new one answers COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR),
+        or has no leader, or Metadata fails, the id is withheld: its last record stands and it is asked about
+        again next poll.
         """
         if not gone:
             return set()
-        if isinstance(leaders, Incomplete):
-            self._withhold(gone, leaders.detail)
+        if isinstance(check, Incomplete):
+            self._withhold(gone, check.detail)
             return set()
         ask: dict[int, list[str]] = {}
         for tid in gone:
-            p = coordinator_partition(tid, len(leaders))
-            leader = leaders.get(p, -1)
-            if leader < 0:
-                self._withhold([tid], f"{TRANSACTION_LOG_TOPIC} partition {p} has no leader")
-            elif leader not in listing.answered:
-                why = listing.failed.get(leader, "not asked")
+            p = check.partition_of(tid)
+            gap = check.gap_of(p)
+            if gap is None:
+                ask.setdefault(check.counted[p], []).append(tid)
+            elif gap.kind == "not-answered":
+                why = listing.failed.get(gap.broker, "not asked")
                 self._withhold(
                     [tid],
-                    f"broker {leader}, leader of {TRANSACTION_LOG_TOPIC} partition {p}, did not list ({why})",
+                    f"broker {gap.broker}, leader of {TRANSACTION_LOG_TOPIC} partition {p}, did not list ({why})",
                 )
             else:
-                ask.setdefault(leader, []).append(tid)
+                self._withhold([tid], gap.detail)
         expired: set[str] = set()
         for d in self._wire.describe_transactions(ask) if ask else []:
             if d.error == "TRANSACTIONAL_ID_NOT_FOUND":
@@ -438,7 +441,7 @@ class CoordinatorPoller:
         now = self._clock_ms()
         for broker, error in listing.failed.items():
             self._note(explain("ListTransactions", error, f"broker {broker}"))
-        current = {t.transactional_id: t for t in listing.listings}
+        current = self._from_leaders(listing.listings, before)
         wanted = {
             tid
             for tid, t in current.items()
@@ -461,14 +464,47 @@ class CoordinatorPoller:
 
         changed, failed = self._describe(wanted, current, now)
         after = self._log_leaders()
+        check = self._check(before, after, listing)
         gone = [tid for tid in self._listed if tid not in current]
-        for tid in sorted(self._expired(gone, listing, after)):
+        for tid in sorted(self._expired(gone, listing, check)):
             del self._listed[tid]
             self._unrefreshed.discard(tid)
             if self._records.pop(tid, None) is not None:
                 changed.append(tombstone(tid, seen_at_ms=now))
         self._listed.update(current)
-        return changed, self._incomplete(before, after, unserved, listing, long_running, failed)
+        return changed, self._incomplete(before, after, check, unserved, listing, long_running, failed)
+
+    @staticmethod
+    def _from_leaders(
+        listings: Sequence[TransactionListing], before: dict[int, LogLeader] | Incomplete
+    ) -> dict[str, TransactionListing]:
+        """The listing by transactional id. An id two brokers list is taken as the leader of its
+        `__transaction_state` partition (Metadata before the listing) listed it, and described there: the other
+        answers from a cache it has not unloaded yet (`detectors.listing`)."""
+        if isinstance(before, Incomplete):
+            return {t.transactional_id: t for t in listings}
+        partitions = len(before)
+
+        def by_leader(t: TransactionListing) -> bool:
+            p = coordinator_partition(t.transactional_id, partitions)
+            return before.get(p, LogLeader(-1)).broker == t.coordinator
+
+        return {
+            t.transactional_id: t for t in sorted(listings, key=by_leader)
+        }  # a leader's row last: it wins
+
+    @staticmethod
+    def _check(
+        before: dict[int, LogLeader] | Incomplete,
+        after: dict[int, LogLeader] | Incomplete,
+        listing: ListingResult,
+    ) -> ListingCheck | Incomplete:
+        """Which partitions' answers count (`detectors.listing.check_listing`), or why none can."""
+        if isinstance(before, Incomplete):
+            return before
+        if isinstance(after, Incomplete):
+            return after
+        return check_listing(before, after, listing.answered)
 
     def _long_running(self, listing: ListingResult) -> ListingResult:
         """The active transactions running longer than the DurationFilter, asked per broker (every broker the
@@ -549,8 +585,9 @@ class CoordinatorPoller:
 
     def _incomplete(
         self,
-        before: dict[int, int] | Incomplete,
-        after: dict[int, int] | Incomplete,
+        before: dict[int, LogLeader] | Incomplete,
+        after: dict[int, LogLeader] | Incomplete,
+        check: ListingCheck | Incomplete,
         unserved: Incomplete | None,
         listing: ListingResult,
         long_running: ListingResult | None,
@@ -561,14 +598,19 @@ class CoordinatorPoller:
             return before
         if isinstance(after, Incomplete):
             return after
+        if isinstance(check, Incomplete):
+            return check
         return first_gap(
-            leaderless_or_moved(before, after),
+            moved_or_leaderless(check),
             unserved,
-            unanswered_listing(after, listing, "listing-failed", "ListTransactions"),
+            unanswered_listing(check, listing, "listing-failed", "ListTransactions"),
             None
             if long_running is None
             else unanswered_listing(
-                after, long_running, "duration-listing-failed", "ListTransactions with a DurationFilter"
+                check_listing(before, after, long_running.answered),
+                long_running,
+                "duration-listing-failed",
+                "ListTransactions with a DurationFilter",
             ),
             undescribed(describe_errors),
         )

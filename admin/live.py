@@ -33,6 +33,7 @@ from admin.seams import (
 )
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
+from detectors.listing import ListingCheck, LogLeader, check_listing
 from detectors.models import AbortCandidate, CoordinatorRecord, LeaderProducer, LiveCoordinator, LiveEvidence
 
 # DescribeProducers answers that mean the leader moved: metadata is read again, up to this many times in all.
@@ -57,7 +58,7 @@ class CoordinatorView:
     error: str | None = None
 
 
-def log_leaders_or_none(wire: ClusterWire) -> dict[int, int] | None:
+def log_leaders_or_none(wire: ClusterWire) -> dict[int, LogLeader] | None:
     # Read before the listing; None (a failure) is a reason `listing_incomplete` gives.
     try:
         return transaction_log_leaders(wire)
@@ -189,13 +190,29 @@ class CoordinatorAnswers:
         )
 
 
-def ask_coordinators(wire: CoordinatorWire, producer_ids: Sequence[int]) -> CoordinatorAnswers:
-    """The transactional id that currently owns each producer id, and its DescribeTransactions answer."""
+def ask_coordinators(
+    wire: CoordinatorWire, producer_ids: Sequence[int], before: Mapping[int, LogLeader] | None = None
+) -> CoordinatorAnswers:
+    """The transactional id that currently owns each producer id, and its DescribeTransactions answer (asked of
+    the broker that listed it). With `before` (the `__transaction_state` leaders read before the listing), a row
+    listed by the leader of its id's partition is preferred to one another broker listed (a broker that lost the
+    partition answers from its old cache until it unloads it); whether it counts is `owner_uncounted`'s."""
     if not producer_ids:
         return CoordinatorAnswers({}, {}, {})
     wanted = set(producer_ids)
     listing = wire.list_transactions(producer_ids=producer_ids)
-    owners = {t.producer_id: t for t in listing.listings if t.producer_id in wanted}
+
+    def by_leader(t: TransactionListing) -> bool:
+        if not before:
+            return False
+        return before.get(coordinator_partition(t.transactional_id, len(before)), LogLeader(-1)).broker == (
+            t.coordinator
+        )
+
+    owners: dict[int, TransactionListing] = {}
+    for t in sorted(listing.listings, key=by_leader):  # a leader's row last: it wins
+        if t.producer_id in wanted:
+            owners[t.producer_id] = t
     by_coordinator: dict[int, list[str]] = {}
     for t in owners.values():
         by_coordinator.setdefault(t.coordinator, []).append(t.transactional_id)
@@ -230,14 +247,19 @@ def describe_by_id(wire: LiveWire, transactional_ids: Sequence[str]) -> dict[str
 LISTING_INCOMPLETE = "coordinator-listing-incomplete"
 
 
-def transaction_log_leaders(wire: ClusterWire) -> dict[int, int]:
-    """Each `__transaction_state` partition's leader (-1: none); empty when the topic is not visible.
+def transaction_log_leaders(wire: ClusterWire) -> dict[int, LogLeader]:
+    """Each `__transaction_state` partition's leader (-1: none) and its leader epoch (None: Metadata did not
+    say); empty when the topic is not visible.
 
     Raises:
         kafka.errors.KafkaError: no broker answered Metadata.
     """
     view = wire.metadata([TRANSACTION_LOG_TOPIC])
-    return {p: b for (t, p), b in view.leaders.items() if t == TRANSACTION_LOG_TOPIC}
+    return {
+        p: LogLeader(b, view.leader_epochs.get((t, p)))
+        for (t, p), b in view.leaders.items()
+        if t == TRANSACTION_LOG_TOPIC
+    }
 
 
 def probe_ids(partitions: int) -> dict[int, str]:
@@ -252,26 +274,12 @@ def probe_ids(partitions: int) -> dict[int, str]:
     return out
 
 
-def listing_incomplete(
-    wire: LiveWire, before: Mapping[int, int] | None, answered: Collection[int]
-) -> str | None:
-    """Why a ListTransactions answer may have left owners out, or None when it cannot have.
-
-    A coordinator lists only the transactional ids of the `__transaction_state` partitions it leads and has
-    loaded (`TransactionStateManager.listTransactionStates`); a partition without a leader is listed by nobody,
-    silently. So "no owner listed" is evidence only when, for every `__transaction_state` partition:
-    - it had the same leader before the listing (`before`) and after it (read here), and that leader answered
-      the listing without an error (`answered`): a loading coordinator answers COORDINATOR_LOAD_IN_PROGRESS;
-    - its leader serves it now: DescribeTransactions for an id nobody uses, on that leader, answers
-      TRANSACTIONAL_ID_NOT_FOUND (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS: moving or loading). The same
-      answer shows that the principal may Describe every id: ListTransactions silently leaves out the ids it
-      may not (TRANSACTIONAL_ID_AUTHORIZATION_FAILED names the ACL to grant).
-    A leader that lost and regained a partition between the two Metadata reads is not seen (Metadata here
-    carries no leader epoch); it would have to reload the partition within that second.
-
-    Returns:
-        None, or a reason starting with `coordinator-listing-incomplete: `.
-    """
+def listing_check(
+    wire: ClusterWire, before: Mapping[int, LogLeader] | None, answered: Collection[int]
+) -> ListingCheck | str:
+    """Which `__transaction_state` partitions a ListTransactions answer showed (`detectors.listing`): Metadata
+    is read again here, after the answers; or why none can be shown (a reason starting with
+    `coordinator-listing-incomplete: `)."""
     if before is None:
         return f"{LISTING_INCOMPLETE}: Metadata for {TRANSACTION_LOG_TOPIC} failed before the listing"
     if not before:
@@ -283,24 +291,38 @@ def listing_incomplete(
         after = transaction_log_leaders(wire)
     except Errors.KafkaError as exc:
         return f"{LISTING_INCOMPLETE}: Metadata for {TRANSACTION_LOG_TOPIC}: {exc}"
-    for p in sorted(set(before) | set(after)):
-        first, now = before.get(p, -1), after.get(p, -1)
-        if first < 0 or now < 0:
-            return f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} partition {p} has no leader"
-        if first != now:
-            return (
-                f"{LISTING_INCOMPLETE}: {TRANSACTION_LOG_TOPIC} partition {p} moved from broker {first} to "
-                f"broker {now} during the listing"
-            )
-        if now not in answered:
-            return (
-                f"{LISTING_INCOMPLETE}: broker {now}, the leader of {TRANSACTION_LOG_TOPIC} partition {p}, did "
-                "not answer ListTransactions"
-            )
-    probes = probe_ids(len(after))
+    return check_listing(before, after, answered)
+
+
+def listing_incomplete(
+    wire: LiveWire, before: Mapping[int, LogLeader] | None, answered: Collection[int]
+) -> str | None:
+    """Why a ListTransactions answer may have left owners out, or None when it cannot have.
+
+    A coordinator lists the transactional ids of the `__transaction_state` partitions it has loaded, from its
+    cache, whether it still leads them or not (`TransactionStateManager.listTransactionStates`; a broker that lost
+    a partition keeps it until it unloads it); a partition without a leader is listed by nobody, silently. So
+    "no owner listed" is evidence only when, for every `__transaction_state` partition:
+    - it had the same leader, at the same leader epoch, before the listing (`before`) and after it (read here),
+      and that leader answered the listing without an error (`answered`): a loading coordinator answers
+      COORDINATOR_LOAD_IN_PROGRESS (`detectors.listing.check_listing`);
+    - its leader serves it now: DescribeTransactions for an id nobody uses, on that leader, answers
+      TRANSACTIONAL_ID_NOT_FOUND (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS: moving or loading). The same
+      answer shows that the principal may Describe every id: ListTransactions silently leaves out the ids it
+      may not (TRANSACTIONAL_ID_AUTHORIZATION_FAILED names the ACL to grant).
+
+    Returns:
+        None, or a reason starting with `coordinator-listing-incomplete: `.
+    """
+    check = listing_check(wire, before, answered)
+    if isinstance(check, str):
+        return check
+    if check.gaps:
+        return f"{LISTING_INCOMPLETE}: {check.gaps[0].detail}"
+    probes = probe_ids(check.partitions)
     by_leader: dict[int, list[str]] = {}
     for p, tid in sorted(probes.items()):
-        by_leader.setdefault(after[p], []).append(tid)
+        by_leader.setdefault(check.counted[p], []).append(tid)
     try:
         answers = {d.transactional_id: d for d in wire.describe_transactions(by_leader)}
     except Errors.KafkaError as exc:
@@ -316,10 +338,43 @@ def listing_incomplete(
                 "the ACL Describe on TransactionalId '*' to txnwatch's principal"
             )
         return (
-            f"{LISTING_INCOMPLETE}: broker {after[p]} does not serve {TRANSACTION_LOG_TOPIC} partition {p} "
-            f"({explain('DescribeTransactions', error)}): moving or loading"
+            f"{LISTING_INCOMPLETE}: broker {check.counted[p]} does not serve {TRANSACTION_LOG_TOPIC} partition "
+            f"{p} ({explain('DescribeTransactions', error)}): moving or loading"
         )
     return None
+
+
+def owner_uncounted(
+    wire: ClusterWire,
+    before: Mapping[int, LogLeader] | None,
+    answered: Collection[int],
+    owner: TransactionListing,
+) -> str | None:
+    """Why the listing (and description) of `owner` does not count, or None when it does: it must come from the
+    leader of the id's `__transaction_state` partition, at one leader epoch before the listing and after the
+    answers (`detectors.listing`). A broker that lost the partition lists and describes the id from its old
+    cache until it unloads it.
+
+    Returns:
+        None, or a reason starting with `coordinator-listing-incomplete: `.
+    """
+    check = listing_check(wire, before, answered)
+    if isinstance(check, str):
+        return check
+    tid = owner.transactional_id
+    if check.counts(tid, owner.coordinator):
+        return None
+    p = check.partition_of(tid)
+    gap = check.gap_of(p)
+    why = (
+        gap.detail
+        if gap is not None and gap.kind != "not-answered"
+        else f"broker {check.counted.get(p, gap.broker if gap else -1)} leads {TRANSACTION_LOG_TOPIC} partition {p}"
+    )
+    return (
+        f"{LISTING_INCOMPLETE}: transactional id {tid} was listed by broker {owner.coordinator}, whose answer "
+        f"does not count for {TRANSACTION_LOG_TOPIC} partition {p}: {why}"
+    )
 
 
 # -------------------------------------------------------------------------------- a candidate, now
@@ -403,16 +458,18 @@ def _ask_coordinator(wire: LiveWire, candidate: AbortCandidate) -> tuple[LiveCoo
     """The transactional id that owns the candidate's producer id now, or None when no id owns it; or why the
     coordinator side cannot be shown (the second element).
 
-    "No owner listed" is evidence only when the listing was complete: every `__transaction_state` partition has
-    a leader that served it loaded and answered, and the principal may Describe every id
+    An owner counts only as listed (and described) by the leader of its `__transaction_state` partition, at one
+    leader epoch before the listing and after it (`owner_uncounted`). "No owner listed" is evidence only when the
+    listing was complete: every `__transaction_state` partition has a leader, at one leader epoch across the
+    listing, that served it loaded and answered, and the principal may Describe every id
     (`listing_incomplete`, whose `coordinator-listing-incomplete: ...` reason refuses the abort
     otherwise). The id the candidate's evidence names (the
     producer id's last known owner) is described too, so its current state is read even if it was not listed.
     """
     pid = candidate.spec.producer_id
     try:
-        before = transaction_log_leaders(wire)  # `listing_incomplete` compares them with those after
-        answers = ask_coordinators(wire, [pid])
+        before = transaction_log_leaders(wire)  # `listing_check` compares them with those after
+        answers = ask_coordinators(wire, [pid], before)
     except Errors.KafkaError as exc:
         return None, explain("ListTransactions", error_name(exc))
     owner = answers.owners.get(pid)
@@ -422,6 +479,9 @@ def _ask_coordinator(wire: LiveWire, candidate: AbortCandidate) -> tuple[LiveCoo
         )
         return None, failed
     if owner is not None:
+        uncounted = owner_uncounted(wire, before, answers.listing_answered, owner)
+        if uncounted is not None:
+            return None, f"cannot show which transactional id owns producer {pid}: {uncounted}"
         d = answers.described.get(owner.transactional_id)
         if d is None or d.error is not None:
             error = d.error if d is not None and d.error is not None else "NOT_DESCRIBED"

@@ -83,6 +83,10 @@ class FakeCluster:
     # The leaders' epochs (none: Metadata without epochs); `epoch_views` are scripted answers, then `epochs`.
     epochs: dict[TP, int] = field(default_factory=dict)
     epoch_views: list[dict[TP, int]] = field(default_factory=list)
+    # The leader epoch Metadata gives a `__transaction_state` partition `epochs` does not script, when asked for
+    # that topic by name (as the coordinator fallback and the verified abort do: a Kafka 3.0+ broker always says
+    # it); None: no epoch (Metadata before v7).
+    log_epoch: int | None = 0
     # (partition, broker) → the open transactions in the log of a replica that does not lead the partition: it
     # answers DescribeProducers with them, error NONE (`Partition.activeProducerState`), however stale.
     replica_states: dict[tuple[TP, int], list[ActiveProducer]] = field(default_factory=dict)
@@ -115,6 +119,11 @@ class FakeCluster:
         epochs = self.epoch_views.pop(0) if self.epoch_views else self.epochs
         if topics is not None:
             leaders = {tp: b for tp, b in leaders.items() if tp[0] in topics}
+            if "__transaction_state" in topics and self.log_epoch is not None:
+                epochs = {
+                    **{tp: self.log_epoch for tp in leaders if tp[0] == "__transaction_state"},
+                    **epochs,
+                }
         return ClusterView(dict(self.brokers), dict(leaders), self.internal, dict(epochs))
 
     def describe_producers(self, batches: Mapping[int, Sequence[Sequence[TP]]]) -> list[DescribeBatch]:
@@ -249,6 +258,8 @@ class FakeCoordinators:
     # partition (the coordinator fallback asks Metadata for them before it tombstones an id).
     coordinator_brokers: frozenset[int] = frozenset({1, 2, 3})
     log_leaders: dict[int, int] = field(default_factory=lambda: {0: 1})
+    # Their leader epochs (a partition not scripted here: 0, as a Kafka 3.0+ broker always says one).
+    log_leader_epochs: dict[int, int] = field(default_factory=dict)
 
     def broker_apis(self, brokers: Sequence[int]) -> dict[int, Mapping[int, tuple[int, int]]]:
         # ListTransactions (key 66): v1 (DurationFilter) from Kafka 3.8; `before_3_8` brokers offer v0 only.
@@ -260,7 +271,8 @@ class FakeCoordinators:
 
     def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
         leaders = {("__transaction_state", p): b for p, b in self.log_leaders.items()}
-        return ClusterView({}, leaders, frozenset({"__transaction_state"}))
+        epochs = {("__transaction_state", p): self.log_leader_epochs.get(p, 0) for p in self.log_leaders}
+        return ClusterView({}, leaders, frozenset({"__transaction_state"}), epochs)
 
     def list_transactions(
         self,

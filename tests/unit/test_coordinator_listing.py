@@ -26,6 +26,7 @@ from admin.seams import ClusterView, ListingResult, TransactionDescription
 from common.settings import CollectorSettings
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE, SNAPSHOT_TYPE, TYPE_HEADER
 from detectors.currency import ViewCurrency, coordinator_partition
+from detectors.listing import LogLeader
 from detectors.models import (
     CoordinatorLogPosition,
     CoordinatorRecord,
@@ -133,9 +134,14 @@ def both(log_leaders: dict[int, int]) -> Both:
     return Both(leaders={(LOG, p): b for p, b in log_leaders.items()})
 
 
+def at_epoch_0(leaders: dict[int, int] | None) -> dict[int, LogLeader] | None:
+    """Metadata's `__transaction_state` leaders, each at leader epoch 0 (the fakes' default epoch)."""
+    return None if leaders is None else {p: LogLeader(b, 0) for p, b in leaders.items()}
+
+
 def test_a_complete_listing_has_no_gap() -> None:
     fake = both({0: 1, 1: 2, 2: 3})
-    assert listing_incomplete(fake, {0: 1, 1: 2, 2: 3}, {1, 2, 3}) is None
+    assert listing_incomplete(fake, at_epoch_0({0: 1, 1: 2, 2: 3}), {1, 2, 3}) is None
 
 
 @pytest.mark.parametrize(
@@ -167,7 +173,7 @@ def test_an_incomplete_listing_is_named(
 ) -> None:
     fake = both(after)
     fake.broker_errors = errors
-    gap = listing_incomplete(fake, before, answered)
+    gap = listing_incomplete(fake, at_epoch_0(before), answered)
     assert gap is not None and gap.startswith("coordinator-listing-incomplete: ")
     assert reason in gap
 
