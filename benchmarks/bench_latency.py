@@ -15,7 +15,12 @@ orphans, each run on topics of its own (so each orphan is the oldest open transa
 hanging transaction on a real cluster is; `--stack` puts every run of a kind on the same partitions instead):
 
 - after-commit (`hanging`), after-abort via a late produce (`hanging-after-abort`), on `__consumer_offsets`
-  (`hanging-offsets`), several partitions of one producer (`hanging-multi`, 3 orphans per run).
+  (`hanging-offsets`), several partitions of one producer (`hanging-multi`, 3 orphans per run);
+
+each kind twice over (`--owners`): with an owner that restarts and closes at once, and with one that lives on (the
+same producer commits a one-record transaction on another topic every `--busy-ms` for `--busy-for-s`, in a
+process of its own, then restarts: a Kafka Streams thread or an application after a late write). A busy owner's
+orphan counts as found while it still committed when its candidate came within the busy period.
 
 Latency of one orphan = CreateTime of its first OPENED record on `<prefix>.abort-candidates` (the job's driver
 writes it) − the orphan batch's timestamp (the producer's clock, which is this machine's). Where it went
@@ -40,6 +45,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from benchmarks.harness import (
     ORPHAN_KINDS,
+    OWNERS,
+    BusyOwners,
     Steady,
     job_cpu_s,
     loadavg,
@@ -75,11 +82,16 @@ def run(args: argparse.Namespace) -> Json:
             "trigger": args.trigger,
             "grace_ms": args.grace_ms,
             "clock_skew_ms": args.clock_skew_ms,
+            "owners": args.owners,
+            "busy_ms": args.busy_ms,
+            "busy_for_s": args.busy_for_s,
         },
         "loadavg_start": loadavg(),
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
     kinds = args.kinds
+    # Every kind with each way its owner ends: the orphans of a (kind, owner) pair are counted apart.
+    pairs = [(k, o) for k in kinds for o in args.owners]
     detection = {"grace_ms": args.grace_ms, "clock_skew_ms": args.clock_skew_ms}
     with pipeline(
         workdir,
@@ -96,37 +108,46 @@ def run(args: argparse.Namespace) -> Json:
             # the partition's last stable offset, as a hanging transaction does on a real cluster. Orphans piled
             # behind an older open one on one partition are a case of their own (--stack).
             for run_index in range(1 if args.stack else args.per_kind):
-                prefix = run_prefix(run_index)
-                ensure_topics(admin, [f"{prefix}hanging", f"{prefix}hanging-after-abort"], 3)
-                ensure_topics(admin, [f"{prefix}hanging-multi"], 4)
-                ensure_topics(admin, [f"{prefix}hanging-offsets"], 1)
+                for owner in args.owners:
+                    prefix = run_prefix(run_index, owner)
+                    ensure_topics(admin, [f"{prefix}hanging", f"{prefix}hanging-after-abort"], 3)
+                    ensure_topics(admin, [f"{prefix}hanging-multi"], 4)
+                    ensure_topics(admin, [f"{prefix}hanging-offsets"], 1)
+                    if owner == "busy":
+                        ensure_topics(admin, [f"{prefix}owner-busy"], 1)
         finally:
             admin.close()
         steady = Steady(p.bootstrap, "lat-steady-", rate=5.0)
         steady.start()
         wait_until(lambda: p.first_batches_done(1 + args.warm_batches), 300, "warm-up batches")
-        log(f"warm (load {loadavg()}); making orphans: {args.per_kind} per kind of {kinds}")
+        log(
+            f"warm (load {loadavg()}); making orphans: {args.per_kind} per kind of {kinds}, owners {args.owners}"
+        )
         loads = [loadavg()]
         cpu_from, wall_from = job_cpu_s(), time.monotonic()
         truths: list[Json] = []
-        counts = dict.fromkeys(kinds, 0)
+        counts = dict.fromkeys(pairs, 0)
         made_runs = 0
-        runs = dict.fromkeys(kinds, 0)
-        for kind in itertools.cycle(kinds):
+        runs = dict.fromkeys(pairs, 0)
+        busy = BusyOwners(p.bootstrap, args.busy_ms, args.busy_for_s, workdir)
+        for pair in itertools.cycle(pairs):
             if all(n >= args.per_kind for n in counts.values()):
                 break
-            if counts[kind] >= args.per_kind:
+            if counts[pair] >= args.per_kind:
                 continue
+            kind, owner = pair
             began = time.monotonic()
-            orphans = make_orphans(p.bootstrap, kind, run_prefix(0 if args.stack else runs[kind]))
-            runs[kind] += 1
+            prefix = run_prefix(0 if args.stack else runs[pair], owner)
+            orphans = busy.make(kind, prefix) if owner == "busy" else make_orphans(p.bootstrap, kind, prefix)
+            runs[pair] += 1
             made_runs += 1
             truths.extend(orphans)
-            counts[kind] += len(orphans)
+            counts[pair] += len(orphans)
             if made_runs % 10 == 0:
                 loads.append(loadavg())
                 log(
-                    f"{made_runs} runs, {len(truths)} orphans, {len(p.watcher.opened())} opened (load {loads[-1]})"
+                    f"{made_runs} runs, {len(truths)} orphans, {len(p.watcher.opened())} opened, "
+                    f"{busy.running()} owners busy (load {loads[-1]})"
                 )
             time.sleep(max(0.0, args.spacing_s - (time.monotonic() - began)))
         last_made = time.monotonic()
@@ -142,6 +163,9 @@ def run(args: argparse.Namespace) -> Json:
         except TimeoutError as exc:
             log(str(exc))
         result["tail_s"] = round(time.monotonic() - last_made, 1)
+        # Found while its owner still committed: a busy owner's orphan found after the owner ended would be the
+        # restart's proof, not the busy owner's.
+        result["busy_owner_exits"] = busy.close(args.busy_for_s + 60)
         # CPU per second of the orphan phase: the job's JVM and Python workers, and this process (the driver's
         # Python, and the workloads' producers); not the broker's or the collector's.
         result["job_cpu_s_per_s"] = round((job_cpu_s() - cpu_from) / (time.monotonic() - wall_from), 2)
@@ -161,6 +185,11 @@ def run(args: argparse.Namespace) -> Json:
         rows.append(
             {
                 "kind": t["orphan_kind"],
+                "owner": t["owner"],
+                # a busy owner's orphan: found while the owner still committed (its busy period after the orphan)
+                "while_busy": None
+                if s is None or t["owner"] != "busy"
+                else s.record_ts_ms - written < args.busy_for_s * 1000,
                 "topic": t["topic"],
                 "partition": t["partition"],
                 "written_ms": written,
@@ -182,12 +211,25 @@ def run(args: argparse.Namespace) -> Json:
         )
     false_positives = [k for k in opened if k not in wanted]
     per_kind = {
-        k: summary([r["latency_s"] for r in rows if r["kind"] == k and r["latency_s"] is not None])
+        pair_name(k, o): summary(
+            [r["latency_s"] for r in rows if (r["kind"], r["owner"]) == (k, o) and r["latency_s"] is not None]
+        )
         | {
-            "orphans": sum(r["kind"] == k for r in rows),
-            "missed": sum(r["kind"] == k and r["latency_s"] is None for r in rows),
+            "orphans": sum((r["kind"], r["owner"]) == (k, o) for r in rows),
+            "missed": sum((r["kind"], r["owner"]) == (k, o) and r["latency_s"] is None for r in rows),
         }
-        for k in kinds
+        for k, o in pairs
+    }
+    per_owner = {
+        o: summary([r["latency_s"] for r in rows if r["owner"] == o and r["latency_s"] is not None])
+        | {
+            "orphans": sum(r["owner"] == o for r in rows),
+            "missed": sum(r["owner"] == o and r["latency_s"] is None for r in rows),
+            "found_while_busy": sum(bool(r["while_busy"]) for r in rows if r["owner"] == o)
+            if o == "busy"
+            else None,
+        }
+        for o in args.owners
     }
     result.update(
         orphans=len(rows),
@@ -195,6 +237,7 @@ def run(args: argparse.Namespace) -> Json:
         false_positives=len(false_positives),
         all=summary([r["latency_s"] for r in rows if r["latency_s"] is not None]),
         per_kind=per_kind,
+        per_owner=per_owner,
         reasons=sorted({r["reason"] for r in rows if r["reason"]}),
         reconcile_batch_s=summary(durations),
         breakdown={
@@ -208,8 +251,12 @@ def run(args: argparse.Namespace) -> Json:
     return result
 
 
-def run_prefix(run_index: int) -> str:
-    return f"lat-{run_index}-"
+def run_prefix(run_index: int, owner: str = "restart") -> str:
+    return f"lat-{run_index}-" if owner == "restart" else f"lat-{run_index}-{owner}-"
+
+
+def pair_name(kind: str, owner: str) -> str:
+    return f"{kind}, owner {'restarts' if owner == 'restart' else 'lives on'}"
 
 
 @dataclass(frozen=True)
@@ -263,6 +310,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--per-kind", type=int, default=20, help="orphans wanted per kind (default %(default)s)"
     )
     parser.add_argument("--kinds", nargs="+", default=list(ORPHAN_KINDS), choices=list(ORPHAN_KINDS))
+    parser.add_argument(
+        "--owners",
+        nargs="+",
+        default=list(OWNERS),
+        choices=list(OWNERS),
+        help="how each orphan's owner ends: restart (at once) and busy (lives on: commits elsewhere every "
+        "--busy-ms for --busy-for-s, then restarts); each kind is made with each (default: both)",
+    )
+    parser.add_argument(
+        "--busy-ms", type=int, default=200, help="a busy owner's commit interval in ms (default %(default)s)"
+    )
+    parser.add_argument(
+        "--busy-for-s",
+        type=float,
+        default=45.0,
+        help="how long a busy owner commits after its orphan (default %(default)s)",
+    )
     parser.add_argument("--spacing-s", type=float, default=3.0, help="seconds between orphan runs")
     parser.add_argument(
         "--interval",

@@ -9,6 +9,7 @@ part of it (the orphan makers and the figures) against the session's broker.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -112,14 +113,71 @@ def summary(values: list[float]) -> Json:
     }
 
 
+# How the orphan's owner ends (dev/workload.py): it restarts and closes at once, or it lives on first (commits a
+# one-record transaction elsewhere every few hundred ms, as a Kafka Streams thread or an application after a late
+# write does), then restarts and closes.
+OWNERS = ("restart", "busy")
+
+
 def make_orphans(bootstrap: str, kind: str, prefix: str) -> list[Json]:
-    """Run one dev/workload.py orphan scenario in-process; returns its ground truth (dicts), orphans first."""
+    """Run one dev/workload.py orphan scenario in-process (its owner restarts at once); returns the orphans'
+    ground truth (dicts)."""
     scenario, _ = ORPHAN_KINDS[kind]
     args = workload.parser().parse_args(
         ["--bootstrap-server", bootstrap, "--scenario", scenario, "--topic-prefix", prefix, "--json"]
     )
     truth = workload.run(args, lambda _t: None)
-    return [t.__dict__ | {"orphan_kind": kind} for t in truth if t.kind == "hanging"]
+    return [t.__dict__ | {"orphan_kind": kind, "owner": "restart"} for t in truth if t.kind == "hanging"]
+
+
+class BusyOwners:
+    """Orphan scenarios whose owner lives on, each `python -m dev.workload --owner-busy-ms` in a process of its own
+    (the owners' commits do not share the driver's interpreter): `make` returns once the orphan is made (the
+    workload prints its truth first), while the owner goes on committing for `busy_for_s`; `close` waits for
+    them to end (restarted and closed) and stops what is left."""
+
+    def __init__(self, bootstrap: str, busy_ms: int, busy_for_s: float, log_dir: Path) -> None:
+        self.bootstrap, self.busy_ms, self.busy_for_s, self.log_dir = bootstrap, busy_ms, busy_for_s, log_dir
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def make(self, kind: str, prefix: str) -> list[Json]:
+        scenario, _ = ORPHAN_KINDS[kind]
+        log_file = (self.log_dir / f"busy-owner-{len(self.procs)}.log").open("w")
+        command = [sys.executable, "-m", "dev.workload", "--bootstrap-server", self.bootstrap, "--json"]
+        command += ["--scenario", scenario, "--topic-prefix", prefix, "--owner-busy-ms", str(self.busy_ms)]
+        command += ["--owner-busy-for-s", str(self.busy_for_s)]
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            text=True,
+        )
+        log_file.close()
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait(30)
+            raise RuntimeError(
+                f"dev.workload {scenario} with a busy owner printed no truth (exit {proc.returncode})"
+            )
+        truth = json.loads(line)["transactions"]
+        return [t | {"orphan_kind": kind, "owner": "busy"} for t in truth if t["kind"] == "hanging"]
+
+    def running(self) -> int:
+        return sum(p.poll() is None for p in self.procs)
+
+    def close(self, timeout_s: float) -> list[int | None]:
+        """Wait for every owner to end (at most `timeout_s` in all), stop the rest; their exit codes."""
+        deadline = time.monotonic() + timeout_s
+        for p in self.procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+        return [p.returncode for p in self.procs]
 
 
 def scenario_args(bootstrap: str, scenario: str, prefix: str, *extra: str) -> argparse.Namespace:

@@ -90,13 +90,13 @@ BENCHES: tuple[Bench, ...] = (
     Bench(
         "latency_strict",
         "bench_latency",
-        ("--per-kind", "10", "--grace-ms", "10000", "--clock-skew-ms", "5000"),
+        ("--per-kind", "10", "--grace-ms", "10000", "--clock-skew-ms", "5000", "--owners", "restart"),
         None,
     ),
     Bench(
         "latency_fast",
         "bench_latency",
-        ("--per-kind", "20", "--trigger", "1 second"),
+        ("--per-kind", "20", "--trigger", "1 second", "--owners", "restart"),
         None,
     ),
     Bench("peers", "bench_peers", (), None),
@@ -202,6 +202,20 @@ def render_latency(r: Json) -> str:
             f"| {kind} | {k.get('orphans')} | {k.get('orphans', 0) - k.get('missed', 0)} | {k.get('p50')} s | "
             f"{k.get('p95')} s | {k.get('max')} s |"
         )
+    owners = r.get("per_owner") or {}
+    if owners:
+        lines += [
+            "",
+            "| the orphan's owner | orphans | found | found while it still committed | p50 | p95 | max |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for owner, o in owners.items():
+            ends = "lives on (commits elsewhere, then restarts)" if owner == "busy" else "restarts at once"
+            busy = o.get("found_while_busy")
+            lines.append(
+                f"| {ends} | {o.get('orphans')} | {o.get('orphans', 0) - o.get('missed', 0)} | "
+                f"{'—' if busy is None else busy} | {o.get('p50')} s | {o.get('p95')} s | {o.get('max')} s |"
+            )
     parts = r.get("breakdown") or {}
     if parts:
         lines += [

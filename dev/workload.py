@@ -16,8 +16,9 @@ leader's epoch and the leader would fence the marker: `ProducerAppendInfo.checkP
 proposals abort` needs no `--allow-live-owner`. The truth reports that epoch (`owner_epoch`). `--owner-stays-live`
 skips the restart: the kafka-python producer exits, but its coordinator record stays at the orphan's epoch (not
 Dead), which `proposals abort` refuses by name (`live-owner-same-epoch`); for tests of that refusal.
-`--owner-busy-ms N` (`hanging`) makes the owner live on first, as in the field: the same producer commits a
-one-record transaction on another topic every N ms for `--owner-busy-for-s`, then ends as above.
+`--owner-busy-ms N` (every `hanging*` scenario) makes the owner live on first, as in the field: the same
+producer commits a one-record transaction on another topic every N ms for `--owner-busy-for-s`, then ends as
+above.
 
 `--owner-client java` (`hanging`) makes the owner a Kafka 4.x Java producer (`dev/jvm/owner/BusyOwner.java`,
 compiled on first use against the client jars `make jars` put in .cache/jars/kafka) instead of kafka-python, which
@@ -198,6 +199,22 @@ def owner_lives_on(
         commits += 1
         time.sleep(args.owner_busy_ms / 1000)
     _log(f"the owner committed {commits} transactions on {busy_topic} after its orphan, then stops")
+
+
+def owner_carries_on(
+    admin: KafkaAdminClient,
+    producer: KafkaProducer,
+    args: argparse.Namespace,
+    truth: list[TruthRecord],
+    emit: Callable[[list[TruthRecord]], None] | None,
+) -> None:
+    """Once the orphan is made: with `--owner-busy-ms`, the owner lives on first (`owner_lives_on`); then its
+    producer closes."""
+    try:
+        if args.owner_busy_ms:
+            owner_lives_on(admin, producer, args, truth, emit)
+    finally:
+        producer.close(timeout=10)
 
 
 def owner_ends(
@@ -647,15 +664,16 @@ def hanging(
         TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
         TruthRecord("hanging", orphan_topic, orphan_partition, pid, epoch, offset, txn_id, ts),
     ]
-    try:
-        if args.owner_busy_ms:
-            owner_lives_on(admin, producer, args, truth, emit)
-    finally:
-        producer.close(timeout=10)
+    owner_carries_on(admin, producer, args, truth, emit)
     return owner_ends(bootstrap, args, truth, txn_id)
 
 
-def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
+def hanging_offsets(
+    bootstrap: str,
+    admin: KafkaAdminClient,
+    args: argparse.Namespace,
+    emit: Callable[[list[TruthRecord]], None] | None = None,
+) -> list[TruthRecord]:
     """A real orphan on `__consumer_offsets`: TxnOffsetCommit without AddOffsetsToTxn, then a commit.
 
     This is the hanging case Kafka Streams users meet ("partitions still have unstable offsets ...
@@ -725,7 +743,6 @@ def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Name
     if code != 0:
         raise WorkloadError(f"TxnOffsetCommit failed with error code {code}")
     producer.commit_transaction()
-    producer.close(timeout=10)
     offsets_partitions = [
         TopicPartition("__consumer_offsets", p["partition_index"])
         for p in admin.describe_topics(["__consumer_offsets"])[0]["partitions"]
@@ -750,7 +767,9 @@ def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Name
                         prod.last_timestamp,
                     ),
                 ]
+                owner_carries_on(admin, producer, args, truth, emit)
                 return owner_ends(bootstrap, args, truth, txn_id)
+    producer.close(timeout=10)
     raise WorkloadError(
         "the group coordinator accepted the offset commit but no open transaction was found on "
         "__consumer_offsets"
@@ -758,7 +777,10 @@ def hanging_offsets(bootstrap: str, admin: KafkaAdminClient, args: argparse.Name
 
 
 def hanging_after_abort(
-    bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace
+    bootstrap: str,
+    admin: KafkaAdminClient,
+    args: argparse.Namespace,
+    emit: Callable[[list[TruthRecord]], None] | None = None,
 ) -> list[TruthRecord]:
     """A real orphan from a late produce: the transaction aborts, then a write of it arrives at a partition it never
     added (a delayed Produce request of the aborted transaction, with the epoch it had), so no marker ever comes."""
@@ -776,7 +798,6 @@ def hanging_after_abort(
     producer.begin_transaction()
     md = producer.send(topic, value=b"aborted", partition=0).get(timeout=30)
     producer.abort_transaction()
-    producer.close(timeout=10)
     ts = int(time.time() * 1000) - args.backdate_ms
     orphan_partition = partitions - 1
     offset = raw_transactional_produce(
@@ -798,10 +819,16 @@ def hanging_after_abort(
         TruthRecord("aborted", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp),
         TruthRecord("hanging", topic, orphan_partition, pid, epoch, offset, txn_id, ts),
     ]
+    owner_carries_on(admin, producer, args, truth, emit)
     return owner_ends(bootstrap, args, truth, txn_id)
 
 
-def hanging_multi(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namespace) -> list[TruthRecord]:
+def hanging_multi(
+    bootstrap: str,
+    admin: KafkaAdminClient,
+    args: argparse.Namespace,
+    emit: Callable[[list[TruthRecord]], None] | None = None,
+) -> list[TruthRecord]:
     """Several orphans of one producer: unverified writes to `--orphan-partitions` partitions the coordinator never
     added, then a commit (markers reach partition 0 only)."""
     if _verification_enabled(admin):
@@ -834,11 +861,11 @@ def hanging_multi(bootstrap: str, admin: KafkaAdminClient, args: argparse.Namesp
         )
         truth.append(TruthRecord("hanging", topic, partition, pid, epoch, offset, txn_id, ts))
     producer.commit_transaction()
-    producer.close(timeout=10)
     _log(
         f"hanging-multi: {txn_id} (producer id {pid}, epoch {epoch}) committed on {topic}-0; orphans open on "
         f"partitions {[t.partition for t in truth[1:]]}"
     )
+    owner_carries_on(admin, producer, args, truth, emit)
     return owner_ends(bootstrap, args, truth, txn_id)
 
 
@@ -854,10 +881,10 @@ def run(args: argparse.Namespace, emit: Callable[[list[TruthRecord]], None]) -> 
         if args.scenario == "hanging":
             return hanging(args.bootstrap_server, admin, args, emit)
         if args.scenario == "hanging-after-abort":
-            return hanging_after_abort(args.bootstrap_server, admin, args)
+            return hanging_after_abort(args.bootstrap_server, admin, args, emit)
         if args.scenario == "hanging-multi":
-            return hanging_multi(args.bootstrap_server, admin, args)
-        return hanging_offsets(args.bootstrap_server, admin, args)
+            return hanging_multi(args.bootstrap_server, admin, args, emit)
+        return hanging_offsets(args.bootstrap_server, admin, args, emit)
     finally:
         admin.close()
 
@@ -914,7 +941,7 @@ def parser() -> argparse.ArgumentParser:
         "--owner-busy-ms",
         type=int,
         default=0,
-        help="hanging: after the orphan, the owner lives on: the same producer commits a one-record transaction "
+        help="every hanging scenario: after the orphan, the owner lives on: the same producer commits a one-record transaction "
         "on <prefix>owner-busy every N ms (as a Kafka Streams thread commits every 100 ms) for --owner-busy-for-s, "
         "then ends as without it (restart, or --owner-stays-live; a java owner just closes); with --json the truth "
         "is printed at the orphan, before the busy period (0, the default: no busy period)",
