@@ -266,6 +266,13 @@ def test_an_orphan_whose_owner_keeps_committing_is_proven_while_it_runs_and_abor
         assert candidate.spec.transaction_result == "ABORT"
 
         proposals = Proposals(env.bootstrap, prefix, cluster=CLUSTER)
+        # `show` gives the remedy for an owner live at the orphan's epoch: restart that producer.
+        shown = proposals.run("show", candidate.candidate_id)
+        assert shown.returncode == 0, (shown.stdout, shown.stderr)
+        verify = json.loads(shown.stdout)["verify"]
+        assert verify["outcome"] == "REFUSED", verify
+        (live_owner,) = [line for line in verify["changes"] if line.startswith("live-owner-same-epoch: ")]
+        assert h["transactional_id"] in live_owner and "restart that producer" in live_owner
         refused = proposals.run("abort", candidate.candidate_id)
         assert refused.returncode == 3, (refused.stdout, refused.stderr)
         assert "live-owner-same-epoch" in refused.stdout and "restart that producer" in refused.stdout
