@@ -546,15 +546,27 @@ def kafka_problem(opts: StreamOptions, timeout_ms: int = 5_000) -> str | None:
     return None
 
 
-def quiet_kafka_network_warnings(spark: SparkSession) -> None:
-    """Spark's Kafka clients log a WARN per connection attempt while a broker is down (about 500 lines a minute
-    with three queries); the job says so itself, once (`run`). Their ERRORs still show."""
+# Loggers of the driver's JVM that say one thing over and over; their ERRORs still show.
+QUIET_LOGGERS = (
+    # A WARN per connection attempt while a broker is down (about 500 lines a minute with three queries); the job
+    # says so itself, once (`run`).
+    "org.apache.kafka.clients.NetworkClient",
+    # A WARN per state key a batch asks for that the state does not hold yet ("Map state ... doesn't contain
+    # key"): every transactional id and producer id new to the job, a million lines on a catch-up over a million.
+    # A miss is how the job learns an id is new; nothing is lost by not logging it.
+    "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer",
+)
+
+
+def quiet_noisy_loggers(spark: SparkSession) -> None:
+    """`QUIET_LOGGERS` at ERROR in this JVM (with `local[...]`, the executors' too: they are this JVM)."""
     try:
         jvm: Any = getattr(spark.sparkContext, "_jvm", None)
         log4j = jvm.org.apache.logging.log4j
-        log4j.core.config.Configurator.setLevel("org.apache.kafka.clients.NetworkClient", log4j.Level.ERROR)
+        for name in QUIET_LOGGERS:
+            log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
     except Exception as exc:  # a different logging backend: keep the warnings
-        log.debug("cannot quiet Kafka's NetworkClient warnings: %s", exc)
+        log.debug("cannot quiet Spark's and Kafka's repeated warnings: %s", exc)
 
 
 def _announce(job: RunningJob, opts: StreamOptions, out: TextIO | None) -> None:
@@ -583,7 +595,7 @@ def run(
     stop, the job checks with backoff until Kafka answers, and starts them again from their checkpoints (as a
     restart would: the failed batch runs again).
     """
-    quiet_kafka_network_warnings(spark)
+    quiet_noisy_loggers(spark)
     spark.conf.set("spark.sql.streaming.stopTimeout", str(STOP_TIMEOUT_MS))
     # One endpoint for the whole run: its probes answer while the queries are stopped for a Kafka outage.
     stream = opts.settings.stream

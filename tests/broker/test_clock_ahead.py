@@ -44,8 +44,17 @@ def ahead_ms() -> int:
     return wall_clock_ms() + AHEAD_MS
 
 
+@pytest.mark.parametrize(
+    "more_reports",
+    [
+        pytest.param(0, id="the-next-report"),
+        # A busy collector (re-describes, follow-ups) publishes many positions: the one the guard needs, the first
+        # after the report, must outlast them (it was dropped after 16).
+        pytest.param(24, id="after-24-more-reports"),
+    ],
+)
 def test_a_commit_after_the_report_of_a_collector_whose_clock_runs_ahead_is_not_hanging(
-    bootstrap: str, unique: str
+    bootstrap: str, unique: str, more_reports: int
 ) -> None:
     topic, tid = f"{unique}orders", f"{unique}tx"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -68,6 +77,7 @@ def test_a_commit_after_the_report_of_a_collector_whose_clock_runs_ahead_is_not_
             assert time.monotonic() < deadline, records
             time.sleep(0.2)
         third = collector.sweep()  # the leader no longer reports it; the log measured after the commit
+        more = [collector.sweep().positions[0] for _ in range(more_reports)]
     finally:
         with contextlib.suppress(Exception):
             producer.close(timeout=5)
@@ -104,7 +114,14 @@ def test_a_commit_after_the_report_of_a_collector_whose_clock_runs_ahead_is_not_
     )
     batch(bucket, ahead_ms(), open_row(snaps[1][0]), position_row(position_2))
     ends = {p: position_3.end_offsets.get(p, 0) for p in range(position_3.partitions)}
-    events = batch(bucket, ahead_ms(), view_row(done), applied_row(ends), position_row(position_3))
+    events = batch(
+        bucket,
+        ahead_ms(),
+        view_row(done),
+        applied_row(ends),
+        position_row(position_3),
+        *(position_row(p) for p in more),
+    )
 
     verdicts = [e for e in events if e["event"] == "VERDICT"]
     assert verdicts, events

@@ -371,3 +371,10 @@ def test_collect_and_stream_from_the_images_find_and_abort_a_real_orphan(
     finally:
         stop(stream, stream_ctr)
         stop(collector, collector_ctr)
+    # No log line per state key: every producer id and transactional id new to the job is a state miss.
+    misses = [
+        line
+        for line in (tmp_path / "stream.log").read_text(errors="replace").splitlines()
+        if "doesn't contain key" in line
+    ]
+    assert misses == [], misses[:5]
