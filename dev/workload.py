@@ -406,18 +406,7 @@ def hanging_java_owner(
         offset_word, timestamp_word = owner.expect("READY", 120)  # a JVM's start on a busy machine
         committed_offset, committed_ts = int(offset_word), int(timestamp_word)
         pid, epoch = open_transaction_at(admin, topic, 0, committed_offset)
-        ts = int(time.time() * 1000) - args.backdate_ms
-        offset = raw_transactional_produce(
-            admin,
-            topic=orphan_topic,
-            partition=orphan_partition,
-            transactional_id=txn_id,
-            producer_id=pid,
-            producer_epoch=epoch,
-            base_sequence=0,
-            timestamp_ms=ts,
-            value=b"orphan",
-        )
+        offset, ts = write_orphan(admin, args, orphan_topic, orphan_partition, txn_id, pid, epoch)
         owner.say("COMMIT")
         owner.expect("COMMITTED", 60)
         moved = coordinator_epoch(admin, txn_id)
@@ -457,6 +446,33 @@ def _verification_enabled(admin: KafkaAdminClient) -> bool:
     # A broker without the setting predates it (3.5 and older: KIP-890 part 1 came in 3.6) and verifies nothing.
     entry = configs["broker"][broker_id].get("transaction.partition.verification.enable", {"value": "false"})
     return str(entry["value"]).lower() != "false"
+
+
+def write_orphan(
+    admin: KafkaAdminClient,
+    args: argparse.Namespace,
+    topic: str,
+    partition: int,
+    txn_id: str,
+    pid: int,
+    epoch: int,
+    value: bytes = b"orphan",
+) -> tuple[int, int]:
+    """The orphan: one transactional batch of producer `pid` at `epoch` on a partition its coordinator never
+    added (`raw_transactional_produce`), stamped `--backdate-ms` in the past; its offset and timestamp."""
+    ts = int(time.time() * 1000) - args.backdate_ms
+    offset = raw_transactional_produce(
+        admin,
+        topic=topic,
+        partition=partition,
+        transactional_id=txn_id,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        timestamp_ms=ts,
+        value=value,
+    )
+    return offset, ts
 
 
 def raw_transactional_produce(
@@ -643,18 +659,7 @@ def hanging(
     producer.begin_transaction()
     # A well-behaved write first: partition 0 is added to the transaction and gets its commit marker.
     md = producer.send(topic, value=b"committed", partition=0).get(timeout=30)
-    ts = int(time.time() * 1000) - args.backdate_ms
-    offset = raw_transactional_produce(
-        admin,
-        topic=orphan_topic,
-        partition=orphan_partition,
-        transactional_id=txn_id,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=0,
-        timestamp_ms=ts,
-        value=b"orphan",
-    )
+    offset, ts = write_orphan(admin, args, orphan_topic, orphan_partition, txn_id, pid, epoch)
     producer.commit_transaction()
     _log(
         f"hanging: {txn_id} (producer id {pid}, epoch {epoch}) committed on {topic}-0; "
@@ -798,19 +803,8 @@ def hanging_after_abort(
     producer.begin_transaction()
     md = producer.send(topic, value=b"aborted", partition=0).get(timeout=30)
     producer.abort_transaction()
-    ts = int(time.time() * 1000) - args.backdate_ms
     orphan_partition = partitions - 1
-    offset = raw_transactional_produce(
-        admin,
-        topic=topic,
-        partition=orphan_partition,
-        transactional_id=txn_id,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=0,
-        timestamp_ms=ts,
-        value=b"late-after-abort",
-    )
+    offset, ts = write_orphan(admin, args, topic, orphan_partition, txn_id, pid, epoch, b"late-after-abort")
     _log(
         f"hanging-after-abort: {txn_id} (producer id {pid}, epoch {epoch}) aborted on {topic}-0; late write open "
         f"on {topic}-{orphan_partition} at offset {offset}"
@@ -847,18 +841,7 @@ def hanging_multi(
     md = producer.send(topic, value=b"committed", partition=0).get(timeout=30)
     truth = [TruthRecord("committed", topic, 0, pid, epoch, md.offset, txn_id, md.timestamp)]
     for partition in range(partitions - orphans, partitions):
-        ts = int(time.time() * 1000) - args.backdate_ms
-        offset = raw_transactional_produce(
-            admin,
-            topic=topic,
-            partition=partition,
-            transactional_id=txn_id,
-            producer_id=pid,
-            producer_epoch=epoch,
-            base_sequence=0,
-            timestamp_ms=ts,
-            value=b"orphan",
-        )
+        offset, ts = write_orphan(admin, args, topic, partition, txn_id, pid, epoch)
         truth.append(TruthRecord("hanging", topic, partition, pid, epoch, offset, txn_id, ts))
     producer.commit_transaction()
     _log(

@@ -36,12 +36,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.structs import TopicPartition
 from stage2_rows import applied_row, batch, fact_row, open_row, position_row
+from transaction_log import coordinator_log, decoded, stage1_rows
 from workloads import (
     PROPOSALS_CLUSTER,
     Proposals,
@@ -57,10 +56,9 @@ from admin.wire import KafkaWire
 from common.settings import CollectorSettings
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
-from detectors.models import AbortCandidate, CoordinatorRecord, DetectionLimits, HangingReason
-from detectors.tracking import BucketState, CoordinatorRow, Fact, ReconcileConfig, advance_owners
+from detectors.models import AbortCandidate, DetectionLimits, HangingReason
+from detectors.tracking import BucketState, Fact, ReconcileConfig, advance_owners
 from dev.kafka import Cluster, Node, TestBedConfig, start_cluster, stop_cluster, stop_node
-from streaming.sources import decode_batches
 
 pytestmark = pytest.mark.broker
 
@@ -145,68 +143,6 @@ def elect_uncleanly(bootstrap: str, topic: str, to: int) -> int | None:
         return leader if leader == to else None
     finally:
         admin.close()
-
-
-def coordinator_log(bootstrap: str, partition: int) -> list[Any]:
-    """`__transaction_state`'s partition read to its end now: its records (kafka-python's ConsumerRecords)."""
-    tp = TopicPartition(TRANSACTION_LOG_TOPIC, partition)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    records: list[Any] = []
-    try:
-        consumer.assign([tp])
-        end = consumer.end_offsets([tp])[tp]
-        consumer.seek_to_beginning(tp)
-        deadline = time.monotonic() + 20
-        while consumer.position(tp) < end and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=500).values():
-                records += [r for r in batch if r.offset < end]
-    finally:
-        consumer.close()
-    return records
-
-
-def decoded(records: list[Any], *, compact: bool = True) -> list[dict[str, Any]]:
-    """The records through the job's decoder (`decode_batches`; as the job runs it: compact, one Arrow batch),
-    one dict of DECODED_SCHEMA's columns per row."""
-    raw = pa.RecordBatch.from_pydict(
-        {
-            "key": pa.array([r.key for r in records], pa.binary()),
-            "value": pa.array([r.value for r in records], pa.binary()),
-            "topic": pa.array([TRANSACTION_LOG_TOPIC] * len(records), pa.string()),
-            "partition": pa.array([r.partition for r in records], pa.int32()),
-            "offset": pa.array([r.offset for r in records], pa.int64()),
-            "ts_ms": pa.array([r.timestamp for r in records], pa.int64()),
-        }
-    )
-    (batch,) = list(decode_batches(iter([raw]), compact=compact))
-    return batch.to_pylist()  # type: ignore[no-any-return]
-
-
-def stage1_rows(rows: list[dict[str, Any]]) -> list[CoordinatorRow]:
-    """The decoded rows as stage 1's input: each becomes the record JSON the job builds
-    (`streaming.rows.coordinator_rows`: the decoded fields, provenance left out)."""
-    fields = set(CoordinatorRecord.model_fields) - {
-        "schema_version",
-        "source_partition",
-        "source_offset",
-        "source_timestamp_ms",
-        "origin",
-    }
-    return [
-        CoordinatorRow(
-            r["transactional_id"],
-            r["producer_id"],
-            r["previous_producer_id"],
-            r["next_producer_id"],
-            r["tombstone"],
-            r["last_update_timestamp_ms"],
-            r["source_offset"],
-            CoordinatorRecord.model_validate({k: r[k] for k in fields}).model_dump_json(),
-            r["state"],
-        )
-        for r in rows
-        if r["error"] is None
-    ]
 
 
 def owner_commits_elsewhere(producer: KafkaProducer, topic: str, stop: threading.Event) -> threading.Thread:

@@ -19,7 +19,7 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
-from test_lost_marker import coordinator_log, coordinator_view
+from transaction_log import coordinator_log, coordinator_view, decoded
 from workloads import PROPOSALS_CLUSTER, Proposals, read_committed_values, transaction_log_records
 
 from admin.collector import Collector
@@ -78,7 +78,7 @@ def test_a_produce_after_the_commit_marker_is_proven_a_write_after_marker_and_ab
         collector.sweep()  # first seen open: after the commit
         time.sleep((LIMITS.grace_ms + LIMITS.clock_skew_ms) / 1000 + 1)
         report = collector.sweep()
-        rows = coordinator_log(bootstrap, coordinator_partition(tid, _log_partitions(admin)))
+        rows = decoded(coordinator_log(bootstrap, coordinator_partition(tid, _log_partitions(admin))))
     finally:
         with contextlib.suppress(Exception):
             producer.close(timeout=5)
