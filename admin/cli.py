@@ -675,7 +675,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 finally:
                     consumer.close()
             publisher = Publisher(
-                KafkaSink(producer_for(kafka)),
+                # A publish, like every request of the sweep, waits at most the request timeout (send's
+                # metadata wait included): a cluster gone away is a failed sweep, said, not a minute's hang.
+                KafkaSink(
+                    producer_for(kafka, max_block_ms=cs.request_timeout_ms),
+                    timeout_s=cs.request_timeout_ms / 1000,
+                ),
                 snapshot_topic=topics.producer_state,
                 coordinator_topic=topics.coordinator_state,
                 metrics=metrics,

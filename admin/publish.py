@@ -115,21 +115,32 @@ class RecordSink(Protocol):
 
 
 class KafkaSink:
-    """An idempotent (acks=all) KafkaProducer; `send_all` flushes and checks every record's result."""
+    """An idempotent (acks=all) KafkaProducer; `send_all` flushes and checks every record's result.
 
-    def __init__(self, producer: KafkaProducer, *, flush_timeout_s: float = 60.0) -> None:
+    `timeout_s` bounds a whole `send_all`: the flush and every record's result share one deadline (the collector
+    passes its request timeout). A publish that waited a minute for a cluster that went away kept the sweep, the
+    probes and /healthz waiting with it, and when the cluster came back within that minute the outage was never
+    said. What is still buffered when the deadline passes is delivered later by the producer, in order."""
+
+    def __init__(self, producer: KafkaProducer, *, timeout_s: float = 60.0) -> None:
         self._producer = producer
-        self._flush_timeout_s = flush_timeout_s
+        self._timeout_s = timeout_s
 
     def send_all(self, records: Sequence[OutRecord]) -> None:
+        deadline = time.monotonic() + self._timeout_s
         futures = [
             (r.topic, self._producer.send(r.topic, key=r.key, value=r.value, headers=r.headers))
             for r in records
         ]
-        self._producer.flush(timeout=self._flush_timeout_s)
+        try:
+            self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+        except Errors.KafkaTimeoutError as exc:
+            raise AdminError(
+                f"Produce: {len(futures)} records not acknowledged within {self._timeout_s:.0f}s ({exc})"
+            ) from exc
         for topic, future in futures:
             try:
-                future.get(timeout=self._flush_timeout_s)
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
             except Errors.KafkaError as exc:
                 raise AdminError(explain("Produce", error_name(exc), topic, str(exc))) from exc
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,11 @@ from prometheus_client import generate_latest
 from workloads import run_workload, start_workload
 
 from admin.cli import _collect_once
-from admin.client import connect_admin, producer_for
+from admin.client import AdminError, connect_admin, producer_for
 from admin.collector import Collector
 from admin.coordinator import CoordinatorPoller
 from admin.metrics import CollectorMetrics, RequestLog
-from admin.publish import KafkaSink, Publisher, ensure_topics
+from admin.publish import KafkaSink, OutRecord, Publisher, ensure_topics
 from admin.seams import ClusterView, ListingResult, SweepResult
 from admin.wire import KafkaWire
 from common.settings import CollectorSettings, KafkaSettings
@@ -773,3 +774,34 @@ def wait_for_leaders(admin: KafkaAdminClient, topics: list[str]) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"{topics} have no leaders")
+
+
+def test_a_publish_to_a_cluster_gone_away_fails_within_its_timeout(tmp_path: Path) -> None:
+    """The collector's publish waits at most its timeout when every broker is gone (the flush and the records'
+    results share one deadline). Before, the flush alone waited 60 s and each result up to 60 s more: a cluster
+    back within that minute was never said to have been away, and the sweep, the probes and /healthz waited."""
+    bed = start_cluster(TestBedConfig(nodes=1), tmp_path / "bed")
+    try:
+        topic = f"sink-{uuid.uuid4().hex[:6]}"
+        admin = KafkaAdminClient(bootstrap_servers=bed.bootstrap_servers)
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])
+        finally:
+            admin.close()
+        sink = KafkaSink(
+            producer_for(KafkaSettings(bootstrap_servers=bed.bootstrap_servers), max_block_ms=3_000),
+            timeout_s=3.0,
+        )
+        try:
+            sink.send_all([OutRecord(topic, b"k", b"before", [])])  # metadata known, a record acknowledged
+            stop_cluster(tmp_path / "bed", timeout_s=5)
+            began = time.monotonic()
+            with pytest.raises(AdminError, match=r"not acknowledged within 3s|Produce"):
+                sink.send_all([OutRecord(topic, b"k", b"after", [])])
+            took = time.monotonic() - began
+        finally:
+            with contextlib.suppress(Exception):
+                sink.close()
+    finally:
+        stop_cluster(tmp_path / "bed", timeout_s=0.5)
+    assert took < 8, took
