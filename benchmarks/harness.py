@@ -79,6 +79,13 @@ def job_cpu_s(exclude: tuple[str, ...] = ("kafka.Kafka", "txnwatch_cli")) -> flo
     return total
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, its ended children's included) used so far by one process (Linux /proc)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def machine() -> Json:
     import kafka
     import pyspark
@@ -323,9 +330,11 @@ def pipeline(
     stream_overrides: Json | None = None,
     detection_overrides: Json | None = None,
     collector_args: tuple[str, ...] = (),
+    spark_conf: dict[str, str] | None = None,
 ) -> Iterator[Pipeline]:
     """Start bed → collector → job → watcher; stop all of it (by pid / handle) on exit. Without `interval_s`,
-    `trigger` or `bed`: the collector's and the job's shipped defaults, on `detection_bed()`."""
+    `trigger` or `bed`: the collector's and the job's shipped defaults, on `detection_bed()`. `spark_conf`
+    overrides the job's Spark configuration (a variant measured against the shipped one)."""
     interval_s = shipped_interval_s() if interval_s is None else interval_s
     trigger = shipped_trigger() if trigger is None else trigger
     from common.settings import KafkaSettings, Settings, StreamSettings
@@ -397,6 +406,7 @@ def pipeline(
                 **job.spark_conf(),
                 "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false",
+                **(spark_conf or {}),
             },
         )
         spark.sparkContext.setLogLevel("ERROR")

@@ -77,6 +77,13 @@ def spark_conf() -> dict[str, str]:
         # On 2 cores, three queries' Python workers start at once and can take longer than the 15 s default
         # to connect back ("Python worker failed to connect back").
         "spark.python.authenticate.socketTimeout": "120s",
+        # A batch only when a source has new records. Spark's default runs one at every trigger besides: under
+        # processing-time timers transformWithState always asks for another batch, so an idle job ran both
+        # stateful stages every 5 s (0.4-0.6 of a core on a quiet cluster, docs/BENCHMARKS.md). Nothing waits
+        # on an idle batch: each sweep of the collector (10 s) puts rows in every bucket of stage 2, and those
+        # batches fire the expiry timers and apply the state's TTL; with no sweep arriving, nothing is
+        # expired, as a silent collector is no news of an ending (docs/detection.md).
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     }
 
 

@@ -60,6 +60,24 @@ from detectors.tracking import (
 from streaming.gcpause import without_cyclic_gc
 from streaming.rows import coordinator_rows, fact_rows, open_transaction_rows
 
+_DDL_TYPES = {
+    "string": T.StringType(),
+    "long": T.LongType(),
+    "binary": T.BinaryType(),
+    "boolean": T.BooleanType(),
+}
+
+
+def struct(ddl: str) -> T.StructType:
+    """A state schema from its DDL ("name type, ..."; nullable columns, as Spark parses them), built here: a DDL
+    string handed to getValueState/getMapState costs a round trip to the JVM to parse, in every task's `init`."""
+    fields = []
+    for column in ddl.split(","):
+        name, kind = column.split()
+        fields.append(T.StructField(name, _DDL_TYPES[kind], True))
+    return T.StructType(fields)
+
+
 # A state value of a bucket that is one pickled object (written and read only by this module).
 BLOB_SCHEMA = "blob binary"
 
@@ -105,7 +123,7 @@ def _read_map(state: MapStateLike, ids: set[Any], decode: Callable[[tuple[Any, .
 
 def _load(state: ValueStateLike, entry: Callable[..., Any]) -> dict[Any, Any]:
     """A bucket's dict; its values come back as `entry` (a NamedTuple class) from the plain tuples stored."""
-    stored = state.get() if state.exists() else None
+    stored = state.get()  # None when absent: no exists() round trip first
     if stored is None:
         return {}
     return {k: entry(*v) for k, v in pickle.loads(stored[0]).items()}
@@ -177,8 +195,10 @@ class ProducerIdFacts(StatefulProcessor):
     """Stage 1 (keyed by a bucket of transactional ids): which producer id each owns; facts by producer id."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.owners = handle.getMapState("owner", OWNER_KEY_SCHEMA, OWNER_SCHEMA)
-        self.legacy = handle.getValueState("owners", BLOB_SCHEMA)  # a bucket's one dict, before per-id state
+        self.owners = handle.getMapState("owner", struct(OWNER_KEY_SCHEMA), struct(OWNER_SCHEMA))
+        self.legacy = handle.getValueState(
+            "owners", struct(BLOB_SCHEMA)
+        )  # a bucket's one dict, before per-id state
         self.migrated: set[Any] = set()
 
     def _migrate_owners(self, key: Any) -> None:
@@ -268,19 +288,19 @@ class TransactionReconciler(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.kept = handle.getMapState("views_kept", VIEW_KEY_SCHEMA, VIEW_SCHEMA)
+        self.kept = handle.getMapState("views_kept", struct(VIEW_KEY_SCHEMA), struct(VIEW_SCHEMA))
         self.expiring = handle.getMapState(
-            "views_expiring", VIEW_KEY_SCHEMA, VIEW_SCHEMA, self.config.view_ttl_ms
+            "views_expiring", struct(VIEW_KEY_SCHEMA), struct(VIEW_SCHEMA), self.config.view_ttl_ms
         )
-        self.kept_ids = handle.getValueState("views_kept_ids", BLOB_SCHEMA)  # which map holds a view
-        self.legacy_views = handle.getValueState("views", BLOB_SCHEMA)  # a bucket's one dict, before
-        self.opens = handle.getValueState("open", BLOB_SCHEMA)
-        self.currency = handle.getValueState("currency", BLOB_SCHEMA)
-        self.timer = handle.getValueState("timer", "at_ms long")
+        self.kept_ids = handle.getValueState("views_kept_ids", struct(BLOB_SCHEMA))  # which map holds a view
+        self.legacy_views = handle.getValueState("views", struct(BLOB_SCHEMA))  # a bucket's one dict, before
+        self.opens = handle.getValueState("open", struct(BLOB_SCHEMA))
+        self.currency = handle.getValueState("currency", struct(BLOB_SCHEMA))
+        self.timer = handle.getValueState("timer", struct("at_ms long"))
         # The run of the job (ReconcileConfig.run_id) the bucket last told every verdict to: VERDICTs are emitted
         # only when they change, and a driver started again knows none until told. Added after v0.1.0: a bucket
         # of an earlier checkpoint has none, and tells.
-        self.announced = handle.getValueState("announced", "run_id string")
+        self.announced = handle.getValueState("announced", struct("run_id string"))
         self.migrated: set[Any] = set()
 
     def _migrate_views(self, key: Any, opens: Mapping[Any, Any], kept_ids: set[int]) -> None:
@@ -302,10 +322,10 @@ class TransactionReconciler(StatefulProcessor):
     def _bucket(
         self, key: Any, now_ms: int, producer_ids: Iterable[int] = ()
     ) -> tuple[BucketState, set[int]]:
-        stored = self.currency.get() if self.currency.exists() else None
+        stored = self.currency.get()
         currency = self.config.view_currency(None if stored is None else pickle.loads(stored[0]))
         opens = _load(self.opens, stored_open_entry)
-        held = self.kept_ids.get() if self.kept_ids.exists() else None
+        held = self.kept_ids.get()
         kept_ids: set[int] = set() if held is None else pickle.loads(held[0])
         self._migrate_views(key, opens, kept_ids)
         wanted = set(producer_ids) | {k[0] for k in opens}
@@ -347,7 +367,7 @@ class TransactionReconciler(StatefulProcessor):
         if bucket.currency_changed:
             self.currency.update((pickle.dumps(bucket.currency.state(), protocol=pickle.HIGHEST_PROTOCOL),))
         deadline = bucket.next_deadline()
-        stored = self.timer.get() if self.timer.exists() else None
+        stored = self.timer.get()
         registered = None if stored is None else stored[0]
         if deadline == registered:
             return
@@ -372,7 +392,7 @@ class TransactionReconciler(StatefulProcessor):
         report = key[0] == 0 and any(f in ("applied", "position") for f in columns[1])
         # Every bucket gets rows at the first batch with a collector position (they go to every bucket), so the
         # driver of a new run is told every verdict within a sweep of starting.
-        told = self.announced.get() if self.announced.exists() else None
+        told = self.announced.get()
         announce = told_another_run(None if told is None else told[0], self.config.run_id)
         events = reconcile_bucket(bucket, columns, now_ms, report_view=report, announce=announce)
         self._store(bucket, kept_ids, kept_at_load)

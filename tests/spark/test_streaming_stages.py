@@ -262,16 +262,18 @@ def _file_stream(spark: SparkSession, directory: Path, schema: T.StructType) -> 
 
 
 def _await_rows(query, rows: int, timeout_s: float = 240) -> None:  # type: ignore[no-untyped-def]
-    """Wait until the query has read `rows` input rows and finished one more batch.
+    """Wait until the query has read `rows` input rows and waits for more (no batch running, none due).
 
-    Not processAllAvailable(): with processing-time timers registered, transformWithState always has another
-    (no-data) batch to run, so "all available" never arrives.
+    The job's conf runs no batch without new records (`spark.sql.streaming.noDataMicroBatches.enabled` off), so
+    the query is then idle until the next file arrives.
     """
     deadline = time.monotonic() + timeout_s
+    read = 0
     while time.monotonic() < deadline:
         progress = query.recentProgress
         read = sum(p["numInputRows"] for p in progress)
-        if read >= rows and progress and progress[-1]["numInputRows"] == 0:
+        status = query.status
+        if read >= rows and not status["isTriggerActive"] and not status["isDataAvailable"]:
             return
         time.sleep(0.5)
     raise AssertionError(f"query read {read} of {rows} rows in {timeout_s}s")
@@ -447,3 +449,23 @@ def test_a_checkpoint_keeps_its_state_bucket_count(spark: SparkSession, tmp_path
     pin_state_buckets(spark, query_checkpoint, 32)  # the same count: fine
     with pytest.raises(SystemExit, match="--state-buckets 32, not 16"):
         pin_state_buckets(spark, query_checkpoint, 16)
+
+
+def test_the_state_schemas_built_in_python_are_what_spark_parses(spark: SparkSession) -> None:
+    """streaming.reconcile builds its state schemas without the JVM's parser (a round trip per state variable in
+    every task); they must be the very schemas Spark parses from the same DDL, or a checkpoint's stored state
+    schema would no longer match."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    from streaming import reconcile
+
+    for ddl in (
+        reconcile.BLOB_SCHEMA,
+        reconcile.OWNER_KEY_SCHEMA,
+        reconcile.OWNER_SCHEMA,
+        reconcile.VIEW_KEY_SCHEMA,
+        reconcile.VIEW_SCHEMA,
+        "at_ms long",
+        "run_id string",
+    ):
+        assert reconcile.struct(ddl) == _parse_datatype_string(ddl), ddl

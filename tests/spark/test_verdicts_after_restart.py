@@ -75,7 +75,7 @@ def test_the_hanging_series_are_back_after_a_restart_with_no_verdict_changed(
     bed.coordinator_record("left", completed(PID, t0 - 60_000))
     for _ in range(3):
         bed.sweep((PID, 0, t0 - 30_000))
-        bed.batches_after(2)
+        bed.read_all()
         time.sleep(1.2)  # past the grace (1 s) since the first sighting
     verdict = _wait_for(
         lambda: (v := bed.verdict(PID, 0)) is not None and v.kind == "HANGING" and v, 60, "HANGING"
@@ -97,7 +97,7 @@ def test_the_hanging_series_are_back_after_a_restart_with_no_verdict_changed(
     # Only the collector's next position comes in (no snapshot: nothing about the transaction is new), and
     # every stage-2 bucket gets it.
     bed.sweep()
-    bed.batches_after(2)
+    bed.read_all()
     again = _wait_for(lambda: bed.verdict(PID, 0), 60, "the verdict told again")
     assert (again.kind, again.reason, again.candidate_id) == (
         verdict.kind,
