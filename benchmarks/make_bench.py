@@ -100,6 +100,10 @@ BENCHES: tuple[Bench, ...] = (
         None,
     ),
     Bench("peers", "bench_peers", (), None),
+    # The job and the collector on a quiet and a busy cluster, shipped vs Spark's batch at every trigger.
+    Bench("idle", "bench_idle", (), None),
+    # The reconcile query on Streams-, Flink- and worst-case-shaped coordinator logs, each beside its plain read.
+    Bench("shapes", "bench_shapes", (), None),
 )
 
 
@@ -425,6 +429,43 @@ def render_stream(r: Json) -> str:
     return "\n".join(lines)
 
 
+def render_idle(r: Json) -> str:
+    """One row per variant and cluster: CPU seconds per second of the job and of the collector."""
+    lines = [
+        "| job's Spark conf | cluster | job (CPU s/s) | collector (CPU s/s) | together | reconcile batches (with rows) "
+        "in the window | load average |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v in r.get("variants", []):
+        name = "shipped" if v["variant"] == "shipped" else "a batch at every trigger (Spark's default)"
+        for cluster in ("quiet", "busy"):
+            w = v[cluster]
+            lines.append(
+                f"| {name} | {cluster} ({w['seconds']:.0f} s) | {w['job_cpu_s_per_s']:.3f} | "
+                f"{w['collector_cpu_s_per_s']:.3f} | **{w['together_cpu_s_per_s']:.3f}** | "
+                f"{w['reconcile_batches']} ({w['reconcile_batches_with_rows']}) | {_load1(w.get('load'))} |"
+            )
+    return "\n".join(lines)
+
+
+def render_shapes(r: Json) -> str:
+    """One row per shape: the reconcile query beside the plain read of the same input, one sitting."""
+    lines = [
+        "| shape | records an id | reconcile rows/s | plain read rows/s | share of the plain read | batch p50 | "
+        "CPU ms per 1k rows | load average before → after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in r.get("shapes", []):
+        share = s.get("share_of_plain_read")
+        lines.append(
+            f"| {s['shape']} | {s['input'].get('records_per_id')} | **{_n(s.get('reconcile_rows_per_s'))}** | "
+            f"{_n(s.get('plain_read_rows_per_s'))} | {f'{share:.1%}' if share is not None else 'n/a'} | "
+            f"{s.get('batch_s_p50')} s | {_n(s.get('cpu_ms_per_1k_rows'))} | {_load1(s.get('load_before'))} → "
+            f"{_load1(s.get('load_after'))} |"
+        )
+    return "\n".join(lines)
+
+
 def _profile_lines(ph: Json) -> list[str]:
     """Where one profiled batch's time went (`bench_stream --profile`: the batch after the steady ones)."""
     prof = ph.get("profile") or {}
@@ -652,6 +693,8 @@ RENDERERS: dict[str, Callable[[dict[str, Json]], str | None]] = {
     "codec": _one("codec", render_codec),
     "rules": _one("rules", render_rules),
     "collector": _one("collector", render_collector),
+    "idle": _one("idle", render_idle),
+    "shapes": _one("shapes", render_shapes),
 }
 
 

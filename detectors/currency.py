@@ -26,28 +26,17 @@ import bisect
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-_INT32 = 1 << 32
-_INT32_MIN = -(1 << 31)
+from detectors.placement import coordinator_partition_for
 
 # Positions not yet covered are kept oldest first; beyond this many (an hour of 5 s sweeps) every other one of
 # the older half is dropped. Safe: a dropped position only removes a moment we could have claimed currency at.
 MAX_PENDING_POSITIONS = 720
 
 
-def java_string_hash(s: str) -> int:
-    """Java's `String.hashCode()`: `s[0]*31^(n-1) + ... + s[n-1]` over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) % _INT32
-    return h - _INT32 if h >= 1 << 31 else h
-
-
 def coordinator_partition(transactional_id: str, partitions: int) -> int:
-    """The `__transaction_state` partition of a transactional id (Kafka's `Utils.abs(hash) % partitions`;
-    `Utils.abs(Integer.MIN_VALUE)` is 0). Checked against records captured from a real broker in the tests."""
-    h = java_string_hash(transactional_id)
-    return (0 if h == _INT32_MIN else abs(h)) % partitions
+    """The `__transaction_state` partition of a transactional id (`detectors.placement`). Checked against records
+    captured from a real broker in the tests."""
+    return coordinator_partition_for(transactional_id, partitions)
 
 
 class Position(NamedTuple):

@@ -18,13 +18,13 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from detectors.placement import coordinator_partition_for
+
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 
 # `__consumer_offsets` record key versions (GroupCoordinatorRecordSerde): 0 and 1 are OffsetCommitKey; 2 is
 # GroupMetadataKey; higher ones belong to the consumer-group protocol's records (KIP-848), never to a commit.
 OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
-
-_INT32_MIN = -(2**31)
 
 
 class OffsetCommitKey(NamedTuple):
@@ -33,24 +33,13 @@ class OffsetCommitKey(NamedTuple):
     partition: int
 
 
-def java_string_hash(s: str) -> int:
-    """Java's `String.hashCode()`: 31-polynomial over UTF-16 code units, as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 def offsets_partition_for(group_id: str, partitions: int) -> int:
-    """The `__consumer_offsets` partition of a group: `Utils.abs(groupId.hashCode()) % partitions`.
+    """The `__consumer_offsets` partition of a group (`detectors.placement`).
 
-    Kafka's `Utils.abs` maps Integer.MIN_VALUE to 0 (Math.abs would leave it negative).
+    Raises:
+        ValueError: fewer than one partition.
     """
-    if partitions < 1:
-        raise ValueError(f"__consumer_offsets has at least one partition, got {partitions}")
-    h = java_string_hash(group_id)
-    return (0 if h == _INT32_MIN else abs(h)) % partitions
+    return coordinator_partition_for(group_id, partitions)
 
 
 def decode_offset_commit_key(key: bytes | None) -> OffsetCommitKey | None:

@@ -282,7 +282,7 @@ def test_iso_and_duration() -> None:
 # ------------------------------------------------------------------------------------- coordinator log
 
 
-# Kafka's placement of a transactional id (java_string_hash, coordinator_partition): tests/unit/test_currency.py.
+# Kafka's placement of a transactional id (detectors/placement.py): tests/unit/test_placement.py.
 
 
 def test_decode_entry() -> None:

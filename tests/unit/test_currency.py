@@ -24,7 +24,6 @@ from detectors.currency import (
     MAX_PENDING_POSITIONS,
     ViewCurrency,
     coordinator_partition,
-    java_string_hash,
 )
 from detectors.models import CoordinatorState, DetectionLimits, HangingReason, VerdictKind, WithheldReason
 from detectors.rules import CoordFacts, TxnFacts, classify, coord_facts, decide, judge, judge_view
@@ -37,20 +36,6 @@ K = VerdictKind
 R = HangingReason
 
 # ------------------------------------------------------------------------------ Kafka's partitioning
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("", 0),
-        ("a", 97),
-        ("hello", 99162322),
-        ("polygenelubricants", -(1 << 31)),  # Integer.MIN_VALUE: Utils.abs maps it to 0
-        ("\U0001f600", 0xD83D * 31 + 0xDE00),  # outside the BMP: two UTF-16 code units
-    ],
-)
-def test_java_string_hash(text: str, expected: int) -> None:
-    assert java_string_hash(text) == expected
 
 
 def test_min_value_hash_maps_to_partition_zero() -> None:

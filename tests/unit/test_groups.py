@@ -9,7 +9,6 @@ import pytest
 from detectors.groups import (
     blocked_groups_note,
     decode_offset_commit_key,
-    java_string_hash,
     offsets_partition_for,
     pending_commit,
 )
@@ -22,24 +21,9 @@ def key(version: int, group: str, topic: str, partition: int) -> bytes:
     return struct.pack(f">hh{len(g)}sh{len(t)}si", version, len(g), g, len(t), t, partition)
 
 
-@pytest.mark.parametrize(
-    ("s", "expected"),
-    [
-        ("", 0),
-        ("hello", 99162322),  # Java: "hello".hashCode()
-        ("polygenelubricants", -(2**31)),  # Java: Integer.MIN_VALUE
-        ("\U0001f600", 31 * 0xD83D + 0xDE00),  # one code point, two UTF-16 code units
-    ],
-)
-def test_java_string_hash_matches_java(s: str, expected: int) -> None:
-    assert java_string_hash(s) == expected
-
-
 def test_placement_is_kafkas_abs_modulo() -> None:
     assert offsets_partition_for("hello", 50) == 99162322 % 50
     assert offsets_partition_for("polygenelubricants", 50) == 0  # Utils.abs(Integer.MIN_VALUE) is 0
-    negative = next(g for g in (f"consumer-group-{i}" for i in range(1000)) if java_string_hash(g) < 0)
-    assert offsets_partition_for(negative, 7) == abs(java_string_hash(negative)) % 7
     with pytest.raises(ValueError):
         offsets_partition_for("g", 0)
 
