@@ -45,7 +45,7 @@ from streaming.exporter import (
     serve,
 )
 from streaming.reconcile import reconcile_events
-from streaming.sinks import Output, Sinks
+from streaming.sinks import DriverProducer, Output, Sinks
 from streaming.windows import window_metrics
 
 log = logging.getLogger("txnwatch.stream")
@@ -153,6 +153,8 @@ class RunningJob:
     start_queries: Callable[[], list[StreamingQuery]] | None = None
     # The py4j connections these queries' batches called the sinks on (`release_callback_connections`).
     callback_connections: set[Any] = field(default_factory=set)
+    # The driver's own producer (candidates, withdrawals), closed with the queries.
+    writer: DriverProducer | None = None
 
     @property
     def metrics_port(self) -> int:
@@ -166,6 +168,11 @@ class RunningJob:
         if self.endpoint is not None:
             self.endpoint.queries_stopped(why)
         self._stop_queries()
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except Exception as exc:  # best effort: what it wrote was acknowledged already
+                log.warning("closing the driver's producer: %s", exc)
         try:
             self.spark.streams.removeListener(self.listener)
         except Exception as exc:  # the session may already be gone
@@ -381,6 +388,7 @@ def start(
         server = endpoint.server
     else:
         server = serve(registry, stream.metrics_host, stream.metrics_port, driver)
+    writer = DriverProducer(opts.settings.kafka.client_kwargs())
     sinks = Sinks(
         spark,
         live,
@@ -388,6 +396,7 @@ def start(
         out,
         kafka_options=opts.spark_kafka_options,
         topics=opts.settings.topics,
+        writer=writer,
         output=opts.output,
     )
     config = ReconcileConfig(
@@ -480,6 +489,7 @@ def start(
         endpoint,
         start_queries,
         callback_connections,
+        writer,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, TextIO
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -103,13 +103,57 @@ def format_event(r: EventRow) -> str:
 
 Output = Literal["table", "json"]
 
+# How long the driver waits for the brokers to acknowledge what it writes itself (candidates, withdrawals): past
+# it the batch fails and runs again, as a failed Spark write would fail it.
+DRIVER_WRITE_TIMEOUT_S = 60.0
+
+
+def _utf8(text: str | None) -> bytes | None:
+    return None if text is None else text.encode()
+
+
+class DriverProducer:
+    """The few records the driver writes itself, with a kafka-python producer at the delivery guarantee of Spark's
+    Kafka sink (acks=all, idempotent), made at the first write and kept for the job's life.
+
+    Why not Spark's sink: a candidate was a DataFrame built in the driver and a Spark job of its own inside the
+    detection batch (tasks, a producer on an executor), the slowest way to write one small record, and always
+    on the path from a proof to the candidate. `send` returns once every record is acknowledged, in order, or
+    raises."""
+
+    def __init__(
+        self, client_kwargs: Mapping[str, Any], *, timeout_s: float = DRIVER_WRITE_TIMEOUT_S
+    ) -> None:
+        self._kwargs = dict(client_kwargs)
+        self._timeout_s = timeout_s
+        self._producer: Any = None
+
+    def send(self, topic: str, records: Sequence[tuple[str | None, str | None]]) -> None:
+        """(key, value) pairs as UTF-8, None as Kafka's null, as Spark's sink writes string columns."""
+        from kafka import KafkaProducer  # imported here: the windows and tests never write
+
+        if self._producer is None:
+            known = {k: v for k, v in self._kwargs.items() if k in KafkaProducer.DEFAULT_CONFIG}
+            self._producer = KafkaProducer(**{**known, "acks": "all", "enable_idempotence": True})
+        deadline = time.monotonic() + self._timeout_s
+        futures = [self._producer.send(topic, key=_utf8(k), value=_utf8(v)) for k, v in records]
+        self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+        for future in futures:
+            future.get(timeout=max(0.0, deadline - time.monotonic()))  # raises the broker's error
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close(timeout=10)
+            self._producer = None
+
 
 class Sinks:
     """The driver-side ends of the queries (foreachBatch bodies).
 
     Args:
-        kafka_options: Spark's Kafka sink options (`kafka.`-prefixed client properties).
+        kafka_options: Spark's Kafka sink options (`kafka.`-prefixed client properties), for the dead letters.
         topics: where candidates and dead letters go.
+        writer: writes candidates and withdrawals from the driver.
         output: the console view; `out` None prints nothing.
     """
 
@@ -122,10 +166,12 @@ class Sinks:
         *,
         kafka_options: Mapping[str, str],
         topics: TopicSettings,
+        writer: DriverProducer,
         output: Output = "table",
     ) -> None:
         self.spark = spark
         self.kafka_options = dict(kafka_options)
+        self.writer = writer
         self.topics = topics
         self.output = output
         self.live = live
@@ -150,10 +196,7 @@ class Sinks:
                 self._announce_view(_payload(r))
         candidates = [(r.candidate_id, r.payload) for r in rows if r.event in CANDIDATE_EVENTS]
         if candidates:
-            self._write_kafka(
-                self.spark.createDataFrame(candidates, "key string, value string"),
-                self.topics.abort_candidates,
-            )
+            self.writer.send(self.topics.abort_candidates, candidates)
         # A withdrawal goes on the audit trail too, beside the abort attempts (after the candidate record: an
         # abort that reads the audit log then finds the candidate already withdrawn).
         withdrawn = [
@@ -165,9 +208,7 @@ class Sinks:
             if r.event == "WITHDRAWN"
         ]
         if withdrawn:
-            self._write_kafka(
-                self.spark.createDataFrame(withdrawn, "key string, value string"), self.topics.audit
-            )
+            self.writer.send(self.topics.audit, withdrawn)
         if self.out is not None:
             for r in rows:
                 if r.event == "VIEW":

@@ -130,6 +130,17 @@ def sweep_rows() -> str:
     return f"1,000 such partitions swept every {interval:g} s, the default, are {1000 / interval:.0f} rows/s"
 
 
+def idle_sentence() -> str:
+    """What the job and the collector cost at their defaults, quiet and busy (the shipped variant)."""
+    idle = result("idle")
+    (shipped,) = [v for v in idle["variants"] if v["variant"] == "shipped"]
+    return (
+        f"together use {shipped['quiet']['together_cpu_s_per_s']:.2f} of a core on a quiet cluster and "
+        f"{shipped['busy']['together_cpu_s_per_s']:.2f} on one committing {idle['settings']['busy_rate']:g} "
+        "transactions a second"
+    )
+
+
 def quoted() -> list[Quoted]:
     lat = result("latency")
     cpus = lat["machine"]["cpus"]
@@ -201,6 +212,12 @@ def quoted() -> list[Quoted]:
             f"a {t10} s trigger gives about {thousands(c10['sustained_rows_per_s'])} and "
             f"{thousands(s10['sustained_rows_per_s'])}",
             "stream_10s.json: phases[coordinator|snapshot].sustained_rows_per_s",
+        ),
+        Quoted(
+            "the job's and the collector's CPU when nothing happens",
+            "README.md",
+            idle_sentence(),
+            "idle.json: variants[shipped].quiet|busy.together_cpu_s_per_s, settings.busy_rate",
         ),
         Quoted(
             "snapshot rows of a sweep",
