@@ -45,11 +45,6 @@ from admin.inspect import (
 from admin.live import observe
 from admin.metrics import CollectorMetrics, RequestLog, serve
 from admin.proposals import (
-    EXIT_ALREADY_RESOLVED,
-    EXIT_COLLISION,
-    EXIT_DONE,
-    EXIT_ERROR,
-    EXIT_REFUSED,
     NOT_PROPOSED,
     TopicAuditLog,
     abort,
@@ -72,8 +67,13 @@ from admin.text import format_table
 from admin.watch import PolicyError, Watch, load_policy, policy_summary, printer
 from admin.wire import KafkaWire
 from common.cli_options import (
+    EXIT_ALREADY_RESOLVED,
     EXIT_CANDIDATES_LISTED,
+    EXIT_COLLISION,
+    EXIT_DONE,
+    EXIT_ERROR,
     EXIT_INTERRUPTED,
+    EXIT_REFUSED,
     EXIT_USAGE,
     FlagTargets,
     KeepLines,

@@ -57,6 +57,7 @@ from admin.show import show_json as show_json
 from admin.show import stuck_groups as stuck_groups
 from admin.text import iso
 from admin.versions import BrokerApis, marker_acl
+from common.cli_options import EXIT_ALREADY_RESOLVED, EXIT_COLLISION, EXIT_DONE, EXIT_ERROR, EXIT_REFUSED
 from detectors.abort import (
     LIVE_OWNER_SAME_EPOCH,
     WAIVERS,
@@ -84,15 +85,8 @@ from detectors.models import (
 
 log = logging.getLogger(__name__)
 
-# Exit codes of `txnwatch proposals abort` and `commit` (documented in --help and docs/proposals.md).
-EXIT_DONE = 0  # aborted (committed) and post-checked, or a dry run that verified the marker is safe
-EXIT_ERROR = 1  # an error: unreachable, denied by an ACL, marker failed or post-check failed
-EXIT_REFUSED = 3  # refused: the state changed since the plan, or the abort is not provably safe
-EXIT_ALREADY_RESOLVED = 4  # the transaction is no longer open: nothing to do
-EXIT_COLLISION = (
-    5  # marker written, but a live owner moved between verify and marker: its records were caught
-)
-
+# What `txnwatch proposals abort` and `commit` exit with for each ending (the codes: common/cli_options.py, the one
+# table of exit codes).
 EXIT_CODES = {
     AuditOutcome.DRY_RUN: EXIT_DONE,
     AuditOutcome.ABORTED: EXIT_DONE,
