@@ -1,6 +1,6 @@
 """The reconcile query's throughput on coordinator logs shaped as real producers shape them, in one sitting.
 
-`python -m benchmarks.bench_shapes [--shapes worst flink streams] [--coordinator-batch 100000]
+`python -m benchmarks.bench_shapes [--shapes worst flink streams streams-varied] [--coordinator-batch 100000]
 [--warmup-batches 3] [--steady-batches 4]` runs `benchmarks.bench_stream --only coordinator --plain-read` once per
 shape, one after the other (each with its own test bed, and its plain read of the same input right after the
 reconcile query, on the same session), and reports each shape's sustained rows/s, its share of the plain read,
@@ -11,7 +11,9 @@ the batch p50 and the CPU per 1k rows. The shapes (`__transaction_state` records
 - **flink**: a new id per sink subtask per checkpoint, used once, 64 subtasks writing at a time (4 records an
   id, far fewer interleaved);
 - **streams**: a Kafka Streams exactly_once_v2 application: 200 ids (threads), each committing 50 times in a row
-  (151 records an id; at the 100 ms commit interval that is 5 s of its log).
+  on the same partitions (its tasks'; 151 records an id; at the 100 ms commit interval that is 5 s of its log);
+- **streams-varied**: the same, each transaction on partitions of its own (1-3 topics x 1-4 partitions drawn
+  anew): every Prepare lists other partitions than the one before, so the decoder keeps far more of them.
 
 The last line of stdout is one JSON object.
 """
@@ -32,7 +34,10 @@ Json = dict[str, Any]
 SHAPES: dict[str, tuple[str, ...]] = {
     "worst": ("--txns-per-id", "1", "--concurrent-ids", "2000"),
     "flink": ("--txns-per-id", "1", "--concurrent-ids", "64"),
-    "streams": ("--txns-per-id", "50", "--concurrent-ids", "200"),
+    "streams": ("--txns-per-id", "50", "--concurrent-ids", "200", "--stable-partitions"),
+    # The same with each transaction on partitions of its own: every Prepare lists other partitions than the
+    # one before, which the decoder must keep (docs/streaming.md, stage 1), so far fewer records fold.
+    "streams-varied": ("--txns-per-id", "50", "--concurrent-ids", "200"),
 }
 
 

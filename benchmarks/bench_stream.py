@@ -115,10 +115,18 @@ def _partitions(rng: random.Random) -> tuple[tuple[str, tuple[int, ...]], ...]:
 
 
 def coordinator_lifecycle(
-    rng: random.Random, transactional_id: str, producer_id: int, txns: int, t0_ms: int
+    rng: random.Random,
+    transactional_id: str,
+    producer_id: int,
+    txns: int,
+    t0_ms: int,
+    *,
+    stable_partitions: bool = False,
 ) -> list[tuple[bytes, bytes]]:
     """What a 4.3 coordinator writes for one TV2 transactional id: Empty at InitProducerId, then per
-    transaction Ongoing (epoch e), PrepareCommit and CompleteCommit (epoch e+1: TV2 bumps it at EndTxn)."""
+    transaction Ongoing (epoch e), PrepareCommit and CompleteCommit (epoch e+1: TV2 bumps it at EndTxn).
+    `stable_partitions`: every transaction writes the same partitions (a Kafka Streams thread's tasks), else each
+    draws its own."""
     key = encode_key(TxnLogKey(transactional_id))
     epoch = rng.randint(0, 200)
     timeout = rng.choice((60_000, 30_000, 900_000))
@@ -141,10 +149,11 @@ def coordinator_lifecycle(
         )
 
     out = [(key, value(TxnStatus.EMPTY, None, -1))]
+    stable = _partitions(rng) if stable_partitions else None
     for _ in range(txns):
         now += rng.randint(1, 50)
         start = now
-        parts = _partitions(rng)
+        parts = stable or _partitions(rng)
         out.append((key, value(TxnStatus.ONGOING, parts, start)))
         now += rng.randint(5, 2_000)
         epoch += 1
@@ -155,14 +164,21 @@ def coordinator_lifecycle(
 
 
 def coordinator_records(
-    ids: int, txns_per_id: int, concurrent: int, seed: int, run: str
+    ids: int, txns_per_id: int, concurrent: int, seed: int, run: str, *, stable_partitions: bool = False
 ) -> Iterator[tuple[bytes, bytes]]:
     """Lifecycles of `ids` transactional ids; `concurrent` of them interleave in log order at any time."""
     rng = random.Random(seed)
     t0 = int(time.time() * 1000) - 3_600_000
     for first in range(0, ids, concurrent):
         chunk = [
-            coordinator_lifecycle(rng, f"{run}-app-{i:07d}", 1_000 + i, txns_per_id, t0 + i * 5)
+            coordinator_lifecycle(
+                rng,
+                f"{run}-app-{i:07d}",
+                1_000 + i,
+                txns_per_id,
+                t0 + i * 5,
+                stable_partitions=stable_partitions,
+            )
             for i in range(first, min(ids, first + concurrent))
         ]
         # Round-robin over the chunk's lifecycles: each id's records stay in order, ids interleave.
@@ -1158,6 +1174,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--txns-per-id", type=int, default=1, help="commits per id (1 + 3 records each)")
     parser.add_argument(
+        "--stable-partitions",
+        action="store_true",
+        help="every transaction of an id writes the same partitions (a Kafka Streams thread's tasks)",
+    )
+    parser.add_argument(
         "--concurrent-ids",
         type=int,
         default=2_000,
@@ -1279,7 +1300,14 @@ def main(argv: list[str] | None = None) -> int:
             produced["coordinator"] = produce(
                 bootstrap,
                 log_topic,
-                coordinator_records(ids, args.txns_per_id, args.concurrent_ids, args.seed, run),
+                coordinator_records(
+                    ids,
+                    args.txns_per_id,
+                    args.concurrent_ids,
+                    args.seed,
+                    run,
+                    stable_partitions=args.stable_partitions,
+                ),
             )
         if "snapshot" in phases:
             log(
@@ -1433,6 +1461,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ids": ids,
                 "records_per_id": records_per_id,
                 "concurrent_ids": args.concurrent_ids,
+                "stable_partitions": args.stable_partitions,
                 "log_partitions": args.log_partitions,
                 **produced.get("coordinator", {}),
             },
