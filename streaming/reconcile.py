@@ -123,7 +123,9 @@ def _read_map(state: MapStateLike, ids: set[Any], decode: Callable[[tuple[Any, .
 
 def _load(state: ValueStateLike, entry: Callable[..., Any]) -> dict[Any, Any]:
     """A bucket's dict; its values come back as `entry` (a NamedTuple class) from the plain tuples stored."""
-    stored = state.get()  # None when absent: no exists() round trip first
+    # exists() first: a get() of an absent value logs a WARN in the state server, which executors in JVMs of their
+    # own print (the job quiets it only in the driver's JVM), and the legacy values are absent in every batch.
+    stored = state.get() if state.exists() else None
     if stored is None:
         return {}
     return {k: entry(*v) for k, v in pickle.loads(stored[0]).items()}
@@ -322,10 +324,10 @@ class TransactionReconciler(StatefulProcessor):
     def _bucket(
         self, key: Any, now_ms: int, producer_ids: Iterable[int] = ()
     ) -> tuple[BucketState, set[int]]:
-        stored = self.currency.get()
+        stored = self.currency.get() if self.currency.exists() else None
         currency = self.config.view_currency(None if stored is None else pickle.loads(stored[0]))
         opens = _load(self.opens, stored_open_entry)
-        held = self.kept_ids.get()
+        held = self.kept_ids.get() if self.kept_ids.exists() else None
         kept_ids: set[int] = set() if held is None else pickle.loads(held[0])
         self._migrate_views(key, opens, kept_ids)
         wanted = set(producer_ids) | {k[0] for k in opens}
@@ -367,7 +369,7 @@ class TransactionReconciler(StatefulProcessor):
         if bucket.currency_changed:
             self.currency.update((pickle.dumps(bucket.currency.state(), protocol=pickle.HIGHEST_PROTOCOL),))
         deadline = bucket.next_deadline()
-        stored = self.timer.get()
+        stored = self.timer.get() if self.timer.exists() else None
         registered = None if stored is None else stored[0]
         if deadline == registered:
             return
@@ -392,7 +394,7 @@ class TransactionReconciler(StatefulProcessor):
         report = key[0] == 0 and any(f in ("applied", "position") for f in columns[1])
         # Every bucket gets rows at the first batch with a collector position (they go to every bucket), so the
         # driver of a new run is told every verdict within a sweep of starting.
-        told = self.announced.get()
+        told = self.announced.get() if self.announced.exists() else None
         announce = told_another_run(None if told is None else told[0], self.config.run_id)
         events = reconcile_bucket(bucket, columns, now_ms, report_view=report, announce=announce)
         self._store(bucket, kept_ids, kept_at_load)
