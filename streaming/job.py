@@ -82,7 +82,7 @@ def spark_conf() -> dict[str, str]:
         # stateful stages every 5 s (0.4-0.6 of a core on a quiet cluster, docs/BENCHMARKS.md). Nothing waits
         # on an idle batch: each sweep of the collector (10 s) puts rows in every bucket of stage 2, and those
         # batches fire the expiry timers and apply the state's TTL; with no sweep arriving, nothing is
-        # expired, as a silent collector is no news of an ending (docs/detection.md).
+        # expired, as a silent collector is no news of an ending (docs/streaming.md).
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     }
 

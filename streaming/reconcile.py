@@ -198,9 +198,8 @@ class ProducerIdFacts(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.owners = handle.getMapState("owner", struct(OWNER_KEY_SCHEMA), struct(OWNER_SCHEMA))
-        self.legacy = handle.getValueState(
-            "owners", struct(BLOB_SCHEMA)
-        )  # a bucket's one dict, before per-id state
+        # A bucket's one dict, before per-id state.
+        self.legacy = handle.getValueState("owners", struct(BLOB_SCHEMA))
         self.migrated: set[Any] = set()
 
     def _migrate_owners(self, key: Any) -> None:
