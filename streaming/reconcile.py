@@ -25,6 +25,7 @@ bucket is read (`_migrate_owners`, `_migrate_views`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pickle
 import time
@@ -68,9 +69,11 @@ _DDL_TYPES = {
 }
 
 
+@functools.cache
 def struct(ddl: str) -> T.StructType:
     """A state schema from its DDL ("name type, ..."; nullable columns, as Spark parses them), built here: a DDL
-    string handed to getValueState/getMapState costs a round trip to the JVM to parse, in every task's `init`."""
+    string handed to getValueState/getMapState costs a round trip to the JVM to parse, in every task's `init`.
+    Built once per Python worker (cached): every task's `init` asks for the same few."""
     fields = []
     for column in ddl.split(","):
         name, kind = column.split()
