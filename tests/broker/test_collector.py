@@ -711,21 +711,33 @@ def test_three_brokers_stale_leaders_and_an_unreachable_broker(cluster3: Cluster
         assert result.partitions_covered == result.partitions_total
         view = wire.metadata()
         assert set(view.brokers) == {1, 2, 3}
-        before = sum(requests.by_broker("DescribeProducers").values())
 
         # Stale metadata: every partition of `spread` points at the wrong (live) broker. The brokers answer
         # NOT_LEADER_OR_FOLLOWER, the collector refreshes metadata and asks the real leaders, in the same sweep.
-        stale = ClusterView(
-            view.brokers,
-            {tp: (leader % 3) + 1 if tp[0] == spread else leader for tp, leader in view.leaders.items()},
-            view.internal_topics,
-        )
-        col = Collector(StaleFirstView(wire, stale), cluster="test", settings=SETTINGS, open_partitions=None)  # type: ignore[arg-type]
-        result = col.sweep()
-        assert result.partitions_covered == result.partitions_total == len(view.leaders)
-        assert all(not s.errors for s in result.summaries)
+        # Up to three tries: on a loaded machine a KRaft broker can miss a heartbeat and really lose its leaders
+        # mid-sweep, which the collector rightly reports as uncovered; each try says what it lost.
+        tries: list[tuple[int, int, dict[int, dict[str, int]], list[str]]] = []
+        for _ in range(3):
+            view = wire.metadata()
+            stale = ClusterView(
+                view.brokers,
+                {tp: (leader % 3) + 1 if tp[0] == spread else leader for tp, leader in view.leaders.items()},
+                view.internal_topics,
+            )
+            col = Collector(
+                StaleFirstView(wire, stale), cluster="test", settings=SETTINGS, open_partitions=None
+            )  # type: ignore[arg-type]
+            before = sum(requests.by_broker("DescribeProducers").values())
+            result = col.sweep()
+            asked = sum(requests.by_broker("DescribeProducers").values()) - before
+            uncovered = {s.broker: dict(s.errors) for s in result.summaries if s.errors}
+            tries.append((result.partitions_covered, asked, uncovered, result.problems))
+            if result.partitions_covered == result.partitions_total == len(view.leaders) and not uncovered:
+                break
+        assert result.partitions_covered == result.partitions_total == len(view.leaders), tries
+        assert not uncovered, tries
         assert {tp for tp in empties(result) if tp[0] == spread} == {(spread, p) for p in range(6)}
-        assert sum(requests.by_broker("DescribeProducers").values()) - before > 3  # a second round was needed
+        assert asked > 3, tries  # a second round was needed
 
         # One broker dies (SIGKILL): the sweep still covers the others, and says what it missed.
         victim = 3
