@@ -692,8 +692,11 @@ def cmd_collect(args: argparse.Namespace) -> int:
             open_partitions=open_partitions,
             metrics=metrics,
             # Scheduled by the job's own limits (the same settings file or environment): a re-describe then
-            # comes when the job's rules can first settle the transaction.
-            redescribes=Redescribes(settings.detection) if cs.probe_interval_ms else None,
+            # comes when the job's rules can first settle the transaction, and, where the job reads
+            # __transaction_state, early reports its proofs can order by the log's offsets.
+            redescribes=Redescribes(settings.detection, ordered=cs.coordinator_source == "log")
+            if cs.probe_interval_ms
+            else None,
             sightings=sightings,
         )
         poller = (

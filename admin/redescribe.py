@@ -24,7 +24,15 @@ keeps the high watermark instead: the transaction's first batch lies below the h
 after it was written (same argument, same epoch), so the first such probe is its first sighting, and the full
 sweep's report of it can settle it at once.
 
-None of this decides anything: the reports are ordinary snapshots, judged by the same rules.
+Reports ordered by offsets come first. Where the job reads `__transaction_state`, a proof may rest on the
+transaction log's offsets instead of the clocks (`detectors.rules.logged_before_report`): a coordinator record
+below the end offset a sweep measured is ordered before every report of a later sweep. An orphan's owner usually
+completes (commits, aborts, or restarts) a moment after the orphan's write, so a young transaction the probe
+sees is described 1 s after the sighting (short transactions have ended by then, and the probe then drops them),
+and again 1 s after each of its first two reports (`ORDERED_FOLLOW_UPS_MS`): the first measures a position past
+the owner's completion, the next is ordered after it. The report that settles it by the clocks follows as before.
+
+None of this decides anything: the reports are ordered snapshots, judged by the same rules.
 """
 
 from __future__ import annotations
@@ -47,6 +55,11 @@ FOLLOW_UPS_MS = (1_000, 2_000)
 # A report this close (plus the skew tolerance) after the moment it settles is the proving one (a re-describe's)
 # and gets the follow-ups; one much later (a full sweep's of an old transaction) does not.
 FOLLOW_UP_WINDOW_MS = 1_000
+# Where proofs can be ordered by the transaction log's offsets (`ordered=True`): a new sighting is described this
+# long after the probe saw it (a transaction still open then is no short one; the next probe drops the rest), and
+# a report of a transaction not settled yet is followed by another this long after it, at most this many times.
+ORDERED_FIRST_REPORT_MS = 1_000
+ORDERED_FOLLOW_UPS_MS = (1_000, 1_000)
 # High-watermark marks kept per pinned partition between its reports (one a probe, when the mark moved).
 MAX_MARKS = 16
 
@@ -74,9 +87,14 @@ class Redescribes:
     """Which partitions to describe when, between full sweeps. Memory: one entry per partition with a young open
     transaction (a probe sighting and a due time)."""
 
-    def __init__(self, limits: DetectionLimits, *, margin_ms: int = MARGIN_MS) -> None:
+    def __init__(self, limits: DetectionLimits, *, margin_ms: int = MARGIN_MS, ordered: bool = False) -> None:
+        """`ordered`: the job can order proofs by the transaction log's offsets (it reads `__transaction_state`):
+        young transactions are described early and again (`ORDERED_FOLLOW_UPS_MS`), not only once settled."""
         self._limits = limits
         self._margin_ms = margin_ms
+        self._ordered = ordered
+        # Ordered follow-ups done per young transaction (partition, start offset), while it is reported open.
+        self._ordered_done: dict[tuple[TP, int], int] = {}
         self._probed: dict[TP, ProbeSighting] = {}
         self._due: dict[TP, Due] = {}
         # Follow-ups done per settled transaction (partition, start offset), while it is reported open.
@@ -110,7 +128,8 @@ class Redescribes:
         self._probed[tp] = ProbeSighting(lso, leader_epoch, at_ms)
         # Its records' time is unknown until a report fetches its first batch, but a report holds it to the
         # sighting at the latest (`detectors.models.open_since_ms`): so this moment settles it whatever it is.
-        self._schedule(tp, settles_at_ms(at_ms, at_ms, self._limits) or at_ms, lso)
+        settles = settles_at_ms(at_ms, at_ms, self._limits) or at_ms
+        self._schedule(tp, min(settles, at_ms + ORDERED_FIRST_REPORT_MS) if self._ordered else settles, lso)
 
     def seen_open_ms(self, tp: TP, start_offset: int, leader_epoch: int | None) -> int | None:
         """The earliest probe by which the batch at `start_offset` of `tp` was written, if a report at
@@ -159,10 +178,12 @@ class Redescribes:
                     continue
                 if at > snap.observed_at_ms:
                     self._schedule(tp, at, t.start_offset)
+                    self._ordered_follow_up(tp, t.start_offset, snap.observed_at_ms)
                 else:
                     self._follow_up(tp, t.start_offset, at, snap.observed_at_ms)
-        for key in [k for k in self._followed if k[0] in reported and k not in open_now]:
-            del self._followed[key]  # ended, or its partition's report no longer has it
+        for done in (self._followed, self._ordered_done):
+            for key in [k for k in done if k[0] in reported and k not in open_now]:
+                del done[key]  # ended, or its partition's report no longer has it
 
     def taken(self, tps: Iterable[TP]) -> None:
         """A re-describe of `tps` begins: not due again unless its report says so (`reported`), even if it fails."""
@@ -193,6 +214,14 @@ class Redescribes:
             return
         self._followed[(tp, start_offset)] = done + 1
         self._schedule(tp, observed_at_ms + FOLLOW_UPS_MS[done] - self._margin_ms, start_offset)
+
+    def _ordered_follow_up(self, tp: TP, start_offset: int, observed_at_ms: int) -> None:
+        # A young transaction's next report, ordered after this one's position (module docstring).
+        done = self._ordered_done.get((tp, start_offset), 0)
+        if not self._ordered or done >= len(ORDERED_FOLLOW_UPS_MS):
+            return
+        self._ordered_done[(tp, start_offset)] = done + 1
+        self._schedule(tp, observed_at_ms + ORDERED_FOLLOW_UPS_MS[done] - self._margin_ms, start_offset)
 
     def _schedule(self, tp: TP, settles_at_ms: int, start_offset: int) -> None:
         at = settles_at_ms + self._margin_ms

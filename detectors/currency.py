@@ -39,6 +39,14 @@ def coordinator_partition(transactional_id: str, partitions: int) -> int:
     return coordinator_partition_for(transactional_id, partitions)
 
 
+def sweep_number(sweep_id: str) -> tuple[str, int] | None:
+    """(run, number) of a collector's sweep id `<run>-<number>`; None for any other form."""
+    run, dash, number = sweep_id.rpartition("-")
+    if not dash or not run or not number.isdigit():
+        return None
+    return run, int(number)
+
+
 class Position(NamedTuple):
     """One `CoordinatorLogPosition`, as plain data."""
 
@@ -67,6 +75,15 @@ LOG_END_HORIZON_MS = 15 * 60_000
 MAX_LOG_END_POSITIONS = 720
 # What releases that kept only the newest 16 log ends stored: a full list of them may have dropped older ones.
 LEGACY_LOG_END_POSITIONS = 16
+# The transaction log's end offsets of the newest positions of each collector run, by the sweep's number in that
+# run (a sweep id is `<run>-<number>`; a run is one collector process, whose sweeps run one after another): what
+# orders a coordinator record before a report of a later sweep of the same run without a clock
+# (`ends_before_report`). run -> [(number, ((partition, end offset), ...)), ...], oldest first.
+ReportEndsState = dict[str, list[tuple[int, tuple[tuple[int, int], ...]]]]
+# Kept per run: a batch may bring sweep n's position with sweep n's reports; the one before orders them.
+REPORT_ENDS_PER_RUN = 2
+# Runs kept: collectors restart, and two may run at once during a rollout; the runs least recently heard from go.
+MAX_REPORT_END_RUNS = 4
 # Records read but not decoded, not yet superseded: (topic, transactional id) -> read offset of the newest;
 # (topic, partition) -> read offset of the newest whose key did not decode either; how many were read in all.
 UndecodableState = tuple[dict[tuple[str, str], int], dict[tuple[str, int], int], int]
@@ -84,6 +101,7 @@ CurrencyState = tuple[
     RewoundState,
     LogEndState,
     int | None,
+    ReportEndsState,
 ]
 LegacyCurrencyState = tuple[
     dict[tuple[str, int], int], dict[tuple[str, int], int], list[Position], dict[str, Position], int | None
@@ -141,6 +159,12 @@ class ViewCurrency:
         self.log_ends_dropped_ms: int | None = state[9] if state is not None and len(state) > 9 else None
         if state is not None and len(state) == 9 and len(self.log_ends) >= LEGACY_LOG_END_POSITIONS:
             self.log_ends_dropped_ms = self.log_ends[0][0]  # a release that dropped beyond 16 said not which
+        # absent in checkpoints of releases that ordered nothing by offsets: every proof waits for the clocks
+        self.report_ends: ReportEndsState = (
+            {run: list(ends) for run, ends in state[10].items()}
+            if state is not None and len(state) > 10
+            else {}
+        )
         self.applied_end: dict[tuple[str, int], int] = dict(applied)
         self._current: dict[tuple[str, int], int] = dict(current)
         self._pending: list[Position] = list(pending)
@@ -177,6 +201,7 @@ class ViewCurrency:
             self.rewound,
             self.log_ends,
             self.log_ends_dropped_ms,
+            self.report_ends,
         )
 
     # -- input
@@ -283,6 +308,7 @@ class ViewCurrency:
         as_of_ms: int,
         end_offsets: Mapping[int, int],
         log_end_offsets: Mapping[int, int] | None = None,
+        sweep_id: str | None = None,
     ) -> bool:
         """A position the collector published. Positions of topics the view is not built from are ignored.
 
@@ -293,6 +319,8 @@ class ViewCurrency:
             return False
         if topic == self.transaction_log and log_end_offsets:
             self._add_log_end(as_of_ms, tuple(sorted(log_end_offsets.items())))
+        if topic == self.transaction_log and sweep_id is not None and end_offsets:
+            self._add_report_ends(sweep_id, tuple(sorted(end_offsets.items())))
         position = Position(as_of_ms, topic, partitions, tuple(sorted(end_offsets.items())))
         newest = self.newest.get(topic)
         if newest is None or as_of_ms >= newest.as_of_ms:
@@ -305,6 +333,19 @@ class ViewCurrency:
             self._pending = self._pending[:half:2] + self._pending[half:]
         self._dirty = True
         return True
+
+    def _add_report_ends(self, sweep_id: str, ends: tuple[tuple[int, int], ...]) -> None:
+        """Keep the newest positions of the sweep's run by number (`ends_before_report`)."""
+        parsed = sweep_number(sweep_id)
+        if parsed is None:
+            return
+        run, number = parsed
+        kept = self.report_ends.pop(run, [])  # re-inserted last: the run heard from most recently
+        if all(n != number for n, _ in kept):
+            bisect.insort(kept, (number, ends))
+        self.report_ends[run] = kept[-REPORT_ENDS_PER_RUN:]
+        while len(self.report_ends) > MAX_REPORT_END_RUNS:
+            del self.report_ends[next(iter(self.report_ends))]
 
     def _add_log_end(self, as_of_ms: int, ends: tuple[tuple[int, int], ...]) -> None:
         """Keep a position's log ends; drop the oldest ones past the horizon or the count, remembering how far."""
@@ -376,6 +417,20 @@ class ViewCurrency:
             if end is not None and offset >= end:
                 return True
         return False
+
+    def ends_before_report(self, sweep_id: str) -> Mapping[int, int] | None:
+        """The transaction log's end offsets (high watermarks) of the newest position the collector measured
+        before it sent the requests of sweep `sweep_id`: a position of an earlier sweep of the same run. A run's
+        sweeps run one after another, and a sweep measures its position after its DescribeProducers answers, so
+        that position was measured before the later sweep asked anything; a record below its end was committed
+        before (`detectors.rules.logged_before_report`). The sweep numbers order them, not a clock. None: no
+        such position is known (another run's positions are never used: their order is only a clock's)."""
+        parsed = sweep_number(sweep_id)
+        if parsed is None:
+            return None
+        run, number = parsed
+        earlier = [ends for n, ends in self.report_ends.get(run, ()) if n < number]
+        return dict(earlier[-1]) if earlier else None
 
     def current_as_of(self, transactional_id: str | None) -> int | None:
         """The time the view of everything that could own a transaction is current as of, or None if unknown.

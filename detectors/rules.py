@@ -74,6 +74,12 @@ class TxnFacts(NamedTuple):
     # The start batch was appended in the leader epoch the report was answered at (True), in another (False), or
     # either is unknown (None): True proves no marker written since T began was lost (`leader_kept`).
     leader_kept: bool | None = None
+    # The end offset of the owner's transaction log partition that the same collector measured before it sent the
+    # report's request (`logged_before_report`); None: unknown (no such position known, the describe fallback,
+    # or a judgement as of an earlier moment than the report). Set by the caller at judgement, never stored.
+    log_end_before: int | None = None
+    # Where the record that showed the owner moved on (`moved_on_ms`) is in that partition; None: unknown.
+    moved_on_offset: int | None = None
 
 
 class CoordFacts(NamedTuple):
@@ -91,6 +97,9 @@ class CoordFacts(NamedTuple):
     start_timestamp_ms: int
     # Complete* records: the partitions of the Prepare record before it (None: not read), as the model's.
     prepared_partitions: frozenset[tuple[str, int]] | None = None
+    # The record's offset in its transaction log partition (None: not known, or a record of the describe
+    # fallback, which has none): what `logged_before_report` orders against the report.
+    log_offset: int | None = None
 
 
 class Decision(NamedTuple):
@@ -242,6 +251,29 @@ def snapshot_after(t: TxnFacts, event_ms: int, limits: DetectionLimits) -> bool:
     return elapsed_beyond_skew_ms(t.observed_at_ms, event_ms, limits.clock_skew_ms) > limits.grace_ms
 
 
+def logged_before_report(t: TxnFacts, offset: int | None) -> bool:
+    """The coordinator record at `offset` was in the transaction log before the report's request was sent: it
+    lies below the partition's end offset that the same collector measured before sending it
+    (`t.log_end_before`). The offsets order the two; no clock is compared.
+
+    What that proves, with a view current as of the report (`judge`): the record's effects came before the
+    leader's answer (a coordinator writes Complete* only after every marker was acknowledged, and an Ongoing
+    record only after the previous transaction's Complete*), and, the record being the newest the view holds of
+    its producer id, no record of it came between the two. The clock rules' grace and skew bound the same two
+    things by time (`settled`, `snapshot_after`); a proof ordered by offsets needs neither (docs/detection.md,
+    "Ordered by offsets")."""
+    return offset is not None and offset >= 0 and t.log_end_before is not None and offset < t.log_end_before
+
+
+def after_event(t: TxnFacts, c: CoordFacts, event_ms: int, limits: DetectionLimits) -> bool:
+    """The report comes after the coordinator record `c` (whose time of interest is `event_ms`) in a way that
+    proves: ordered by the transaction log's offsets, or, by the clocks, settled and newer than the event by the
+    grace period (skew-reduced)."""
+    return logged_before_report(t, c.log_offset) or (
+        settled(t, limits) and snapshot_after(t, event_ms, limits)
+    )
+
+
 def lists_partition(t: TxnFacts, c: CoordFacts) -> bool:
     return (t.topic, t.partition) in c.partitions
 
@@ -278,18 +310,18 @@ def older_than_coordinator_transaction(t: TxnFacts, c: CoordFacts | None, limits
       transaction's start minus the clock-skew tolerance.
     If the partition *is* listed, the current transaction's marker will close the leftover: not hanging.
     """
-    if c is None or not settled(t, limits):
+    if c is None:
         return False
     role = coordinator_role(t, c)
     if role is CoordinatorRole.PREVIOUS:
-        return snapshot_after(t, c.last_update_timestamp_ms, limits)
+        return after_event(t, c, c.last_update_timestamp_ms, limits)
     if (
         role is not CoordinatorRole.CURRENT
         or c.state is not CoordinatorState.ONGOING
         or lists_partition(t, c)
     ):
         return False
-    if not snapshot_after(t, c.start_timestamp_ms, limits):
+    if not after_event(t, c, c.start_timestamp_ms, limits):
         return False
     if t.first_batch_epoch < c.producer_epoch:
         return True
@@ -327,8 +359,7 @@ def marker_of_completed_transaction(t: TxnFacts, c: CoordFacts | None, limits: D
         and c.prepared_partitions is not None
         and (t.topic, t.partition) in c.prepared_partitions
         and coordinator_role(t, c) is CoordinatorRole.CURRENT
-        and settled(t, limits)
-        and snapshot_after(t, c.last_update_timestamp_ms, limits)
+        and after_event(t, c, c.last_update_timestamp_ms, limits)
     )
 
 
@@ -387,8 +418,7 @@ def coordinator_completed(t: TxnFacts, c: CoordFacts | None, limits: DetectionLi
         c is not None
         and c.state in COMPLETED_STATES
         and coordinator_role(t, c) is CoordinatorRole.CURRENT
-        and settled(t, limits)
-        and snapshot_after(t, c.last_update_timestamp_ms, limits)
+        and after_event(t, c, c.last_update_timestamp_ms, limits)
     )
 
 
@@ -400,8 +430,7 @@ def partition_not_in_transaction(t: TxnFacts, c: CoordFacts | None, limits: Dete
         and c.state in OWNING_STATES
         and coordinator_role(t, c) is CoordinatorRole.CURRENT
         and not lists_partition(t, c)
-        and settled(t, limits)
-        and snapshot_after(t, c.start_timestamp_ms, limits)
+        and after_event(t, c, c.start_timestamp_ms, limits)
     )
 
 
@@ -427,8 +456,13 @@ def owner_moved_on(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -
         and c is not None
         and coordinator_role(t, c) is CoordinatorRole.CURRENT
         and not writes_partition(t, c)
-        and settled(t, limits)
-        and elapsed_beyond_skew_ms(t.observed_at_ms, t.moved_on_ms, limits.clock_skew_ms) > 0
+        and (
+            logged_before_report(t, t.moved_on_offset)
+            or (
+                settled(t, limits)
+                and elapsed_beyond_skew_ms(t.observed_at_ms, t.moved_on_ms, limits.clock_skew_ms) > 0
+            )
+        )
     )
 
 
@@ -636,6 +670,14 @@ def decide(
     is_late = aged > 0 and now_ms - aged > max_timeout + limits.late_buffer_ms
 
     state = c.state if c is not None else None
+    end_before = t.log_end_before
+    # logged_before_report(t, c.log_offset): the record is ordered before the report by offsets
+    ordered = (
+        end_before is not None
+        and c is not None
+        and c.log_offset is not None
+        and 0 <= c.log_offset < end_before
+    )
     if c is None or state is None or state is _DEAD:
         if settled and (retired_at_ms is None or obs - retired_at_ms - skew > grace):
             return _HANGING_NO_COORDINATOR
@@ -643,7 +685,7 @@ def decide(
     pid = t.producer_id
     if c.producer_id != pid:
         if c.previous_producer_id == pid:
-            if settled and obs - c.last_update_timestamp_ms - skew > grace:
+            if ordered or (settled and obs - c.last_update_timestamp_ms - skew > grace):
                 return _HANGING_OLDER_PREVIOUS
             return _LATE_PREVIOUS if is_late else _OPEN_PREVIOUS
         if c.next_producer_id == pid:
@@ -652,7 +694,7 @@ def decide(
     listed = (t.topic, t.partition) in c.partitions
     if state is _ONGOING:
         if not listed:
-            if settled and obs - c.start_timestamp_ms - skew > grace:
+            if ordered or (settled and obs - c.start_timestamp_ms - skew > grace):
                 first = t.first_batch_epoch
                 epoch = c.producer_epoch
                 if first < epoch or (
@@ -673,11 +715,13 @@ def decide(
                 is_late = aged > 0 and now_ms - aged > c.transaction_timeout_ms + limits.late_buffer_ms
     elif state in PREPARING_STATES:
         if not listed:
-            if settled and obs - c.start_timestamp_ms - skew > grace:
+            if ordered or (settled and obs - c.start_timestamp_ms - skew > grace):
                 return _HANGING_NOT_LISTED
         elif obs - c.last_update_timestamp_ms - skew > grace:
             return _STUCK
-    elif state in COMPLETED_STATES and settled and obs - c.last_update_timestamp_ms - skew > grace:
+    elif state in COMPLETED_STATES and (
+        ordered or (settled and obs - c.last_update_timestamp_ms - skew > grace)
+    ):
         prepared = c.prepared_partitions
         if state in COMPLETE_WITH_MARKERS and prepared is not None and (t.topic, t.partition) in prepared:
             seen = t.seen_open_ms
@@ -687,10 +731,13 @@ def decide(
                 return _HANGING_WRITE_AFTER_MARKER if t.leader_kept is True else _COMMIT_OR_LATE_WRITE
         return _HANGING_COMPLETED
     moved_on = t.moved_on_ms
+    moved_on_offset = t.moved_on_offset
     if (
         moved_on is not None
-        and settled
-        and obs - moved_on - skew > 0
+        and (
+            (end_before is not None and moved_on_offset is not None and 0 <= moved_on_offset < end_before)
+            or (settled and obs - moved_on - skew > 0)
+        )
         and not listed
         and not (c.prepared_partitions is not None and (t.topic, t.partition) in c.prepared_partitions)
     ):  # owner_moved_on
@@ -740,8 +787,13 @@ def judge(
             return decision
         seen = open_by(t)
         if seen is not None and view_current_ms >= seen:
+            # The log end measured before the report orders nothing before an earlier moment.
             earlier = decide(
-                t._replace(observed_at_ms=view_current_ms), c, now_ms, limits, retired_at_ms=retired_at_ms
+                t._replace(observed_at_ms=view_current_ms, log_end_before=None),
+                c,
+                now_ms,
+                limits,
+                retired_at_ms=retired_at_ms,
             )
             if earlier.kind is decision.kind:
                 return earlier._replace(judged_as_of_ms=view_current_ms)
@@ -1127,7 +1179,10 @@ def explain(decision: Decision, e: Evidence, limits: DetectionLimits) -> str:
             f"and all its markers were written before that"
         )
     elif decision.reason is HangingReason.PARTITION_NOT_IN_TRANSACTION and c:
-        why = f"{tid} is {c.state} but does not list the partition (past the {grace} grace)"
+        why = (
+            f"{tid} is {c.state} but does not list the partition, in a record that precedes the report (by the "
+            f"transaction log's offsets, or by the {grace} grace)"
+        )
     elif decision.kind is VerdictKind.STUCK_PREPARE and c:
         why = (
             f"{tid} is {c.state} since {_iso(c.last_update_timestamp_ms)} and lists the partition, but the "

@@ -20,6 +20,7 @@ go as plain tuples in the column orders below, which the job's Spark schemas fol
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -708,6 +709,15 @@ def stored_open_entry(facts: tuple[Any, ...], *rest: Any) -> OpenEntry:
     return OpenEntry(TxnFacts(*facts), *rest)
 
 
+_SWEEP_ID = re.compile(r'"sweep_id":"([^"\\]*)"')
+
+
+def report_sweep_id(snapshot_json: str) -> str:
+    """The sweep id of a stored one-transaction snapshot, without parsing it ("" if it has none)."""
+    found = _SWEEP_ID.search(snapshot_json)
+    return found.group(1) if found else ""
+
+
 def coord_facts_from_json(record_json: str) -> CoordFacts:
     """`rules.coord_facts(CoordinatorRecord.model_validate_json(s))` without pydantic (a test holds them equal)."""
     return _coord_facts(json.loads(record_json))
@@ -932,6 +942,45 @@ class BucketState:
             return False
         return self.currency.appended_after(partition, offset, moment_ms)
 
+    def _ordered_by_offsets(
+        self,
+        producer_id: int,
+        entry: OpenEntry,
+        t: TxnFacts,
+        c: CoordFacts,
+        kept: tuple[str, int] | None,
+        transactional_id: str | None,
+    ) -> tuple[TxnFacts, CoordFacts]:
+        """The facts with what orders records before the report by the transaction log's offsets
+        (`detectors.rules.logged_before_report`): the log end of the owner's partition measured before the
+        report's request, the weighed record's offset and the moved-on record's. Only for records of the
+        transaction log; otherwise (the describe fallback, an unknown size or sweep) the proofs wait for the
+        clocks as before."""
+        partition = self._log_partition(transactional_id)
+        if partition < 0:
+            return t, c
+        ends = self.currency.ends_before_report(report_sweep_id(entry.snapshot_json))
+        end = None if ends is None else ends.get(partition)
+        if end is None:
+            return t, c
+        offset = kept[1] if kept is not None else self._record_offset(producer_id, partition)
+        moved_on = entry.moved_on_at[1] if entry.moved_on_at and entry.moved_on_at[0] == partition else None
+        return t._replace(log_end_before=end, moved_on_offset=moved_on), c._replace(log_offset=offset)
+
+    def _record_offset(self, producer_id: int, partition: int) -> int | None:
+        """Where the view's record of the producer id is in the transaction log partition `partition` (None: not
+        known, or not a record of the transaction log)."""
+        view = self.views.get(producer_id)
+        if view is None or view.record_json is None:
+            return None
+        record = json.loads(view.record_json)
+        if record.get("origin", "transaction-log") != "transaction-log":
+            return None
+        source_partition, offset = record.get("source_partition", -1), record.get("source_offset", -1)
+        if offset < 0:  # the job's records carry no provenance: the fact's log offset says where
+            source_partition, offset = partition, view.log_offset
+        return offset if source_partition == partition and offset is not None and offset >= 0 else None
+
     def _log_partition(self, transactional_id: str | None) -> int:
         """The transaction log partition that holds the id's records (-1: no id, or the log's size unknown)."""
         newest = self.currency.newest.get(self.currency.transaction_log or "")
@@ -968,7 +1017,7 @@ class BucketState:
         ends = {int(k): v for k, v in (p.get("end_offsets") or {}).items()}
         log_ends = {int(k): v for k, v in (p.get("log_end_offsets") or {}).items()}
         self.currency_changed |= self.currency.add_position(
-            p["topic"], p["partitions"], p["as_of_ms"], ends, log_ends
+            p["topic"], p["partitions"], p["as_of_ms"], ends, log_ends, p.get("sweep_id")
         )
 
     def view_event(self, now_ms: int) -> Event:
@@ -1156,6 +1205,8 @@ class BucketState:
         # of the owner lists the partition again: its coordinator may still close it.
         kept = entry.marker_record if not owned_by_coordinator(t, c) else None
         weighed = coord_facts_from_json(kept[0]) if kept is not None else c
+        if weighed is not None:
+            t, weighed = self._ordered_by_offsets(key[0], entry, t, weighed, kept, transactional_id)
         decision = judge_view(
             t,
             weighed,

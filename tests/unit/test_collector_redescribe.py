@@ -12,7 +12,13 @@ from collector_fakes import T0, FakeCluster, producer, start_batch
 
 from admin.collector import Collector, between_sweeps
 from admin.metrics import CollectorMetrics
-from admin.redescribe import FOLLOW_UPS_MS, MARGIN_MS, Redescribes
+from admin.redescribe import (
+    FOLLOW_UPS_MS,
+    MARGIN_MS,
+    ORDERED_FIRST_REPORT_MS,
+    ORDERED_FOLLOW_UPS_MS,
+    Redescribes,
+)
 from admin.seams import Offsets, SweepResult
 from common.settings import CollectorSettings
 from detectors.models import DetectionLimits
@@ -25,7 +31,9 @@ LIMITS = DetectionLimits()  # grace 4 s, skew 2 s
 EPOCH = 7
 
 
-def make(cluster: FakeCluster, metrics: CollectorMetrics | None = None) -> Collector:
+def make(
+    cluster: FakeCluster, metrics: CollectorMetrics | None = None, *, ordered: bool = False
+) -> Collector:
     return Collector(
         cluster,
         cluster="prod",
@@ -33,7 +41,7 @@ def make(cluster: FakeCluster, metrics: CollectorMetrics | None = None) -> Colle
         open_partitions=set(),
         metrics=metrics,
         clock_ms=lambda: cluster.clock,
-        redescribes=Redescribes(LIMITS),
+        redescribes=Redescribes(LIMITS, ordered=ordered),
     )
 
 
@@ -121,6 +129,49 @@ def test_a_probe_sees_a_new_transaction_and_its_re_describe_proves_it_a_grace_la
     assert metrics.redescribes._value.get() == 1 and metrics.probes._value.get() == 1
     # A re-describe is no sweep: the coverage figures stay the last sweep's.
     assert metrics.partitions_described._value.get() == covered_before
+
+
+def test_where_proofs_are_ordered_by_offsets_a_young_transaction_is_reported_early_and_again() -> None:
+    """Ordered (the job reads __transaction_state): the probe's sighting is described 1 s later, and each of
+    the next two reports is followed by another 1 s after it, each sweep measuring the log's position that the
+    next report is ordered after (detectors.rules.logged_before_report); then the settling report by the clocks.
+    A transaction that ended by the early report's time is dropped by the probe, as before."""
+    cluster = young_orphan(opened_at_ms=T0 + 60_000)
+    collector = make(cluster, ordered=True)
+    collector.sweep()
+    cluster.clock += 1_000
+    begin(cluster)
+    collector.probe()
+    probed_at = cluster.clock
+    assert collector.seconds_until_due() == pytest.approx((ORDERED_FIRST_REPORT_MS + MARGIN_MS) / 1000)
+    cluster.clock = probed_at + ORDERED_FIRST_REPORT_MS + MARGIN_MS
+    reports = []
+    for pause_ms in ORDERED_FOLLOW_UPS_MS:
+        assert collector.due() == [ORDERS0]
+        result = collector.sweep(only=collector.due())
+        reports.append(result.snapshots[0])
+        assert result.positions == [] or result.positions[0].as_of_ms >= result.snapshots[0].observed_at_ms
+        assert collector.seconds_until_due() == pytest.approx(pause_ms / 1000, abs=0.01)
+        cluster.clock += pause_ms
+    assert [r.sweep_id.rpartition("-")[2] for r in reports] == ["2", "3"]  # one run, numbered in order
+    (t,) = collector.sweep(only=collector.due()).snapshots[0].open_transactions
+    # Two ordered follow-ups done: the next is the report that settles it by the clocks.
+    settles = settles_at_ms(t.open_since_ms, t.seen_open_ms, LIMITS)
+    assert settles is not None and settles > cluster.clock
+    assert collector.seconds_until_due() == pytest.approx(
+        (settles + MARGIN_MS - cluster.clock) / 1000, abs=0.01
+    )
+
+    # A short transaction: ended by the early report's time, the probe drops it.
+    short = young_orphan(opened_at_ms=T0 + 60_000)
+    collector = make(short, ordered=True)
+    collector.sweep()
+    begin(short)
+    collector.probe()
+    short.clock += ORDERED_FIRST_REPORT_MS
+    short.offsets[ORDERS0] = Offsets(150, 150)
+    collector.probe()
+    assert collector.seconds_until_due() is None
 
 
 def test_a_probe_sighting_at_another_leader_epoch_proves_nothing() -> None:

@@ -873,6 +873,9 @@ def random_scenario(
         seen_open_ms=maybe(instant()),
         moved_on_ms=maybe(instant()),
         leader_kept=rng.choice((None, True, False)),
+        # offsets on a small grid, so "below the end measured before the report" is on both sides and equal
+        log_end_before=maybe(rng.randint(0, 4)),
+        moved_on_offset=maybe(rng.randint(-1, 4)),
     )
     role = rng.choice(("current", "current", "current", "previous", "next", "none", "stranger"))
     c = None
@@ -901,6 +904,7 @@ def random_scenario(
             prepared_partitions=None
             if rng.random() < 0.3
             else frozenset(p for p in (("orders", 0), ("orders", 1)) if rng.random() < 0.5),
+            log_offset=maybe(rng.randint(-1, 4)),
         )
     lim = DetectionLimits(
         grace_ms=rng.choice((0, 5_000, 10_000)),

@@ -15,6 +15,7 @@ import pytest
 from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot, tps
 
 from detectors.contract import TRANSACTION_LOG_TOPIC
+from detectors.currency import coordinator_partition
 from detectors.models import (
     AbortCandidate,
     CandidateStatus,
@@ -1077,3 +1078,79 @@ def test_the_decoder_keeps_each_prepare_record_that_lists_other_partitions() -> 
         i in (0, 10, 11) for i in range(12)
     ]
     assert run_ends(["tx"] * 12, [PID] * 12, [False] * 12, states) == [i in (0, 10, 11) for i in range(12)]
+
+
+# ------------------------------------------------------------------- proofs ordered by offsets (issue 40)
+
+
+def sweep_position(sweep_id: str, as_of_ms: int, ends: dict[int, int]) -> list[Any]:
+    """A position of the transaction log (3 partitions) as the collector publishes it after sweep `sweep_id`."""
+    position = CoordinatorLogPosition(
+        cluster="c", sweep_id=sweep_id, topic=LOG, partitions=3, as_of_ms=as_of_ms, end_offsets=ends
+    )
+    values = {"producer_id": -1, "fact": "position", "record_json": position.model_dump_json()}
+    values["fact_time_ms"] = as_of_ms
+    return [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]]
+
+
+def ordered_scene(
+    record_offset: int, earlier_sweep: str, report_sweep: str
+) -> tuple[BucketState, list[dict[str, Any]]]:
+    """The owner's transaction log partition holds its Complete record at `record_offset` (written half a second
+    after the orphan began); position `earlier_sweep` measured that partition's end at 11, then the report of
+    `report_sweep` shows the orphan open 2 s after it began: long before grace and skew (15 s here) pass."""
+    log_partition = coordinator_partition("tx-1", 3)
+    ends = {p: (11 if p == log_partition else 0) for p in range(3)}
+    done = coord(
+        state=CoordinatorState.COMPLETE_COMMIT,
+        partitions=(),
+        last_update_timestamp_ms=T0 + 500,
+        source_partition=log_partition,
+        source_offset=record_offset,
+    )
+    b = new_bucket()
+    t1 = T0 + SECOND
+    first = seen_at(t1).model_copy(update={"sweep_id": f"{earlier_sweep.rpartition('-')[0]}-0"})
+    batch(
+        b,
+        t1,
+        fact_row(done, log_offset=record_offset),
+        open_row(first),
+        sweep_position(earlier_sweep, t1, ends),
+        applied_row(ends),
+        current=False,
+    )
+    t2 = T0 + 2 * SECOND
+    report = seen_at(t2).model_copy(update={"sweep_id": report_sweep})
+    events = batch(b, t2, open_row(report), sweep_position(report_sweep, t2, ends), current=False)
+    return b, events
+
+
+def test_a_completion_below_the_log_end_measured_before_the_report_proves_at_once() -> None:
+    """The Complete record lies below the end offset the collector measured (sweep 1) before it sent the report's
+    request (sweep 2): its markers were written before the leader answered, and the view, current as of the
+    report, holds nothing newer. HANGING 2 s after the orphan began; by the clocks it waits until grace and
+    skew have passed since it began and since it was first seen (before: OPEN here)."""
+    b, events = ordered_scene(10, "r-1", "r-2")
+    assert [(e["event"], e["reason"]) for e in events if e["event"] != "VIEW"] == [
+        ("OPENED", "coordinator-completed"),
+        ("VERDICT", "coordinator-completed"),
+    ]
+    assert told(b).kind == "HANGING"
+
+
+@pytest.mark.parametrize(
+    ("record_offset", "earlier_sweep", "report_sweep", "why"),
+    [
+        (11, "r-1", "r-2", "the record is at the end measured before: written after that measurement"),
+        (10, "q-1", "r-2", "a position of another collector run: only a clock would order the two"),
+        (10, "r-2", "r-2", "the report's own sweep measured its position after the report"),
+        (10, "r-3", "r-2", "a later sweep of the run"),
+    ],
+)
+def test_what_the_offsets_do_not_order_waits_for_the_clocks(
+    record_offset: int, earlier_sweep: str, report_sweep: str, why: str
+) -> None:
+    b, events = ordered_scene(record_offset, earlier_sweep, report_sweep)
+    assert all(e["event"] != "OPENED" for e in events), why
+    assert told(b).kind == "OPEN", why
