@@ -298,6 +298,12 @@ def view_at(txns: list[Txn], tv: int, at: int) -> CoordFacts | None:
     return view
 
 
+def log_end_at(txns: list[Txn], at: int) -> int:
+    """The end offset of the producer's transaction log partition at `at`: one record per write (each add, each
+    Prepare, each Complete), in the order written; the record written at `w` is at offset (writes before it)."""
+    return sum(1 for x in txns for w in (*(a for a, _ in x.adds), x.end, x.complete) if w <= at)
+
+
 # The rules' own test thresholds and the thresholds txnwatch ships with (detectors.models.DetectionLimits).
 BOTH_LIMITS = pytest.mark.parametrize(
     "limits", [LIMITS, DetectionLimits()], ids=["grace-10s-skew-5s", "shipped-defaults"]
@@ -333,11 +339,24 @@ def test_a_transaction_the_coordinator_owns_is_never_hanging_whatever_the_lag(
         {w for x in txns for w, _ in x.adds} | {x.end for x in txns} | {x.complete for x in txns}
     )
     stops = [w - 1 for w in record_times if w <= observed] + [observed]
-    view_time = pick.draw(st.one_of(st.sampled_from(stops), st.integers(observed - 120_000, observed)))
+    # or past the report: records written after it (its own marker's Complete) are in a view read later
+    later = [w for w in record_times if w > observed][:2]
+    view_time = pick.draw(
+        st.one_of(st.sampled_from(stops + later), st.integers(observed - 120_000, observed + 5_000))
+    )
     c = view_at(txns, tv, view_time)
     measured = pick.draw(st.sampled_from(["exact", "conservative", "unknown"]))
     current = {"exact": view_time, "conservative": view_time - 1_000, "unknown": None}[measured]
     t = TxnFacts(topic, partition, PID, txn.epoch, first_batch, observed, 900_000, first_seen)
+    # Proofs ordered by offsets: the log end a position measured at some moment before the report's request
+    # (or none known), and the view's record at its true offset.
+    written = [w for w in record_times if w < observed] or [observed - 1]  # just after a write: the edge
+    measured_at = pick.draw(
+        st.one_of(st.none(), st.sampled_from(written), st.integers(observed - 30_000, observed - 1))
+    )
+    if measured_at is not None and c is not None:
+        t = t._replace(log_end_before=log_end_at(txns, measured_at))
+        c = c._replace(log_offset=log_end_at(txns, view_time) - 1)
     now = observed + pick.draw(st.integers(0, 10_000))
     d = judge(t, c, now, limits, view_current_ms=current)
     # Never HANGING; and never STUCK_PREPARE, which this history cannot have (every marker lands within 2 s of
@@ -364,6 +383,32 @@ def test_an_orphan_is_found_once_the_view_is_current(
     assert judge(t, c, observed, limits, view_current_ms=None).kind is K.UNCONFIRMED
     d = judge(t, c, observed, limits, view_current_ms=observed)
     assert (d.kind, d.reason) == (K.HANGING, R.COORDINATOR_COMPLETED)
+
+
+@BOTH_LIMITS
+@settings(max_examples=200, deadline=None)
+@given(history=histories(), pick=st.data())
+def test_an_orphan_is_found_at_the_first_report_ordered_after_the_completion(
+    limits: DetectionLimits, history: tuple[list[Txn], int], pick: st.DataObject
+) -> None:
+    """Ordered by offsets: a report whose sweep follows a position measured after the last Complete record proves
+    the orphan at once, without waiting for grace and skew; one that follows only a position measured before it
+    does not, by offsets, until the clocks allow."""
+    txns, tv = history
+    last = txns[-1]
+    first_batch = last.complete + pick.draw(st.integers(1, 5_000))
+    measured_at = pick.draw(st.integers(last.complete, first_batch + 2_000))
+    observed = max(first_batch, measured_at) + pick.draw(st.integers(1, 1_000))
+    t = TxnFacts("payments", 0, PID, last.epoch, first_batch, observed, 900_000, first_batch)
+    t = t._replace(log_end_before=log_end_at(txns, measured_at))
+    c = view_at(txns, tv, observed)
+    assert c is not None
+    c = c._replace(log_offset=log_end_at(txns, observed) - 1)
+    d = judge(t, c, observed, limits, view_current_ms=observed)
+    assert (d.kind, d.reason) == (K.HANGING, R.COORDINATOR_COMPLETED)
+    before = t._replace(log_end_before=log_end_at(txns, last.complete - 1))
+    if observed - first_batch - limits.clock_skew_ms <= limits.grace_ms:
+        assert judge(before, c, observed, limits, view_current_ms=observed).kind is K.OPEN
 
 
 def test_progress_without_a_position_is_a_change_to_store() -> None:
