@@ -24,8 +24,10 @@ orphan counts as found while it still committed when its candidate came within t
 
 Latency of one orphan = CreateTime of its first OPENED record on `<prefix>.abort-candidates` (the job's driver
 writes it) − the orphan batch's timestamp (the producer's clock, which is this machine's). Where it went
-(`breakdown`, read back from the snapshot topic): the collector's first sighting, the first report that settles
-the orphan (`detectors.rules.settled`), that report on the topic, and the job's part from there to the candidate.
+(`breakdown`, read back from the snapshot topic): the collector's first sighting, the report the candidate's proof
+rests on (its evidence's `observed_at_ms`), that report on the topic, and the job's part from there to the
+candidate; `ordered_proofs` counts the proofs on a report the clocks had not settled yet (`detectors.rules.settled`
+false: ordered by the transaction log's offsets).
 Any candidate that names no orphan is a false positive (the steady workload makes none). The last line of stdout
 is one JSON object.
 """
@@ -174,7 +176,8 @@ def run(args: argparse.Namespace) -> Json:
         opened = p.watcher.opened()
         durations = p.reconcile_durations_s()
         limits = DetectionLimits(grace_ms=args.grace_ms, clock_skew_ms=args.clock_skew_ms)
-        reports = proving_reports(p.bootstrap, p.settings.topics.producer_state, truths, limits)
+        proofs = {key: seen.candidate.evidence.observed_at_ms for key, seen in opened.items()}
+        reports = proving_reports(p.bootstrap, p.settings.topics.producer_state, truths, limits, proofs)
         result["steady_transactions"] = steady.transactions
         result["steady_error"] = repr(steady.error) if steady.error else None
     rows: list[Json] = []
@@ -195,8 +198,8 @@ def run(args: argparse.Namespace) -> Json:
                 "written_ms": written,
                 "latency_s": None if s is None else round((s.record_ts_ms - written) / 1000, 2),
                 "reason": None if s is None else s.candidate.reason.value,
-                # Where the seconds went: the collector's first sighting, the report that settles it (its
-                # request sent; `settled` by the rules), that report on the snapshot topic, the job's part.
+                # Where the seconds went: the collector's first sighting, the report the proof rests on (its
+                # request sent), that report on the snapshot topic, the job's part.
                 "first_seen_s": None if report is None else round((report.seen_open_ms - written) / 1000, 2),
                 "proving_report_s": None
                 if report is None
@@ -207,6 +210,8 @@ def run(args: argparse.Namespace) -> Json:
                 "job_s": None
                 if s is None or report is None
                 else round((s.record_ts_ms - report.published_ms) / 1000, 2),
+                # proven on a report before the clocks could settle it: ordered by the log's offsets
+                "ordered": None if report is None else report.ordered,
             }
         )
     false_positives = [k for k in opened if k not in wanted]
@@ -239,6 +244,7 @@ def run(args: argparse.Namespace) -> Json:
         per_kind=per_kind,
         per_owner=per_owner,
         reasons=sorted({r["reason"] for r in rows if r["reason"]}),
+        ordered_proofs=sum(bool(r.get("ordered")) for r in rows),
         reconcile_batch_s=summary(durations),
         breakdown={
             part: summary([r[part] for r in rows if r[part] is not None])
@@ -262,14 +268,20 @@ def pair_name(kind: str, owner: str) -> str:
 @dataclass(frozen=True)
 class ProvingReport:
     seen_open_ms: int  # the collector's first sighting of the orphan
-    observed_at_ms: int  # the first report that settles it (rules.settled): its request's send time
+    observed_at_ms: int  # the report the candidate's proof rests on: its request's send time
     published_ms: int  # that report's CreateTime on the snapshot topic
+    ordered: bool  # that report came before the one that settles it by the clocks (rules.settled)
 
 
 def proving_reports(
-    bootstrap: str, topic: str, truths: list[Json], limits: DetectionLimits
+    bootstrap: str,
+    topic: str,
+    truths: list[Json],
+    limits: DetectionLimits,
+    proofs: dict[tuple[str, int, int, int], int],
 ) -> dict[tuple[str, int, int, int], ProvingReport]:
-    """Per orphan, the first snapshot on the topic whose report settles it, read back from the start."""
+    """Per orphan, read back from the start of the snapshot topic: the report its candidate's evidence names
+    (`proofs`: the `observed_at_ms` it was judged on), else the first report that settles it by the clocks."""
     wanted = {orphan_key(t) for t in truths}
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
@@ -287,14 +299,21 @@ def proving_reports(
                     snap = PartitionSnapshot.model_validate_json(r.value)
                     for t in snap.open_transactions:
                         key = (snap.topic, snap.partition, t.producer_id, t.start_offset)
-                        if key not in wanted or key in found or t.seen_open_ms is None:
+                        if key not in wanted or t.seen_open_ms is None:
                             continue
                         facts = TxnFacts(
                             snap.topic, snap.partition, t.producer_id, t.first_batch_epoch, t.open_since_ms,
                             snap.observed_at_ms, seen_open_ms=t.seen_open_ms,
                         )  # fmt: skip
-                        if settled(facts, limits):
-                            found[key] = ProvingReport(t.seen_open_ms, snap.observed_at_ms, r.timestamp)
+                        if proofs.get(key) == snap.observed_at_ms:
+                            ordered = not settled(facts, limits)
+                            found[key] = ProvingReport(
+                                t.seen_open_ms, snap.observed_at_ms, r.timestamp, ordered
+                            )
+                        elif key not in found and key not in proofs and settled(facts, limits):
+                            found[key] = ProvingReport(
+                                t.seen_open_ms, snap.observed_at_ms, r.timestamp, False
+                            )
     finally:
         consumer.close()
     return found

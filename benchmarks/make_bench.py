@@ -180,10 +180,17 @@ def render_run(all_results: dict[str, Json]) -> str:
 # bench_latency's breakdown, in the order the seconds pass.
 LATENCY_PARTS = (
     ("first_seen_s", "the collector's first sighting"),
-    ("proving_report_s", "the first report that settles it (sent)"),
+    ("proving_report_s", "the report the proof rests on (sent)"),
     ("report_published_s", "that report on the snapshot topic"),
     ("job_s", "from there to the candidate (the job's part)"),
 )
+
+
+def _part_label(key: str, label: str, r: Json) -> str:
+    # Runs before the proofs ordered by offsets (no `ordered_proofs`) took the first report that settles it.
+    if key == "proving_report_s" and "ordered_proofs" not in r:
+        return "the first report that settles it (sent)"
+    return label
 
 
 def render_latency(r: Json) -> str:
@@ -227,12 +234,18 @@ def render_latency(r: Json) -> str:
             "| after the orphan's write | p50 | p95 | max |",
             "|---|---|---|---|",
             *(
-                f"| {label} | {parts[key].get('p50')} s | {parts[key].get('p95')} s | {parts[key].get('max')} s |"
+                f"| {_part_label(key, label, r)} | {parts[key].get('p50')} s | {parts[key].get('p95')} s | "
+                f"{parts[key].get('max')} s |"
                 for key, label in LATENCY_PARTS
                 if key in parts
             ),
         ]
     lines += ["", f"Reasons given: {', '.join(r.get('reasons') or []) or 'none'}."]
+    if r.get("ordered_proofs") is not None:
+        lines.append(
+            f"Proven on a report the clocks had not settled yet (ordered by the transaction log's offsets): "
+            f"{r['ordered_proofs']} of {r.get('found')}."
+        )
     if r.get("job_cpu_s_per_s") is not None:
         lines.append(
             f"CPU while the orphans were made and found: {r['job_cpu_s_per_s']} s per s (the job's JVM and Python "

@@ -1,0 +1,1 @@
+"""The admin commands: `txnwatch collect`, `inspect` and `proposals`."""

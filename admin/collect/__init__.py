@@ -1,0 +1,1 @@
+"""The collector service: the sweep, the coordinator fallback, publishing, metrics, sightings."""

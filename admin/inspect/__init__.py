@@ -1,0 +1,1 @@
+"""`txnwatch inspect`: what one partition or the coordinator log says now."""

@@ -1,0 +1,1 @@
+"""Evidence read from the cluster now, for the proposals and inspect."""

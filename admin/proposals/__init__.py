@@ -1,0 +1,1 @@
+"""Acting on candidates: list, show, the verified abort and commit, watch."""
