@@ -1,6 +1,6 @@
 """The `txnwatch` console script: one argparse tree, subcommands registered by the rooms that own them.
 
-`admin/` registers `collect` and `inspect partition|coordinator-log` (`admin/cli.py`), `streaming/` registers
+`admin/` registers `collect` and `inspect partition|coordinator-log` (`admin/cli/main.py`), `streaming/` registers
 `stream` (`streaming/cli.py`); the demo is `make demo` (`dev/demo.py`), not a subcommand. The rooms never import
 each other; this module is the only place that knows both, and it imports each lazily so `txnwatch collect`
 never loads Spark. `txnwatch --version` says what runs without importing either room (the installed
@@ -20,7 +20,7 @@ from typing import Any
 from detectors.health import build_info
 
 # Each module exposes `register(subparsers) -> None`; its subcommands set `func(args) -> int` as a default.
-COMMAND_MODULES = ("admin.cli", "streaming.cli")
+COMMAND_MODULES = ("admin.cli.main", "streaming.cli")
 
 
 # `txnwatch --version` names the distributions as pip does; the labels of txnwatch_build_info use underscores.

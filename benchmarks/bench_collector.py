@@ -5,7 +5,7 @@
 few real hanging transactions, then times: the first sweep (start batches fetched), steady-state sweeps (cached),
 `txnwatch collect --once` end to end, and `TransactionsCommand find-hanging --broker-id 1` (same cluster, same
 partitions, JVM start included; `list` is timed too, as the JVM-and-connect floor), and the probe between sweeps (ListOffsets of every
-partition, `admin/redescribe.py`). DescribeProducers and the probe's ListOffsets requests are counted per broker.
+partition, `admin/collect/redescribe.py`). DescribeProducers and the probe's ListOffsets requests are counted per broker.
 Prints a table and one JSON line.
 """
 
@@ -29,11 +29,11 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError
 from kafka.protocol.metadata import CoordinatorType
 
-from admin.client import connect_admin
-from admin.collector import Collector, SweepResult
-from admin.metrics import RequestLog
-from admin.redescribe import Redescribes
-from admin.wire import KafkaWire
+from admin.collect.collector import Collector, SweepResult
+from admin.collect.metrics import RequestLog
+from admin.collect.redescribe import Redescribes
+from admin.wire.connect import connect_admin
+from admin.wire.kafka_wire import KafkaWire
 from common.settings import CollectorSettings, KafkaSettings
 from detectors.models import DetectionLimits
 from dev import oracle
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         assert result.open_transactions >= args.hanging, result.open_transactions
 
-        # The probe between sweeps (admin/redescribe.py): ListOffsets of every partition, a pair per broker.
+        # The probe between sweeps (admin/collect/redescribe.py): ListOffsets of every partition, a pair per broker.
         prober = Collector(
             wire,
             cluster="bench",

@@ -9,7 +9,7 @@
    compacted as `__transaction_state` is, holding what a compacted log of N ids keeps: each id's last record, a
    CompleteCommit of one TV2 transaction (bench_stream.coordinator_lifecycle's bytes from detectors.codec), on
    the id's coordinator partition (Kafka's hash of the id), and one CoordinatorLogPosition of that topic, measured
-   as the collector measures it (admin.position.measure_log_position: high watermarks, then log ends).
+   as the collector measures it (admin.collect.position.measure_log_position: high watermarks, then log ends).
 2. The reconcile query alone (`streaming.job.start(..., queries=("reconcile",))`, reading the topic through
    `transaction_log_topic`) from a fresh checkpoint, with the job's own Spark settings (build_session,
    job.spark_conf(), 4 shuffle partitions, `--state-buckets` 32, 5 s trigger, local[2]); catch-up = from the start
@@ -17,7 +17,7 @@
 3. A steady input for `--steady-s`, written by a feeder process of its own (its CPU is not the job's):
    `--txn-per-s` transactions of existing ids picked at random (Ongoing, then PrepareCommit and CompleteCommit
    with the TV2 epoch bump, 50-1000 ms later), each on 1-3 of `--sweep-partitions` data partitions, and every
-   `--sweep-s` one collector sweep as the collector publishes it (admin.publish's records): a PartitionSnapshot
+   `--sweep-s` one collector sweep as the collector publishes it (admin.collect.publish's records): a PartitionSnapshot
    for each partition with an open transaction (the ids in Ongoing at that moment: the job judges them OPEN), an
    empty one for each partition whose transactions closed since the last sweep, the broker's sweep summary, then
    the log topic's CoordinatorLogPosition, measured against the broker right after the sweep.
@@ -128,8 +128,8 @@ class Positions:
     """Measures the log topic's CoordinatorLogPosition as the collector does, and publishes sweeps' records."""
 
     def __init__(self, bootstrap: str, log_topic: str, snapshot_topic: str) -> None:
-        from admin.publish import KafkaSink
-        from admin.wire import KafkaWire
+        from admin.collect.publish import KafkaSink
+        from admin.wire.kafka_wire import KafkaWire
 
         self.log_topic, self.snapshot_topic = log_topic, snapshot_topic
         self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-state-collector")
@@ -141,7 +141,7 @@ class Positions:
         )
 
     def measure(self, sweep_id: str, as_of_ms: int) -> CoordinatorLogPosition:
-        from admin.position import measure_log_position
+        from admin.collect.position import measure_log_position
 
         view = self.wire.metadata([self.log_topic])
         position, problems = measure_log_position(
@@ -163,7 +163,7 @@ class Positions:
         summaries: list[BrokerSweepSummary],
         position: CoordinatorLogPosition,
     ) -> None:
-        from admin.publish import position_record, snapshot_record, summary_record
+        from admin.collect.publish import position_record, snapshot_record, summary_record
 
         t = self.snapshot_topic
         self.sink.send_all(
@@ -608,7 +608,7 @@ def last_batch_id(query: Any) -> int:
 
 def run_one(args: argparse.Namespace, n: int) -> Json:
     """One N: the log, the catch-up, the steady phase; in this process and its own Spark JVM."""
-    from admin.publish import ensure_topics
+    from admin.collect.publish import ensure_topics
     from common.settings import KafkaSettings, Settings, StreamSettings
     from common.topics import TopicSettings
     from streaming import job

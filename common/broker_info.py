@@ -10,7 +10,7 @@ kafka-python 3.0.12 gets two of these wrong on some releases, found by the compa
   4.4 offers key 93 (StreamsGroupTopologyDescriptionUpdate), and the call raises ValueError. The negotiated
   versions themselves are plain integers.
 Both fall back to kafka-python's connection manager (`admin._manager`, private; kafka-python is pinned to its
-minor in pyproject.toml for this and admin/wire.py).
+minor in pyproject.toml for this and admin/wire/kafka_wire.py).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from common.topics import TopicSettings
 
 # ------------------------------------------------------------------------------------------ exit codes
 
-# Exit codes of every txnwatch command. admin/proposals.py returns the same numbers for the markers' outcomes
+# Exit codes of every txnwatch command. admin/proposals/verified_marker.py returns the same numbers for the markers' outcomes
 # (EXIT_DONE ... EXIT_COLLISION); tests/unit/test_cli_conventions.py holds them to this table.
 EXIT_DONE = 0
 EXIT_ERROR = 1

@@ -1,6 +1,6 @@
 """Every Prometheus metric txnwatch exports, declared once: name, type, help and label names.
 
-The exporters build their families from these (streaming/exporter.py for the job's driver, admin/metrics.py for
+The exporters build their families from these (streaming/exporter.py for the job's driver, admin/collect/metrics.py for
 the collector), deploy/grafana/dashboard.py writes its queries with these names, and tests check that every metric
 an alert rule (deploy/prometheus/txnwatch-rules.yaml, a plain file) or a dashboard query names is declared here,
 and that docs/streaming.md and docs/collector.md list exactly these: a renamed metric cannot leave a dead panel,
@@ -237,7 +237,7 @@ BUILD_INFO = Metric(
     BUILD_INFO_LABELS,
 )
 
-# The collector (admin/metrics.py): txnwatch_collector_*.
+# The collector (admin/collect/metrics.py): txnwatch_collector_*.
 COLLECTOR_SWEEP_DURATION_SECONDS = Metric(
     "txnwatch_collector_sweep_duration_seconds",
     "histogram",

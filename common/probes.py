@@ -2,7 +2,7 @@
 component's own health keeper and hands every other path to prometheus_client's app.
 
 What the answers mean and which path gives which status is decided in the domain (detectors/health.py); each app
-keeps its own timestamps (admin/metrics.py `LoopHealth`, streaming/exporter.py `DriverHealth`) and serves them
+keeps its own timestamps (admin/collect/metrics.py `LoopHealth`, streaming/exporter.py `DriverHealth`) and serves them
 through `with_probes`, so the two endpoints cannot drift apart.
 """
 

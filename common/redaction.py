@@ -1,6 +1,6 @@
 """Keeping the SASL and SSL key passwords out of logs: kafka-python logs its whole configuration, password
 included, at DEBUG (`Starting KafkaAdminClient with configuration: {...}`). Shared by `txnwatch collect|inspect|
-proposals` (admin/cli.py) and `txnwatch stream` (streaming/cli.py), which install it on the root handlers."""
+proposals` (admin/cli/main.py) and `txnwatch stream` (streaming/cli.py), which install it on the root handlers."""
 
 from __future__ import annotations
 

@@ -112,10 +112,10 @@ class CollectorSettings(Model):
     # /healthz: the sweep loop turned within this; None: the longest pause plus 10 request timeouts.
     stall_after_s: float | None = Field(default=None, gt=0)
     # Look up the consumer groups a transaction holds up once the partition's oldest open transaction has been open
-    # this long (admin/blocked.py, the dashboard's blocked groups); 0: never. Kafka's default transaction.timeout.ms.
+    # this long (admin/collect/blocked.py, the dashboard's blocked groups); 0: never. Kafka's default transaction.timeout.ms.
     blocked_groups_after_ms: int = Field(default=60_000, ge=0)
     # Between sweeps, ListOffsets of every partition this often to see new open transactions, and describe a
-    # partition again once a report of it can prove a young one (admin/redescribe.py); 0: full sweeps only.
+    # partition again once a report of it can prove a young one (admin/collect/redescribe.py); 0: full sweeps only.
     probe_interval_ms: int = Field(default=1_000, ge=0)
     coordinator_source: CoordinatorSource = "log"
     # describe mode: re-describe active transactions running longer than this each poll (ListTransactions v1

@@ -2,7 +2,7 @@
 
 `plan_abort` turns a HANGING verdict into an `AbortCandidate` with the WriteTxnMarkers spec (ABORT; COMMIT for a
 lost commit marker). `verify_abort` / `verify_commit` (`verify_marker`) decide, from what the partition leader and
-the coordinator say *now* (`LiveEvidence`, gathered by admin/proposals.py), whether that marker may still be
+the coordinator say *now* (`LiveEvidence`, gathered by admin/proposals/verified_marker.py), whether that marker may still be
 written by `proposals abort` / `proposals commit`; `post_check` whether it did its job;
 `collision_signs` whether a live owner wrote to the partition between verification and the marker;
 `pending_candidates` which candidates on-call should look at first. Reading the cluster and writing the marker

@@ -12,8 +12,8 @@ leader epoch, in the Metadata read before the request and in the Metadata read a
 without an error. Anything else is a gap: the ids of that partition were not shown, and "not listed" proves
 nothing for them; a listing of them by any other broker proves nothing either.
 
-Used by the describe fallback (admin/coordinator.py: what a poll may vouch for, which listings and absences it
-takes) and by the verified abort (admin/live.py: "no transactional id owns the producer id", and the owner's
+Used by the describe fallback (admin/collect/coordinator.py: what a poll may vouch for, which listings and absences it
+takes) and by the verified abort (admin/live/evidence.py: "no transactional id owns the producer id", and the owner's
 listing).
 """
 

@@ -909,7 +909,7 @@ class PostCheck(Model):
 
 
 class AuditOutcome(StrEnum):
-    """How one `txnwatch proposals abort` (or `commit`) attempt ended (with its exit code in admin/proposals.py)."""
+    """How one `txnwatch proposals abort` (or `commit`) attempt ended (with its exit code in admin/proposals/verified_marker.py)."""
 
     DRY_RUN = "DRY_RUN"  # verified; nothing written (no --execute)
     ABORTED = "ABORTED"  # marker written and post-checked
@@ -924,7 +924,7 @@ class AuditOutcome(StrEnum):
     # aborted with the orphan while its coordinator commits the rest.
     COLLISION = "COLLISION"
     # Not an ending: an --execute run holds the candidate from here until its ending record (same audit_id), so
-    # that two concurrent executions write one marker (admin/proposals.py). A claim without an ending expires.
+    # that two concurrent executions write one marker (admin/proposals/verified_marker.py). A claim without an ending expires.
     CLAIMED = "CLAIMED"
     # Not an attempt either: the streaming job withdrew the candidate (its proof no longer holds); written by the
     # job (actor "txnwatch-stream"), with the reason as its message.

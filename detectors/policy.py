@@ -3,7 +3,7 @@
 Nothing is aborted automatically unless an operator wrote down, in one file, exactly which candidates may be:
 which HANGING reasons, how old, how many records held back, which topics, and how many aborts an hour at most.
 Every field but `topics.deny` must be given; there are no defaults to inherit by accident. A candidate the
-policy allows still goes through the whole verified abort (admin/proposals.py): the policy only decides whether
+policy allows still goes through the whole verified abort (admin/proposals/verified_marker.py): the policy only decides whether
 to try.
 
     reasons: [coordinator-completed, partition-not-in-transaction]

@@ -403,10 +403,10 @@ class Feeder:
 
 
 class Coordinator:
-    """DescribeTransactions on a transactional id's coordinator (txnwatch's own wire, admin.wire.KafkaWire)."""
+    """DescribeTransactions on a transactional id's coordinator (txnwatch's own wire, admin.wire.kafka_wire.KafkaWire)."""
 
     def __init__(self, bootstrap: str) -> None:
-        from admin.wire import KafkaWire
+        from admin.wire.kafka_wire import KafkaWire
 
         self.admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         self.wire = KafkaWire(self.admin, request_timeout_ms=10_000)

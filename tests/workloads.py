@@ -80,7 +80,7 @@ class Batch:
 def partition_batches(bootstrap: str, topic: str, partition: int, timeout_s: float = 30) -> list[Batch]:
     """Every batch of one partition from offset 0 to its high watermark, control batches included (a
     read_uncommitted consumer never returns those)."""
-    from admin.fetch import fetch_request  # test-side use of the collector's request builder
+    from admin.wire.fetch import fetch_request  # test-side use of the collector's request builder
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     out: list[Batch] = []
@@ -131,7 +131,7 @@ def partition_batches(bootstrap: str, topic: str, partition: int, timeout_s: flo
 
 
 def leader_state(wire: Any, topic: str, partition: int) -> tuple[int, int, Any, Any]:
-    """(leader, when it answered, its DescribeProducers rows, LSO/HW) of one partition, via `admin.wire.KafkaWire`."""
+    """(leader, when it answered, its DescribeProducers rows, LSO/HW) of one partition, via `admin.wire.kafka_wire.KafkaWire`."""
     tp = (topic, partition)
     leader = wire.metadata([topic]).leaders[tp]
     (batch,) = wire.describe_producers({leader: [[tp]]})
@@ -159,7 +159,7 @@ def plan_by_hand(
     collector reports: the one its start batch was appended at (its header's partitionLeaderEpoch) and the
     leader's now. Equal, as on a bed whose leader did not change since the orphan: `proposals abort` then needs no
     `--allow-leader-change`."""
-    from admin.seams import StartBatch, open_transaction
+    from admin.wire.types import StartBatch, open_transaction
     from detectors.abort import plan_abort
     from detectors.models import DetectionLimits, PartitionSnapshot
     from detectors.rules import classify

@@ -29,12 +29,14 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 from pydantic import ValidationError
 
-from admin.blocked import BlockedGroups
-from admin.client import AdminError, connect_admin, consumer_for, explain, producer_for
-from admin.collector import Collector, loop_health, run
-from admin.coordinator import CoordinatorPoll, CoordinatorPoller, open_producer_ids
-from admin.group_offsets import KafkaGroupOffsets
-from admin.inspect import (
+from admin.collect.blocked import BlockedGroups
+from admin.collect.collector import Collector, loop_health, run
+from admin.collect.coordinator import CoordinatorPoll, CoordinatorPoller, open_producer_ids
+from admin.collect.metrics import CollectorMetrics, RequestLog, serve
+from admin.collect.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
+from admin.collect.redescribe import Redescribes
+from admin.collect.restore import restore_sightings
+from admin.inspect.report import (
     LOG_HEADER,
     entry_json,
     inspect_partition,
@@ -42,9 +44,9 @@ from admin.inspect import (
     render_log_entry,
     render_partition,
 )
-from admin.live import observe
-from admin.metrics import CollectorMetrics, RequestLog, serve
-from admin.proposals import (
+from admin.live.evidence import observe
+from admin.proposals.show import ActWith, candidate_row, look_around, render_list, render_show, show_json
+from admin.proposals.verified_marker import (
     NOT_PROPOSED,
     TopicAuditLog,
     abort,
@@ -58,14 +60,11 @@ from admin.proposals import (
     no_longer_proposed,
     read_topic,
 )
-from admin.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
-from admin.redescribe import Redescribes
-from admin.restore import restore_sightings
-from admin.seams import ClusterWire, SweepResult, wall_clock_ms
-from admin.show import ActWith, candidate_row, look_around, render_list, render_show, show_json
-from admin.text import format_table
-from admin.watch import PolicyError, Watch, load_policy, policy_summary, printer
-from admin.wire import KafkaWire
+from admin.proposals.watch import PolicyError, Watch, load_policy, policy_summary, printer
+from admin.wire.connect import AdminError, connect_admin, consumer_for, explain, producer_for
+from admin.wire.groups import KafkaGroupOffsets
+from admin.wire.kafka_wire import KafkaWire
+from admin.wire.types import ClusterWire, SweepResult, wall_clock_ms
 from common.cli_options import (
     EXIT_ALREADY_RESOLVED,
     EXIT_CANDIDATES_LISTED,
@@ -94,6 +93,7 @@ from common.settings import (
     KafkaSettings,
     Settings,
 )
+from common.text import format_table
 from common.topics import CleanupPolicy, OutputTopicSettings
 from detectors.abort import MarkerResult, pending_candidates, resolved_by_audit, verify_marker
 from detectors.contract import TRANSACTION_LOG_TOPIC
@@ -103,7 +103,7 @@ from detectors.policy import AbortPolicy, abort_times
 log = logging.getLogger("txnwatch")
 
 # Exit codes: each command's --help shows its rows of common.cli_options.EXIT_CODE_TABLE, one table for every
-# txnwatch command (docs/proposals.md, "Exit codes"); `proposals abort`/`commit` return admin/proposals.py's.
+# txnwatch command (docs/proposals.md, "Exit codes"); `proposals abort`/`commit` return admin/proposals/verified_marker.py's.
 
 
 def _default(field: str) -> str:
@@ -781,7 +781,7 @@ def _then_blocked_groups(
     cs: CollectorSettings,
     metrics: CollectorMetrics,
 ) -> Callable[[SweepResult], object]:
-    """Publish, then look up the consumer groups the sweep's long-open partitions hold up (admin/blocked.py):
+    """Publish, then look up the consumer groups the sweep's long-open partitions hold up (admin/collect/blocked.py):
     after the publish, so the lookup never delays the snapshots, and never failing the sweep."""
     blocked = BlockedGroups(
         KafkaGroupOffsets(admin, requests=requests),

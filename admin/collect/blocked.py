@@ -12,7 +12,7 @@ After each published sweep, the partitions whose oldest open transaction has bee
 
 Cost, bounded: ListGroups (one request per broker) only when some partition qualifies, its list kept for
 `GROUP_LIST_SWEEPS` sweeps; then one OffsetFetch per group coordinator for all those partitions at once
-(admin/group_offsets.py). Every error is named and counted, none fails the sweep. At most `MAX_SERIES` series are
+(admin/wire/groups.py). Every error is named and counted, none fails the sweep. At most `MAX_SERIES` series are
 exported; what the caps and the errors left out is counted by reason.
 """
 
@@ -23,9 +23,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, Protocol, TypeVar
 
-from admin.client import explain
-from admin.group_offsets import CommittedOffsets, GroupIds, offsets_by_partition
-from admin.seams import TP
+from admin.wire.connect import explain
+from admin.wire.groups import CommittedOffsets, GroupIds, offsets_by_partition
+from admin.wire.types import TP
 from detectors.groups import CONSUMER_OFFSETS_TOPIC
 from detectors.models import PartitionSnapshot
 
@@ -48,7 +48,7 @@ NO_GROUP_LISTED = "no-group-listed"
 
 
 class GroupsWire(Protocol):
-    """The seam `admin.group_offsets.KafkaGroupOffsets` offers."""
+    """The seam `admin.wire.groups.KafkaGroupOffsets` offers."""
 
     def list_group_ids(self) -> GroupIds: ...
 

@@ -7,7 +7,7 @@ asked right after the DescribeProducers answers: the `CoordinatorLogPosition` th
 its coordinator view is current) → the start batch of every transaction not seen before (cached) → LSO and high
 watermark of partitions with open transactions, fenced at the leader epoch the partition was described at →
 snapshots, explicit empties and summaries. `Collector.sweep` reads as these phases, one method each.
-The Kafka seam (`ClusterWire`) and the result (`SweepResult`) are in `admin.seams`.
+The Kafka seam (`ClusterWire`) and the result (`SweepResult`) are in `admin.wire.types`.
 
 Any replica answers DescribeProducers from its own log (`Partition.activeProducerState`), and the request has no
 leader epoch: an answer counts only from the leader of record, confirmed twice (docs/detection.md, section 5,
@@ -28,11 +28,12 @@ from typing import NamedTuple
 
 from pydantic import ValidationError
 
-from admin.client import AdminError, explain, is_authorization_error
-from admin.metrics import CollectorMetrics, LoopHealth
-from admin.position import measure_log_position
-from admin.redescribe import Redescribes
-from admin.seams import (
+from admin.collect.metrics import CollectorMetrics, LoopHealth
+from admin.collect.position import measure_log_position
+from admin.collect.redescribe import Redescribes
+from admin.collect.sighting import Sightings
+from admin.wire.connect import AdminError, explain, is_authorization_error
+from admin.wire.types import (
     TP,
     ActiveProducer,
     ClusterView,
@@ -44,7 +45,6 @@ from admin.seams import (
     open_transaction,
     wall_clock_ms,
 )
-from admin.sighting import Sightings
 from common.settings import CollectorSettings
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.health import collector_windows
@@ -158,9 +158,9 @@ class Collector:
             coordinator log position's `as_of_ms` (after the DescribeProducers phase).
         monotonic / sleep: for durations, backoff and the pause before a retry round.
         redescribes: when given, `probe` and `sweep(only=...)` between full sweeps describe a partition again
-            once a report of it can prove what the last could not (admin/redescribe.py).
+            once a report of it can prove what the last could not (admin/collect/redescribe.py).
         sightings: when each open transaction was first seen, restored from the snapshot topic at start-up
-            (`Sightings.from_snapshots`, admin/restore.py); None: none known (every transaction is seen anew).
+            (`Sightings.from_snapshots`, admin/collect/restore.py); None: none known (every transaction is seen anew).
     """
 
     def __init__(
@@ -275,7 +275,7 @@ class Collector:
     def probe(self) -> int:
         """ListOffsets of every partition the last full sweep described, from its leader at its epoch: notes
         the transactions open at a last stable offset that no report has shown yet, and partitions whose awaited
-        transactions ended (admin/redescribe.py). Returns the partitions answered; 0 before the first sweep.
+        transactions ended (admin/collect/redescribe.py). Returns the partitions answered; 0 before the first sweep.
 
         Raises:
             kafka.errors.KafkaError: if no broker can be asked at all (the loop logs it and goes on)."""
@@ -698,7 +698,7 @@ class Collector:
     ) -> None:
         # Every partition described this sweep was seen with exactly these open: a transaction first seen open
         # later opened after this report, so after the request was sent, the earliest moment the leader's
-        # answer can be from (admin.sighting).
+        # answer can be from (admin.collect.sighting).
         for tp, answer in described.results.items():
             txns = open_now.get(tp, ())
             self._sightings.reported(
@@ -908,7 +908,7 @@ def between_sweeps(
     health: LoopHealth | None = None,
 ) -> None:
     """Until `until` (monotonic) or `stop`: probe every `probe_interval_s` (0: never) and re-describe each
-    partition when its re-describe is due (admin/redescribe.py). A failure is logged once per kind and never
+    partition when its re-describe is due (admin/collect/redescribe.py). A failure is logged once per kind and never
     ends the loop: the next full sweep covers every partition anyway."""
     next_probe = monotonic() if probe_interval_s > 0 else None
     failures: set[str] = set()

@@ -30,9 +30,9 @@ from typing import Literal, NamedTuple, Protocol, get_args
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from admin.client import explain
-from admin.position import measure_log_position
-from admin.seams import (
+from admin.collect.position import measure_log_position
+from admin.wire.connect import explain
+from admin.wire.types import (
     ClusterView,
     ClusterWire,
     CoordinatorWire,
@@ -41,7 +41,7 @@ from admin.seams import (
     TransactionDescription,
     TransactionListing,
 )
-from admin.versions import takes_duration_filter
+from admin.wire.versions import takes_duration_filter
 from detectors.contract import OWNING_STATES, TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
 from detectors.listing import METADATA_GAPS, ListingCheck, LogLeader, check_listing

@@ -25,7 +25,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-from admin.seams import TP, SweepResult
+from admin.wire.types import TP, SweepResult
 from common import metric_descriptors as metrics
 from common.probes import with_probes
 from detectors.health import (
@@ -38,8 +38,8 @@ from detectors.health import (
 
 if (
     TYPE_CHECKING
-):  # admin.blocked reads the cluster through admin.group_offsets, which counts into RequestLog here
-    from admin.blocked import BlockedReport
+):  # admin.collect.blocked reads the cluster through admin.wire.groups, which counts into RequestLog here
+    from admin.collect.blocked import BlockedReport
 
 SWEEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 # Series of txnwatch_collector_partition_uncovered per sweep: a broker down can leave thousands of partitions
@@ -155,7 +155,7 @@ class CollectorMetrics:
         self.start_batch_cache.set(cached_start_batches)
 
     def observe_blocked_groups(self, report: BlockedReport) -> None:
-        """The last sweep's blocked consumer groups (admin/blocked.py); the series of groups no longer held up go."""
+        """The last sweep's blocked consumer groups (admin/collect/blocked.py); the series of groups no longer held up go."""
         self.blocked_groups.clear()
         for b in report.blocked:
             self.blocked_groups.labels(
@@ -180,7 +180,7 @@ def installed_versions() -> dict[str, str]:
 class LoopHealth:
     """When the sweep loop last turned and last published a sweep (monotonic), answering /healthz and /readyz.
 
-    `run()` (admin/collector.py) reports; the endpoint's threads read. Each field is one float written by one
+    `run()` (admin/collect/collector.py) reports; the endpoint's threads read. Each field is one float written by one
     thread, so no lock is needed.
     """
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from admin.client import explain, is_authorization_error
-from admin.seams import TP, ClusterView, ClusterWire, EndOffset
+from admin.wire.connect import explain, is_authorization_error
+from admin.wire.types import TP, ClusterView, ClusterWire, EndOffset
 from detectors.models import CoordinatorLogPosition
 
 

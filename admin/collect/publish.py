@@ -20,9 +20,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
-from admin.client import AdminError, error_name, explain
-from admin.metrics import CollectorMetrics
-from admin.seams import TP, SweepResult
+from admin.collect.metrics import CollectorMetrics
+from admin.wire.connect import AdminError, error_name, explain
+from admin.wire.types import TP, SweepResult
 from common.broker_info import broker_count
 from common.topics import OutputTopicSettings, replication_factor
 from detectors.contract import (

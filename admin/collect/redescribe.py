@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from admin.seams import TP, Offsets
+from admin.wire.types import TP, Offsets
 from detectors.models import DetectionLimits, PartitionSnapshot
 from detectors.rules import settles_at_ms
 

@@ -1,6 +1,6 @@
 """Reading the snapshot topic's recent tail back at start-up: the sightings a restart would otherwise lose.
 
-When the collector first saw each open transaction (admin/sighting.py) lives in its memory, and every snapshot it
+When the collector first saw each open transaction (admin/collect/sighting.py) lives in its memory, and every snapshot it
 publishes carries it (`opened_after_ms`, `seen_open_ms`). A partition with open transactions is published every
 sweep, so its newest snapshot is among the last records of the topic: the tail (`RECENT_RECORDS` per partition,
 at most `RESTORE_SIGHTINGS_MAX_S`) gives the next run the same first sightings, and the proofs, the proving
@@ -19,8 +19,8 @@ from kafka import KafkaConsumer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 from pydantic import ValidationError
 
-from admin.client import error_name, explain
-from admin.sighting import Sightings
+from admin.collect.sighting import Sightings
+from admin.wire.connect import error_name, explain
 from detectors.contract import SNAPSHOT_TYPE, TYPE_HEADER
 from detectors.models import PartitionSnapshot
 
@@ -83,7 +83,7 @@ def recent_snapshots(
 
 
 def _snapshot(headers: list[tuple[str, bytes]] | None, value: bytes | None) -> PartitionSnapshot | None:
-    # A record without the header counts as a snapshot, as the open-partitions read-back counts it (admin/publish.py).
+    # A record without the header counts as a snapshot, as the open-partitions read-back counts it (admin/collect/publish.py).
     kind = next((v for k, v in headers or () if k == TYPE_HEADER), None)
     if value is None or (kind is not None and kind != SNAPSHOT_TYPE.encode()):
         return None

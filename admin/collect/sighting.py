@@ -9,7 +9,7 @@ that). Both travel on `OpenTransaction` (`opened_after_ms`, `seen_open_ms`); `de
 holds the records' time between them.
 
 Every snapshot the collector publishes carries them, so a restarted collector starts from the snapshot topic's
-recent tail (`Sightings.from_snapshots`, read by admin/restore.py) instead of seeing every open transaction anew.
+recent tail (`Sightings.from_snapshots`, read by admin/collect/restore.py) instead of seeing every open transaction anew.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Sightings:
         Opened after is the partition's previous report (which did not have it open: it would be known
         otherwise), None when the collector had not reported the partition before (its first sweep, a partition
         new to it, or a restart the snapshot topic did not cover: the records' time is all there is then).
-        `seen_before_ms`: an earlier moment it was known open (the probe's, admin/redescribe.py)."""
+        `seen_before_ms`: an earlier moment it was known open (the probe's, admin/collect/redescribe.py)."""
         per_partition = self._bounds.setdefault(tp, {})
         known = per_partition.get((producer_id, start_offset))
         if known is None:

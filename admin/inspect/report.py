@@ -20,8 +20,7 @@ import kafka.errors as Errors
 from kafka import KafkaConsumer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
-from admin.client import AdminError, explain
-from admin.live import (
+from admin.live.evidence import (
     CoordinatorView,
     LiveWire,
     ask_coordinators,
@@ -30,8 +29,9 @@ from admin.live import (
     log_leaders_or_none,
     offsets_at,
 )
-from admin.seams import FetchFailure, StartBatch, open_transaction, wall_clock_ms
-from admin.text import duration, format_table, iso
+from admin.wire.connect import AdminError, explain
+from admin.wire.types import FetchFailure, StartBatch, open_transaction, wall_clock_ms
+from common.text import duration, format_table, iso
 from detectors import lateness
 from detectors.codec import DecodeError, decode_key, decode_value
 from detectors.contract import TRANSACTION_LOG_TOPIC
@@ -143,7 +143,7 @@ def inspect_partition(
     verdict; its note says why.
 
     Args:
-        wire: both seams (`admin.wire.KafkaWire`).
+        wire: both seams (`admin.wire.kafka_wire.KafkaWire`).
         topic, partition: the partition to inspect.
         limits: the rules' thresholds (`Settings().detection`).
         clock_ms: the inspection's clock (ages, `now_ms` of the verdicts).

@@ -1,5 +1,5 @@
 """Reading the cluster live: what a partition's leader and the coordinators say now, for `inspect partition`
-(admin/inspect.py), `proposals show` (admin/show.py) and the verified abort and commit (admin/proposals.py).
+(admin/inspect/report.py), `proposals show` (admin/proposals/show.py) and the verified abort and commit (admin/proposals/verified_marker.py).
 
 Nothing here decides or prints: the leader's producers (`ask_leader`; with its leader epoch, `ask_leader_at`
 and `offsets_at`), the transactional id that owns a producer id and its description (`ask_coordinators`,
@@ -18,9 +18,9 @@ from typing import NamedTuple, Protocol
 
 import kafka.errors as Errors
 
-from admin.client import AdminError, error_name, explain
-from admin.coordinator import record_from_description
-from admin.seams import (
+from admin.collect.coordinator import record_from_description
+from admin.wire.connect import AdminError, error_name, explain
+from admin.wire.types import (
     TP,
     ClusterWire,
     CoordinatorWire,

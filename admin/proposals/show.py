@@ -1,6 +1,6 @@
 """`txnwatch proposals list` and `show`: what they read around a candidate besides the verification (consumer
 groups, the transactional id the evidence names, the group an offset commit blocks) and how both print, as a
-table and lines for people or as JSON. The abort itself is admin/proposals.py; nothing here writes.
+table and lines for people or as JSON. The abort itself is admin/proposals/verified_marker.py; nothing here writes.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any, Protocol
 
 import kafka.errors as Errors
 
-from admin.client import AdminError, explain
-from admin.live import LiveWire, describe_by_id
-from admin.seams import TP, GroupOffsets, GroupStanding, StartBatch, TransactionDescription
-from admin.text import duration, format_table, iso
+from admin.live.evidence import LiveWire, describe_by_id
+from admin.wire.connect import AdminError, explain
+from admin.wire.types import TP, GroupOffsets, GroupStanding, StartBatch, TransactionDescription
+from common.text import duration, format_table, iso
 from detectors.abort import (
     ALLOW_LIVE_OWNER_FLAG,
     LEADER_CHANGED_SINCE_START,
@@ -32,7 +32,7 @@ from detectors.models import AbortCandidate, LiveEvidence, VerifyOutcome, Verify
 
 
 class ShowWire(LiveWire, Protocol):
-    """The seams `admin.wire.KafkaWire` offers for `show`: the inspection's, plus the consumer groups."""
+    """The seams `admin.wire.kafka_wire.KafkaWire` offers for `show`: the inspection's, plus the consumer groups."""
 
     def committed_offsets(self, topic: str, partition: int) -> GroupOffsets: ...
 

@@ -9,7 +9,7 @@ each a function here:
 - `plan`: the attempt and the candidate's `WriteTxnMarkersSpec` (built purely by `detectors.abort.plan_abort`);
   `audit_history_ending` ends it when the audit log shows the candidate aborted already;
 - `claim` (`--execute` only): a CLAIMED record on the audit log, so concurrent executions write one marker;
-- `verify_live`: `observe` (admin/live.py) reads the partition's leader (DescribeProducers, ListOffsets) and the
+- `verify_live`: `observe` (admin/live/evidence.py) reads the partition's leader (DescribeProducers, ListOffsets) and the
   coordinator that owns the producer id (ListTransactions by producer id, DescribeTransactions);
   `detectors.abort.verify_marker` decides for the command's marker (`verified_or_ending`);
 - `send_marker`: one WriteTxnMarkers (ABORT, or COMMIT) to the current leader with the coordinator epoch it
@@ -23,7 +23,7 @@ each a function here:
   otherwise);
 - audit: every ending is one `AuditRecord` (`Attempt.end`) to `<prefix>.audit`, whatever the outcome.
 
-What `list` and `show` read and print is admin/show.py (its names are re-exported here for the CLI).
+What `list` and `show` read and print is admin/proposals/show.py (its names are re-exported here for the CLI).
 """
 
 from __future__ import annotations
@@ -41,23 +41,23 @@ import kafka.errors as Errors
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
-from admin.client import AdminError, error_name, explain
-from admin.live import LiveWire, observe
-from admin.seams import wall_clock_ms
-from admin.show import ActWith as ActWith
-from admin.show import ShowWire
-from admin.show import Surroundings as Surroundings
-from admin.show import blocked_group as blocked_group
-from admin.show import candidate_row as candidate_row
-from admin.show import look_around as look_around
-from admin.show import render_blocked as render_blocked
-from admin.show import render_list as render_list
-from admin.show import render_show as render_show
-from admin.show import show_json as show_json
-from admin.show import stuck_groups as stuck_groups
-from admin.text import iso
-from admin.versions import BrokerApis, marker_acl
+from admin.live.evidence import LiveWire, observe
+from admin.proposals.show import ActWith as ActWith
+from admin.proposals.show import ShowWire
+from admin.proposals.show import Surroundings as Surroundings
+from admin.proposals.show import blocked_group as blocked_group
+from admin.proposals.show import candidate_row as candidate_row
+from admin.proposals.show import look_around as look_around
+from admin.proposals.show import render_blocked as render_blocked
+from admin.proposals.show import render_list as render_list
+from admin.proposals.show import render_show as render_show
+from admin.proposals.show import show_json as show_json
+from admin.proposals.show import stuck_groups as stuck_groups
+from admin.wire.connect import AdminError, error_name, explain
+from admin.wire.types import wall_clock_ms
+from admin.wire.versions import BrokerApis, marker_acl
 from common.cli_options import EXIT_ALREADY_RESOLVED, EXIT_COLLISION, EXIT_DONE, EXIT_ERROR, EXIT_REFUSED
+from common.text import iso
 from detectors.abort import (
     LIVE_OWNER_SAME_EPOCH,
     WAIVERS,
@@ -116,7 +116,7 @@ FENCED = frozenset({"INVALID_PRODUCER_EPOCH", "TRANSACTION_COORDINATOR_FENCED", 
 
 def denied_message(leader: int, leader_apis: BrokerApis) -> str:
     """The ACL the leader that denied the marker asks for: Alter on the cluster from Kafka 3.8, ClusterAction
-    before (`admin.versions.marker_acl`, read from that broker's ApiVersions)."""
+    before (`admin.wire.versions.marker_acl`, read from that broker's ApiVersions)."""
     return (
         f"WriteTxnMarkers was denied (CLUSTER_AUTHORIZATION_FAILED): grant the ACL {marker_acl(leader_apis)} "
         f"to txnwatch's principal (broker {leader} denied it)"
@@ -124,7 +124,7 @@ def denied_message(leader: int, leader_apis: BrokerApis) -> str:
 
 
 class ProposalWire(ShowWire, Protocol):
-    """The seams `admin.wire.KafkaWire` offers, plus the marker."""
+    """The seams `admin.wire.kafka_wire.KafkaWire` offers, plus the marker."""
 
     def write_abort_marker(
         self,

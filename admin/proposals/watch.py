@@ -2,7 +2,7 @@
 policy.yaml`, try the ones the policy allows through the same verified abort as `proposals abort --execute`.
 
 The loop is written against small callables (the next records of the candidates topic, the verified abort, the
-clock, the printer) so its decisions are tested without a cluster; admin/cli.py wires them to Kafka.
+clock, the printer) so its decisions are tested without a cluster; admin/cli/main.py wires them to Kafka.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from admin.proposals import latest_candidates
-from admin.text import duration, iso
+from admin.proposals.verified_marker import latest_candidates
+from common.text import duration, iso
 from detectors.abort import (
     ALLOW_LEADER_CHANGE_FLAG,
     ALLOW_LIVE_OWNER_FLAG,

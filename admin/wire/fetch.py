@@ -13,7 +13,7 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
-from admin.seams import StartBatch
+from admin.wire.types import StartBatch
 from detectors.groups import CONSUMER_OFFSETS_TOPIC, pending_commit
 
 # Fetch v4 is the first with isolation levels; v13+ addresses topics by id, which we do not track, and kafka-python's

@@ -1,4 +1,4 @@
-"""kafka-python under `admin.blocked`'s seam: the consumer groups (ListGroups) and their committed offsets on a few
+"""kafka-python under `admin.collect.blocked`'s seam: the consumer groups (ListGroups) and their committed offsets on a few
 partitions (OffsetFetch), every error named and none raised.
 
 kafka-python's `list_group_offsets` raises on the first group- or partition-level error, and its admin never
@@ -19,9 +19,9 @@ import kafka.errors as Errors
 from kafka import KafkaAdminClient
 from kafka.protocol.consumer.group import OffsetFetchRequest
 
-from admin.client import code_name, error_name
-from admin.metrics import RequestLog
-from admin.seams import TP
+from admin.collect.metrics import RequestLog
+from admin.wire.connect import code_name, error_name
+from admin.wire.types import TP
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class CommittedOffsets(NamedTuple):
 
 
 class KafkaGroupOffsets:
-    """`admin.blocked.GroupsWire` with kafka-python, on the collector's admin connection.
+    """`admin.collect.blocked.GroupsWire` with kafka-python, on the collector's admin connection.
 
     Args:
         admin: the collector's bootstrapped KafkaAdminClient.

@@ -26,10 +26,10 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
-from admin.client import code_name, error_name
-from admin.fetch import fetch_request, parse_start_batch
-from admin.metrics import RequestLog
-from admin.seams import (
+from admin.collect.metrics import RequestLog
+from admin.wire.connect import code_name, error_name
+from admin.wire.fetch import fetch_request, parse_start_batch
+from admin.wire.types import (
     TP,
     ActiveProducer,
     BrokerTimeout,
@@ -47,7 +47,7 @@ from admin.seams import (
     TransactionListing,
     wall_clock_ms,
 )
-from admin.versions import ADMIN_MARKER_TRANSACTION_VERSION, BrokerApis
+from admin.wire.versions import ADMIN_MARKER_TRANSACTION_VERSION, BrokerApis
 from detectors.groups import CONSUMER_OFFSETS_TOPIC, offsets_partition_for
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ UNSTABLE_OFFSET_COMMIT = 88
 
 
 class KafkaWire:
-    """Implements `admin.seams.ClusterWire` and `admin.seams.CoordinatorWire` with kafka-python.
+    """Implements `admin.wire.types.ClusterWire` and `admin.wire.types.CoordinatorWire` with kafka-python.
 
     Args:
         admin: a bootstrapped KafkaAdminClient (its connections and IO thread are reused).
@@ -449,7 +449,7 @@ class KafkaWire:
 
     def broker_apis(self, brokers: Sequence[int]) -> dict[int, BrokerApis]:
         """Each broker's ApiVersions as its connection negotiated them (connecting if needed); empty for a broker
-        that could not be reached. See `admin.versions` for what they tell."""
+        that could not be reached. See `admin.wire.versions` for what they tell."""
         results = self._run(self._gather, [(self._broker_apis, (b,)) for b in brokers])
         return dict(zip(brokers, results, strict=True))
 
@@ -678,7 +678,7 @@ class KafkaWire:
                     topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
                     coordinator_epoch=coordinator_epoch,
                     # Sent (v2, Kafka 4.2+) as Kafka's `Admin.abortTransaction` sends it: see
-                    # `admin.versions.ADMIN_MARKER_TRANSACTION_VERSION`. Left out of v1 (older brokers).
+                    # `admin.wire.versions.ADMIN_MARKER_TRANSACTION_VERSION`. Left out of v1 (older brokers).
                     transaction_version=ADMIN_MARKER_TRANSACTION_VERSION,
                 )
             ]

@@ -1,4 +1,4 @@
-"""The admin room's seams and the plain types that cross them: what `admin.wire.KafkaWire` answers
+"""The admin room's seams and the plain types that cross them: what `admin.wire.kafka_wire.KafkaWire` answers
 (`ClusterWire` for partition leaders, `CoordinatorWire` for transaction coordinators) and what a sweep hands
 to publishing and metrics (`SweepResult`).
 
@@ -82,7 +82,7 @@ class ClusterView:
 
 @dataclass(frozen=True, slots=True)
 class StartBatch:
-    """The record batch holding a transaction's first record (read by `admin.fetch.parse_start_batch`).
+    """The record batch holding a transaction's first record (read by `admin.wire.fetch.parse_start_batch`).
 
     `start_timestamp_ms` is the timestamp of the record at the start offset (under LogAppendTime, the batch's
     append time, as Kafka reports it); `max_timestamp_ms` is the batch's max timestamp. `leader_epoch` is the
@@ -155,7 +155,7 @@ class BrokerTimeout(NamedTuple):
 
 
 class ClusterWire(Protocol):
-    """The slice of Kafka the sweep needs; `admin.wire.KafkaWire` implements it with kafka-python."""
+    """The slice of Kafka the sweep needs; `admin.wire.kafka_wire.KafkaWire` implements it with kafka-python."""
 
     def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
         """All topics (or only `topics`; missing ones are left out), internal ones included.
@@ -208,7 +208,7 @@ def open_transaction(
     seen_open_ms: int | None = None,
 ) -> OpenTransaction:
     """Our model of an open transaction from a DescribeProducers row and, if read, its start batch, with the
-    collector's bounds of its opening (`admin.sighting`).
+    collector's bounds of its opening (`admin.collect.sighting`).
 
     Raises:
         pydantic.ValidationError: for values out of range (e.g. a negative producer id).
@@ -264,11 +264,11 @@ class TransactionDescription(NamedTuple):
 
 
 class CoordinatorWire(Protocol):
-    """The coordinator APIs the fallback and inspection need; `admin.wire.KafkaWire` implements them."""
+    """The coordinator APIs the fallback and inspection need; `admin.wire.kafka_wire.KafkaWire` implements them."""
 
     def broker_apis(self, brokers: Sequence[int]) -> dict[int, Mapping[int, tuple[int, int]]]:
         """Each broker's ApiVersions (API key -> (min, max)); empty for a broker whose versions are unknown
-        (`admin.versions` reads them)."""
+        (`admin.wire.versions` reads them)."""
         ...
 
     def list_transactions(
@@ -293,7 +293,7 @@ class CoordinatorWire(Protocol):
 
 @dataclass
 class SweepResult:
-    """What one sweep saw and will publish (read by `admin.publish` and `admin.metrics`)."""
+    """What one sweep saw and will publish (read by `admin.collect.publish` and `admin.collect.metrics`)."""
 
     sweep_id: str
     started_at_ms: int
@@ -309,7 +309,7 @@ class SweepResult:
     # How far `__transaction_state` had reached when the sweep's DescribeProducers answers were in (published
     # after the sweep's other records); empty if the topic does not exist or no partition answered.
     positions: list[CoordinatorLogPosition] = field(default_factory=list)
-    # A re-describe of a few partitions between full sweeps (admin/redescribe.py): its snapshots and positions
+    # A re-describe of a few partitions between full sweeps (admin/collect/redescribe.py): its snapshots and positions
     # are published as a sweep's, but it has no broker summaries and says nothing of the other partitions.
     redescribe: bool = False
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kafka import KafkaAdminClient
 
-from admin.wire import KafkaWire
+from admin.wire.kafka_wire import KafkaWire
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from kafka.admin import (
 from workloads import PROPOSALS_CLUSTER, lso, plan_by_hand
 
 import dev.kafka as testbed
-from admin.wire import KafkaWire
+from admin.wire.kafka_wire import KafkaWire
 from dev import workload
 
 # Two SASL beds of other releases (about 2 minutes): `make compat`, beside the matrix.

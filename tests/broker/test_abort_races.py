@@ -3,9 +3,9 @@ partition's leader moves, or the orphan's live owner adds the partition and writ
 abort verified the transaction and before its marker went out.
 
 A real race between verification and the marker is a few milliseconds wide. Each one here is made with a real
-`admin.wire.KafkaWire` whose `write_abort_marker` first does the racing act for real on the broker (the producer
+`admin.wire.kafka_wire.KafkaWire` whose `write_abort_marker` first does the racing act for real on the broker (the producer
 commits, the leader moves), then sends the marker as usual: a real broker race in a fixed order. The abort runs
-in this process through `admin.proposals.abort` (what `txnwatch proposals abort --execute` runs) and its ending
+in this process through `admin.proposals.verified_marker.abort` (what `txnwatch proposals abort --execute` runs) and its ending
 is published to the audit topic as the CLI publishes it. The partition is read back to the byte (control batches
 included) to see which markers exist.
 
@@ -38,8 +38,8 @@ from workloads import (
     run_workload,
 )
 
-from admin.proposals import AbortAttempt, TopicAuditLog, abort
-from admin.wire import KafkaWire
+from admin.proposals.verified_marker import AbortAttempt, TopicAuditLog, abort
+from admin.wire.kafka_wire import KafkaWire
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster, stop_node
 from dev.workload import raw_transactional_produce
 

@@ -36,7 +36,7 @@ from workloads import (
     run_workload,
 )
 
-from admin.wire import KafkaWire
+from admin.wire.kafka_wire import KafkaWire
 from detectors.codec import DecodeError, decode_key, decode_value
 from detectors.currency import coordinator_partition
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster

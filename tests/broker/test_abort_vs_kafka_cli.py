@@ -32,7 +32,7 @@ from workloads import (
     run_workload,
 )
 
-from admin.wire import KafkaWire
+from admin.wire.kafka_wire import KafkaWire
 from dev.kafka import TestBedConfig, start_cluster, stop_cluster
 from dev.oracle import run_tool, transactions_command
 

@@ -26,8 +26,8 @@ from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from workloads import plan_by_hand, run_workload
 
-from admin.seams import StartBatch
-from admin.wire import KafkaWire
+from admin.wire.kafka_wire import KafkaWire
+from admin.wire.types import StartBatch
 from detectors.groups import CONSUMER_OFFSETS_TOPIC, offsets_partition_for
 
 pytestmark = pytest.mark.broker

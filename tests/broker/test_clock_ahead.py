@@ -22,9 +22,9 @@ from kafka.admin import NewTopic
 from stage2_rows import applied_row, batch, open_row, position_row, view_row
 from workloads import transaction_log_records
 
-from admin.collector import Collector
-from admin.seams import wall_clock_ms
-from admin.wire import KafkaWire
+from admin.collect.collector import Collector
+from admin.wire.kafka_wire import KafkaWire
+from admin.wire.types import wall_clock_ms
 from common.settings import CollectorSettings
 from detectors.currency import coordinator_partition
 from detectors.models import (

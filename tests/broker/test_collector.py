@@ -31,14 +31,14 @@ from kafka.structs import TopicPartition as KafkaTP
 from prometheus_client import generate_latest
 from workloads import run_workload, start_workload
 
-from admin.cli import _collect_once
-from admin.client import AdminError, connect_admin, producer_for
-from admin.collector import Collector
-from admin.coordinator import CoordinatorPoller
-from admin.metrics import CollectorMetrics, RequestLog
-from admin.publish import KafkaSink, OutRecord, Publisher, ensure_topics
-from admin.seams import ClusterView, ListingResult, SweepResult
-from admin.wire import KafkaWire
+from admin.cli.main import _collect_once
+from admin.collect.collector import Collector
+from admin.collect.coordinator import CoordinatorPoller
+from admin.collect.metrics import CollectorMetrics, RequestLog
+from admin.collect.publish import KafkaSink, OutRecord, Publisher, ensure_topics
+from admin.wire.connect import AdminError, connect_admin, producer_for
+from admin.wire.kafka_wire import KafkaWire
+from admin.wire.types import ClusterView, ListingResult, SweepResult
 from common.settings import CollectorSettings, KafkaSettings
 from common.topics import OutputTopicSettings
 from detectors.codec import DecodeError, TxnStatus, decode_key, decode_value

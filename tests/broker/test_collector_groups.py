@@ -23,11 +23,11 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 from workloads import run_workload
 
-from admin.blocked import COMMITTED_AT_LSO, PENDING_OFFSET_COMMIT, BlockedGroups
-from admin.collector import Collector
-from admin.group_offsets import KafkaGroupOffsets
-from admin.metrics import CollectorMetrics
-from admin.wire import KafkaWire
+from admin.collect.blocked import COMMITTED_AT_LSO, PENDING_OFFSET_COMMIT, BlockedGroups
+from admin.collect.collector import Collector
+from admin.collect.metrics import CollectorMetrics
+from admin.wire.groups import KafkaGroupOffsets
+from admin.wire.kafka_wire import KafkaWire
 from common.settings import CollectorSettings
 from detectors.groups import CONSUMER_OFFSETS_TOPIC
 

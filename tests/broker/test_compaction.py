@@ -23,8 +23,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from admin.collector import Collector
-from admin.wire import KafkaWire
+from admin.collect.collector import Collector
+from admin.wire.kafka_wire import KafkaWire
 from common.settings import CollectorSettings
 from detectors.currency import ViewCurrency, coordinator_partition
 from detectors.tracking import applied_facts, read_facts

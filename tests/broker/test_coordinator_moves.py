@@ -33,9 +33,9 @@ from kafka.admin import NewTopic
 from kafka.structs import TopicPartition
 from workloads import lso, partition_batches, partition_replicas, plan_by_hand, run_workload
 
-from admin.inspect import inspect_partition
-from admin.proposals import AbortAttempt, TopicAuditLog, abort
-from admin.wire import KafkaWire
+from admin.inspect.report import inspect_partition
+from admin.proposals.verified_marker import AbortAttempt, TopicAuditLog, abort
+from admin.wire.kafka_wire import KafkaWire
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
 from dev.kafka import Cluster, TestBedConfig, node_running, start_cluster, start_node, stop_cluster, stop_node
@@ -379,6 +379,6 @@ def test_describe_fallback_keeps_an_id_whose_coordinator_moves_or_goes_offline(
     finally:
         collector.terminate()
         _, stderr = collector.communicate(timeout=60)
-        said = [line for line in stderr.splitlines() if "admin.coordinator" in line]
+        said = [line for line in stderr.splitlines() if "admin.collect.coordinator" in line]
         print("\ncollector's coordinator fallback said:\n" + "\n".join(said[-20:]))
         producer.close(timeout=5)

@@ -3,7 +3,7 @@ past (as Kafka Streams does with old input, and MirrorMaker 2 and Flink with the
 committed within a fraction of a second. The broker accepts the timestamps (`log.message.timestamp.before.max.ms`
 defaults to Long.MAX_VALUE), and DescribeProducers' LastTimestamp and the start batch carry them.
 
-Before the collector bounded a transaction's opening by its own reports (admin/sighting.py), every one of these
+Before the collector bounded a transaction's opening by its own reports (admin/collect/sighting.py), every one of these
 transactions was two hours old: MaxActiveTransactionDuration read 7,200 s and the LATE rule called them late.
 The broker's own PartitionsWithLateTransactionsCount is fooled the same way: it ages the LastTimestamp of the
 oldest transaction's producer (`ProducerStateManager.hasLateTransaction`), a record timestamp."""
@@ -18,10 +18,10 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from admin.client import connect_admin
-from admin.collector import Collector
-from admin.coordinator import record_from_description
-from admin.wire import KafkaWire
+from admin.collect.collector import Collector
+from admin.collect.coordinator import record_from_description
+from admin.wire.connect import connect_admin
+from admin.wire.kafka_wire import KafkaWire
 from common.settings import CollectorSettings, KafkaSettings
 from detectors import kip664
 from detectors.models import DetectionLimits, PartitionSnapshot, VerdictKind

@@ -51,8 +51,8 @@ from workloads import (
     read_committed_values,
 )
 
-from admin.collector import Collector
-from admin.wire import KafkaWire
+from admin.collect.collector import Collector
+from admin.wire.kafka_wire import KafkaWire
 from common.settings import CollectorSettings
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition

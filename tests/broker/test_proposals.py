@@ -23,7 +23,7 @@ from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata, TopicPartition
 from workloads import leader_state, lso, plan_by_hand, read_committed_values, run_workload
 
-from admin.wire import KafkaWire
+from admin.wire.kafka_wire import KafkaWire
 from detectors.models import AbortCandidate, AuditRecord
 
 pytestmark = pytest.mark.broker

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from workloads import Proposals, lso, plan_by_hand, produce_plain, run_workload
 
-from admin.wire import KafkaWire
+from admin.wire.kafka_wire import KafkaWire
 
 pytestmark = pytest.mark.broker
 

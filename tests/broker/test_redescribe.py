@@ -1,6 +1,6 @@
 """Between sweeps against a real broker: the ListOffsets probe sees a real open transaction at the partition's
 last stable offset, the partition is described again once that report can settle it, and a transaction that
-commits first is not described again (admin/redescribe.py)."""
+commits first is not described again (admin/collect/redescribe.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 
-from admin.client import connect_admin
-from admin.collector import Collector
-from admin.redescribe import FOLLOW_UPS_MS, Redescribes
-from admin.wire import KafkaWire
+from admin.collect.collector import Collector
+from admin.collect.redescribe import FOLLOW_UPS_MS, Redescribes
+from admin.wire.connect import connect_admin
+from admin.wire.kafka_wire import KafkaWire
 from common.settings import CollectorSettings, KafkaSettings
 from detectors.models import DetectionLimits
 from detectors.rules import TxnFacts, settled

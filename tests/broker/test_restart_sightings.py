@@ -1,5 +1,5 @@
 """A restarted `txnwatch collect` against a real broker keeps the first sighting of a transaction that stayed open
-(issue 39, item 3): it reads its snapshot topic's tail back (admin/restore.py) before its first sweep."""
+(issue 39, item 3): it reads its snapshot topic's tail back (admin/collect/restore.py) before its first sweep."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KafkaTP
 
-from admin.client import connect_admin
+from admin.wire.connect import connect_admin
 from common.settings import KafkaSettings
 from detectors.models import OpenTransaction, PartitionSnapshot
 from dev.workload import ensure_topics

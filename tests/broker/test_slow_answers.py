@@ -32,9 +32,9 @@ from kafka.admin import NewTopic
 from kafka_frames import close, frames, send
 from workloads import transaction_log_records
 
-from admin.collector import Collector
-from admin.seams import SweepResult, wall_clock_ms
-from admin.wire import KafkaWire
+from admin.collect.collector import Collector
+from admin.wire.kafka_wire import KafkaWire
+from admin.wire.types import SweepResult, wall_clock_ms
 from common.settings import CollectorSettings
 from detectors.models import CoordinatorRecord, CoordinatorState, DetectionLimits, VerdictKind
 from detectors.rules import classify

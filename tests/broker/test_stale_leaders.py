@@ -33,9 +33,9 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from workloads import move_leader, partition_replicas
 
-from admin.collector import Collector
-from admin.seams import ClusterView
-from admin.wire import KafkaWire
+from admin.collect.collector import Collector
+from admin.wire.kafka_wire import KafkaWire
+from admin.wire.types import ClusterView
 from common.settings import CollectorSettings
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition

@@ -35,10 +35,10 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from workloads import move_leader, partition_replicas, plan_by_hand
 
-from admin.coordinator import CoordinatorPoller
-from admin.proposals import abort
-from admin.seams import ListingResult, wall_clock_ms
-from admin.wire import KafkaWire
+from admin.collect.coordinator import CoordinatorPoller
+from admin.proposals.verified_marker import abort
+from admin.wire.kafka_wire import KafkaWire
+from admin.wire.types import ListingResult, wall_clock_ms
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
 from detectors.models import AuditRecord, CoordinatorState

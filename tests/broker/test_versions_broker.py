@@ -1,6 +1,6 @@
 """Version-aware behaviour of txnwatch's admin side on the real 4.3.1 test bed (issue 31, item 2).
 
-- What a broker's ApiVersions tell (`admin.versions`, read per broker by `KafkaWire.broker_apis`): 4.3.1 offers
+- What a broker's ApiVersions tell (`admin.wire.versions`, read per broker by `KafkaWire.broker_apis`): 4.3.1 offers
   ListTransactions v1 (the DurationFilter, and Alter authorizing WriteTxnMarkers: both Kafka 3.8) and WriteTxnMarkers
   v2 (KIP-1228, 4.2); a broker that is not in the cluster has none.
 - A describe-mode poll with a DurationFilter lists per broker, and the real broker answers the filtered listing:
@@ -33,16 +33,16 @@ from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka_frames import close, frames, send
 from workloads import Proposals, lso, plan_by_hand, run_workload
 
-from admin.coordinator import ACTIVE_STATES, CoordinatorPoller
-from admin.seams import ListingResult
-from admin.versions import (
+from admin.collect.coordinator import ACTIVE_STATES, CoordinatorPoller
+from admin.wire.kafka_wire import KafkaWire
+from admin.wire.types import ListingResult
+from admin.wire.versions import (
     ADMIN_MARKER_TRANSACTION_VERSION,
     WRITE_TXN_MARKERS,
     alter_authorizes_markers,
     max_version,
     takes_duration_filter,
 )
-from admin.wire import KafkaWire
 from dev.kafka import Cluster, TestBedConfig, start_cluster, stop_cluster
 from dev.oracle import transactions_command
 

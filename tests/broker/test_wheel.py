@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from workloads import Proposals, plan_by_hand, run_workload
 
-from admin.wire import KafkaWire
+from admin.wire.kafka_wire import KafkaWire
 
 pytestmark = pytest.mark.broker
 
@@ -103,7 +103,13 @@ def test_the_sdist_and_the_wheel_hold_the_rooms_and_the_core_requires_no_spark(
     sdist, wheel = dists
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    assert {"pyproject.toml", "README.md", "txnwatch_cli.py", "streaming/job.py", "admin/cli.py"} <= names
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "txnwatch_cli.py",
+        "streaming/job.py",
+        "admin/cli/main.py",
+    } <= names
     with zipfile.ZipFile(wheel) as whl:
         files = set(whl.namelist())
         (meta,) = [n for n in files if n.endswith(".dist-info/METADATA")]

@@ -22,8 +22,8 @@ from kafka.admin import NewTopic
 from transaction_log import coordinator_log, coordinator_view, decoded
 from workloads import PROPOSALS_CLUSTER, Proposals, read_committed_values, transaction_log_records
 
-from admin.collector import Collector
-from admin.wire import KafkaWire
+from admin.collect.collector import Collector
+from admin.wire.kafka_wire import KafkaWire
 from common.settings import CollectorSettings
 from detectors.abort import plan_abort
 from detectors.contract import TRANSACTION_LOG_TOPIC

@@ -1,4 +1,4 @@
-"""Fakes for the admin room's seams (`admin.seams.ClusterWire`, `CoordinatorWire`) and builders with defaults plus overrides.
+"""Fakes for the admin room's seams (`admin.wire.types.ClusterWire`, `CoordinatorWire`) and builders with defaults plus overrides.
 
 A scripted in-memory cluster: partitions with leaders and leader epochs, producer states, start batches, offsets,
 high watermarks (what the coordinator log position reads), broker configs, and knobs to make a broker fail, answer
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from admin.seams import (
+from admin.wire.types import (
     TP,
     ActiveProducer,
     BrokerTimeout,

@@ -1,5 +1,5 @@
-"""The auto-abort policy (`detectors.policy`), its file (`admin.watch.load_policy`) and the `watch` loop's
-decisions (`admin.watch.Watch`) on scripted candidates: what is printed, what is tried, what is held and why."""
+"""The auto-abort policy (`detectors.policy`), its file (`admin.proposals.watch.load_policy`) and the `watch` loop's
+decisions (`admin.proposals.watch.Watch`) on scripted candidates: what is printed, what is tried, what is held and why."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from builders import HOUR, LIMITS, MINUTE, T0, open_txn, snapshot
 
-from admin.watch import PolicyError, Watch, WatchEvent, load_policy
+from admin.proposals.watch import PolicyError, Watch, WatchEvent, load_policy
 from detectors.abort import plan_abort
 from detectors.models import (
     AbortCandidate,

@@ -1,4 +1,4 @@
-"""The verified abort's named steps one at a time (admin/proposals.py): plan, the audit history, verifying what
+"""The verified abort's named steps one at a time (admin/proposals/verified_marker.py): plan, the audit history, verifying what
 was read, the marker's answer, the claim on a fake clock, the post-check's ending. The whole flow on a scripted
 cluster is tests/unit/test_verified_abort.py; on a real broker, tests/broker/test_abort_races.py."""
 
@@ -10,8 +10,7 @@ from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from test_lost_markers import lost_commit
 from test_verified_abort import FakeAuditLog, candidate, commit_cluster, leader, live, owner, scripted
 
-from admin.client import AdminError
-from admin.proposals import (
+from admin.proposals.verified_marker import (
     LOOK_UP_LEADER_AGAIN,
     MARKER_WRITTEN,
     AbortAttempt,
@@ -30,7 +29,8 @@ from admin.proposals import (
     verified_or_ending,
     verify_live,
 )
-from admin.versions import BrokerApis
+from admin.wire.connect import AdminError
+from admin.wire.versions import BrokerApis
 from detectors.abort import post_check, verify_abort
 from detectors.models import AbortCandidate, AuditOutcome, AuditRecord, VerifyOutcome
 

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from builders import open_txn, snapshot
 
-import admin.cli
+import admin.cli.main
 import streaming.cli
 import txnwatch_cli
-from admin.client import AdminError
-from admin.proposals import NOT_PROPOSED, candidate_at
+from admin.proposals.verified_marker import NOT_PROPOSED, candidate_at
+from admin.wire.connect import AdminError
 from common.cli_options import (
     ALL_COMMANDS,
     EXIT_CANDIDATES_LISTED,
@@ -144,7 +144,7 @@ def test_collect_interval_ms_reaches_the_settings() -> None:
     from common.settings import Settings
 
     args = txnwatch_cli.build_parser().parse_args(["collect", "--interval-ms", "750"])
-    settings, _ = settings_from(args, flags=admin.cli.COLLECT_FLAGS, environment=Settings())
+    settings, _ = settings_from(args, flags=admin.cli.main.COLLECT_FLAGS, environment=Settings())
     assert settings.collector.interval_s == 0.75
 
 
@@ -202,10 +202,10 @@ def test_the_documented_exit_codes_are_the_codes_table() -> None:
 
 
 def test_the_table_holds_the_constants_the_commands_return() -> None:
-    from admin import proposals
+    from admin.proposals import verified_marker as proposals
 
     constants: set[int] = set()
-    for module in (admin.cli, streaming.cli):
+    for module in (admin.cli.main, streaming.cli):
         constants |= {v for k, v in vars(module).items() if k.startswith("EXIT_") and isinstance(v, int)}
     assert constants == {e.code for e in EXIT_CODE_TABLE}
     assert set(proposals.EXIT_CODES.values()) <= constants
@@ -235,9 +235,9 @@ def unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
     def cannot_read(*_a: Any, **_k: Any) -> Any:
         raise AdminError("cannot reach the bootstrap servers k:9092")
 
-    monkeypatch.setattr(admin.cli, "_read_candidates", cannot_read)
-    monkeypatch.setattr(admin.cli, "connect_admin", cannot_read)
-    monkeypatch.setattr(admin.cli, "_setup_logging", lambda level: None)
+    monkeypatch.setattr(admin.cli.main, "_read_candidates", cannot_read)
+    monkeypatch.setattr(admin.cli.main, "connect_admin", cannot_read)
+    monkeypatch.setattr(admin.cli.main, "_setup_logging", lambda level: None)
 
 
 @pytest.mark.parametrize(
@@ -312,9 +312,9 @@ def test_list_fail_if_any(
     listed: bool, flag: bool, code: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     c = a_candidate(cluster="prod")
-    monkeypatch.setattr(admin.cli, "_read_candidates", lambda *a: {c.candidate_id: c} if listed else {})
-    monkeypatch.setattr(admin.cli, "_done_ids", lambda *a: set())
-    monkeypatch.setattr(admin.cli, "_setup_logging", lambda level: None)
+    monkeypatch.setattr(admin.cli.main, "_read_candidates", lambda *a: {c.candidate_id: c} if listed else {})
+    monkeypatch.setattr(admin.cli.main, "_done_ids", lambda *a: set())
+    monkeypatch.setattr(admin.cli.main, "_setup_logging", lambda level: None)
     argv = [
         "proposals",
         "list",
@@ -380,9 +380,11 @@ def test_abort_by_offsets_refuses_with_exit_3_when_nothing_is_proposed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     c = a_candidate(cluster="prod")
-    monkeypatch.setattr(admin.cli, "_read_candidates", lambda *a: {c.candidate_id: c})
-    monkeypatch.setattr(admin.cli, "connect_admin", lambda *a, **k: pytest.fail("nothing to connect for"))
-    monkeypatch.setattr(admin.cli, "_setup_logging", lambda level: None)
+    monkeypatch.setattr(admin.cli.main, "_read_candidates", lambda *a: {c.candidate_id: c})
+    monkeypatch.setattr(
+        admin.cli.main, "connect_admin", lambda *a, **k: pytest.fail("nothing to connect for")
+    )
+    monkeypatch.setattr(admin.cli.main, "_setup_logging", lambda level: None)
     argv = ["proposals", "abort", "--topic", "orders", "--partition", "0", "--start-offset", "99"]
     code, out, err = _run([*argv, "--cluster", "prod", "--execute", "--output", "json"], capsys)
     assert (code, out) == (EXIT_REFUSED, "")
@@ -400,9 +402,11 @@ def test_a_withdrawn_candidate_named_by_its_id_is_refused(
     c = a_candidate(cluster="prod").model_copy(
         update={"status": status, "resolved_at_ms": 1, "withdrawn_reason": reason}
     )
-    monkeypatch.setattr(admin.cli, "_read_candidates", lambda *a: {c.candidate_id: c})
-    monkeypatch.setattr(admin.cli, "connect_admin", lambda *a, **k: pytest.fail("nothing to connect for"))
-    monkeypatch.setattr(admin.cli, "_setup_logging", lambda level: None)
+    monkeypatch.setattr(admin.cli.main, "_read_candidates", lambda *a: {c.candidate_id: c})
+    monkeypatch.setattr(
+        admin.cli.main, "connect_admin", lambda *a, **k: pytest.fail("nothing to connect for")
+    )
+    monkeypatch.setattr(admin.cli.main, "_setup_logging", lambda level: None)
     argv = ["proposals", command, c.candidate_id, "--cluster", "prod", "--execute", "--output", "json"]
     code, out, err = _run(argv, capsys)
     assert (code, out) == (EXIT_REFUSED, "")

@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 import txnwatch_cli
-from admin import cli as admin_cli
+from admin.cli import main as admin_cli
 from common.cli_options import (
     COMMON_FLAGS,
     FlagTargets,

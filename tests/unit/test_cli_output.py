@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from collector_fakes import T0, FakeCluster, FakeCoordinators, producer, start_batch
 
-import admin.cli
+import admin.cli.main
 import txnwatch_cli
-from admin.inspect import decode_entry
-from admin.seams import Offsets
+from admin.inspect.report import decode_entry
+from admin.wire.types import Offsets
 from common.settings import Settings
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 
@@ -65,14 +65,14 @@ def _log_entry() -> Any:
 
 @pytest.fixture
 def admin_cli(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """admin/cli.py against fakes: no Kafka, and the terminal question answered by the test."""
+    """admin/cli/main.py against fakes: no Kafka, and the terminal question answered by the test."""
     fake = _cluster()
-    monkeypatch.setattr(admin.cli, "connect_admin", lambda *a, **k: _Closable())
-    monkeypatch.setattr(admin.cli, "KafkaWire", lambda *a, **k: fake)
-    monkeypatch.setattr(admin.cli, "consumer_for", lambda *a, **k: _Closable())
-    monkeypatch.setattr(admin.cli, "read_coordinator_log", lambda *a, **k: iter([_log_entry()]))
-    monkeypatch.setattr(admin.cli, "_setup_logging", lambda level: None)
-    return admin.cli
+    monkeypatch.setattr(admin.cli.main, "connect_admin", lambda *a, **k: _Closable())
+    monkeypatch.setattr(admin.cli.main, "KafkaWire", lambda *a, **k: fake)
+    monkeypatch.setattr(admin.cli.main, "consumer_for", lambda *a, **k: _Closable())
+    monkeypatch.setattr(admin.cli.main, "read_coordinator_log", lambda *a, **k: iter([_log_entry()]))
+    monkeypatch.setattr(admin.cli.main, "_setup_logging", lambda level: None)
+    return admin.cli.main
 
 
 ADMIN_COMMANDS = {

@@ -1,4 +1,4 @@
-"""The collector's blocked consumer groups (admin/blocked.py): which partitions are looked at, which groups are
+"""The collector's blocked consumer groups (admin/collect/blocked.py): which partitions are looked at, which groups are
 named, the caps, the cached group list, errors counted and never raised; and their series on /metrics."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from admin.blocked import (
+from admin.collect.blocked import (
     COMMITTED_AT_LSO,
     NO_GROUP_LISTED,
     PARTITION_CAP,
@@ -22,9 +22,9 @@ from admin.blocked import (
     at_or_past_lso,
     open_longer_than,
 )
-from admin.group_offsets import CommittedOffsets, GroupIds
-from admin.metrics import CollectorMetrics
-from admin.seams import TP
+from admin.collect.metrics import CollectorMetrics
+from admin.wire.groups import CommittedOffsets, GroupIds
+from admin.wire.types import TP
 from detectors.models import OpenTransaction, PartitionSnapshot
 
 pytestmark = pytest.mark.unit

@@ -13,10 +13,10 @@ import pytest
 from collector_fakes import T0, FakeCluster, FakeCoordinators, description, producer, start_batch
 
 import txnwatch_cli
-from admin.cli import COLLECT_FLAGS, _stop_on_signals, render_sweep
-from admin.collector import Collector
-from admin.coordinator import record_from_description
-from admin.inspect import (
+from admin.cli.main import COLLECT_FLAGS, _stop_on_signals, render_sweep
+from admin.collect.collector import Collector
+from admin.collect.coordinator import record_from_description
+from admin.inspect.report import (
     VIEW_NOTE,
     decode_entry,
     entry_json,
@@ -24,10 +24,10 @@ from admin.inspect import (
     render_log_entry,
     render_partition,
 )
-from admin.seams import FetchFailure, Offsets
-from admin.text import duration, iso
+from admin.wire.types import FetchFailure, Offsets
 from common.cli_options import settings_from
 from common.settings import CollectorSettings, Settings
+from common.text import duration, iso
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.models import CoordinatorState, DetectionLimits, HangingReason, VerdictKind, WithheldReason
 from detectors.rules import classify
@@ -251,7 +251,7 @@ def test_inspect_partition_asks_the_new_leader_after_not_leader() -> None:
 
 
 def test_inspect_partition_gives_up_on_a_leader_that_keeps_moving() -> None:
-    from admin.client import AdminError
+    from admin.wire.connect import AdminError
 
     pauses: list[float] = []
     fake = FakeBoth(leaders={("orders", 0): 1}, partition_errors={("orders", 0): "NOT_LEADER_OR_FOLLOWER"})
@@ -268,7 +268,7 @@ def test_inspect_partition_without_open_transactions() -> None:
 
 
 def test_inspect_unknown_partition() -> None:
-    from admin.client import AdminError
+    from admin.wire.connect import AdminError
 
     with pytest.raises(AdminError, match="does not exist"):
         inspect_partition(FakeBoth(leaders={("orders", 0): 1}), "orders", 9)

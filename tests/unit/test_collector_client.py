@@ -6,7 +6,7 @@ import kafka.errors as Errors
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
-from admin.client import (
+from admin.wire.connect import (
     KIP_664_MESSAGE,
     client_kwargs,
     code_name,

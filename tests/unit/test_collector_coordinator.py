@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 from collector_fakes import T0, FakeCluster, FakeCoordinators, description
 
-from admin.cli import publish_coordinator_poll
-from admin.client import AdminError
-from admin.coordinator import (
+from admin.cli.main import publish_coordinator_poll
+from admin.collect.coordinator import (
     ACTIVE_STATES,
     CoordinatorPoller,
     record_from_description,
     tombstone,
 )
-from admin.publish import OutRecord, Publisher
-from admin.seams import TP, EndOffset, ListingResult
+from admin.collect.publish import OutRecord, Publisher
+from admin.wire.connect import AdminError
+from admin.wire.types import TP, EndOffset, ListingResult
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
     CoordinatorLogPosition,

@@ -8,8 +8,8 @@ import pytest
 from kafka.protocol.consumer import FetchRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from admin.fetch import FETCH_MAX_VERSION, READ_UNCOMMITTED, fetch_request, parse_start_batch
-from admin.seams import StartBatch
+from admin.wire.fetch import FETCH_MAX_VERSION, READ_UNCOMMITTED, fetch_request, parse_start_batch
+from admin.wire.types import StartBatch
 
 pytestmark = pytest.mark.unit
 

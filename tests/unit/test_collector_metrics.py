@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from admin.metrics import CollectorMetrics, RequestLog
+from admin.collect.metrics import CollectorMetrics, RequestLog
 
 pytestmark = pytest.mark.unit
 

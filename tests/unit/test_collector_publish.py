@@ -12,11 +12,10 @@ from collector_fakes import FakeCluster, producer, start_batch
 from kafka.structs import TopicPartition as KafkaTP
 from prometheus_client import generate_latest
 
-from admin.client import AdminError
-from admin.collector import Collector
-from admin.coordinator import tombstone
-from admin.metrics import CollectorMetrics
-from admin.publish import (
+from admin.collect.collector import Collector
+from admin.collect.coordinator import tombstone
+from admin.collect.metrics import CollectorMetrics
+from admin.collect.publish import (
     KafkaSink,
     OutRecord,
     Publisher,
@@ -24,7 +23,8 @@ from admin.publish import (
     restore_open_partitions,
     sweep_records,
 )
-from admin.seams import SweepResult
+from admin.wire.connect import AdminError
+from admin.wire.types import SweepResult
 from common.settings import CollectorSettings
 from common.topics import OutputTopicSettings
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE

@@ -1,5 +1,5 @@
 """Between sweeps: the probe that sees new open transactions, and the re-describe that comes when a report of a
-partition can prove its young transaction (admin/redescribe.py), against a scripted cluster."""
+partition can prove its young transaction (admin/collect/redescribe.py), against a scripted cluster."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 from collector_fakes import T0, FakeCluster, producer, start_batch
 
-from admin.collector import Collector, between_sweeps
-from admin.metrics import CollectorMetrics
-from admin.redescribe import (
+from admin.collect.collector import Collector, between_sweeps
+from admin.collect.metrics import CollectorMetrics
+from admin.collect.redescribe import (
     FOLLOW_UPS_MS,
     MARGIN_MS,
     ORDERED_FIRST_REPORT_MS,
     ORDERED_FOLLOW_UPS_MS,
     Redescribes,
 )
-from admin.seams import Offsets, SweepResult
+from admin.wire.types import Offsets, SweepResult
 from common.settings import CollectorSettings
 from detectors.models import DetectionLimits
 from detectors.rules import TxnFacts, settled, settles_at_ms

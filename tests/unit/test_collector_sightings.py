@@ -1,4 +1,4 @@
-"""The collector's sightings of open transactions (admin/sighting.py) survive what used to reset them (issue 39,
+"""The collector's sightings of open transactions (admin/collect/sighting.py) survive what used to reset them (issue 39,
 item 3): a restart, which restores them from the snapshot topic's recent tail, and a stale replica's answer
 without the transaction, which its own ListOffsets now fences."""
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from collector_fakes import T0, FakeCluster, producer, start_batch
 
-from admin.collector import Collector
-from admin.restore import recent_snapshots
-from admin.seams import TP, Offsets, SweepResult
-from admin.sighting import Sightings
+from admin.collect.collector import Collector
+from admin.collect.restore import recent_snapshots
+from admin.collect.sighting import Sightings
+from admin.wire.types import TP, Offsets, SweepResult
 from common.settings import CollectorSettings
 from detectors.models import OpenTransaction, PartitionSnapshot
 
@@ -168,7 +168,7 @@ class TailConsumer:
 
 
 def test_the_tail_read_is_bounded_and_keeps_only_snapshots(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="admin.restore")
+    caplog.set_level(logging.INFO, logger="admin.collect.restore")
     snaps = [snapshot(T0 + i, txn(None, T0 + i)) for i in range(5)]
     records = [Rec(s.model_dump_json().encode()) for s in snaps]
     records += [

@@ -11,9 +11,9 @@ import pytest
 from collector_fakes import T0, FakeCluster, producer, start_batch
 from prometheus_client import generate_latest
 
-from admin.collector import Collector, chunks, run
-from admin.metrics import CollectorMetrics
-from admin.seams import BrokerTimeout, FetchFailure, Offsets, SweepResult
+from admin.collect.collector import Collector, chunks, run
+from admin.collect.metrics import CollectorMetrics
+from admin.wire.types import BrokerTimeout, FetchFailure, Offsets, SweepResult
 from common.settings import CollectorSettings
 
 pytestmark = pytest.mark.unit

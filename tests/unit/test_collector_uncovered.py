@@ -8,8 +8,8 @@ from collector_fakes import FakeCluster
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from admin.collector import Collector
-from admin.metrics import MAX_UNCOVERED_SERIES, CollectorMetrics, uncovered_series
+from admin.collect.collector import Collector
+from admin.collect.metrics import MAX_UNCOVERED_SERIES, CollectorMetrics, uncovered_series
 from common.settings import CollectorSettings
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
 """When an absence from ListTransactions counts: the describe fallback's tombstones (`CoordinatorPoller`) and the
-abort's "no owner" (`admin.live.listing_incomplete`), on scripted coordinators. The same on a real three-node
+abort's "no owner" (`admin.live.evidence.listing_incomplete`), on scripted coordinators. The same on a real three-node
 test bed: tests/broker/test_coordinator_moves.py."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collector_fakes import T0, FakeCluster, FakeCoordinators, description, prod
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 import txnwatch_cli
-from admin import cli
-from admin.cli import _collect_once, publish_coordinator_poll
-from admin.collector import Collector
-from admin.coordinator import CoordinatorPoll, CoordinatorPoller
-from admin.live import listing_incomplete
-from admin.metrics import CollectorMetrics
-from admin.publish import OutRecord, Publisher
-from admin.seams import ClusterView, ListingResult, TransactionDescription
+from admin.cli import main as cli
+from admin.cli.main import _collect_once, publish_coordinator_poll
+from admin.collect.collector import Collector
+from admin.collect.coordinator import CoordinatorPoll, CoordinatorPoller
+from admin.collect.metrics import CollectorMetrics
+from admin.collect.publish import OutRecord, Publisher
+from admin.live.evidence import listing_incomplete
+from admin.wire.types import ClusterView, ListingResult, TransactionDescription
 from common.settings import CollectorSettings
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE, SNAPSHOT_TYPE, TYPE_HEADER
 from detectors.currency import ViewCurrency, coordinator_partition
@@ -688,7 +688,7 @@ def test_collect_hands_each_sweep_s_open_producer_ids_to_the_poll_after_it(
     )
     assert args.func(args) == 0
 
-    def loop_turn() -> None:  # `admin.collector.run`: sweep, publish it, then the `also` tasks
+    def loop_turn() -> None:  # `admin.collect.collector.run`: sweep, publish it, then the `also` tasks
         loop["publish"](loop["collector"].sweep())
         for task in loop["also"]:
             task()

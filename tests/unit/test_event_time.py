@@ -1,5 +1,5 @@
 """Event time is not transaction time: a transaction's age and its "settled" proof are held between what the
-collector saw (`opened_after_ms`, `seen_open_ms`; admin/sighting.py), never taken from the records' CreateTime
+collector saw (`opened_after_ms`, `seen_open_ms`; admin/collect/sighting.py), never taken from the records' CreateTime
 alone. Kafka Streams stamps its output with its input's event time, MirrorMaker 2 and Flink keep the source's,
 and brokers accept any past timestamp by default. The same on a real broker: tests/broker/test_event_time_broker.py."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from builders import HOUR, LIMITS, MINUTE, SECOND, T0, coord, open_txn, snapshot
 
-from admin.sighting import Sightings
+from admin.collect.sighting import Sightings
 from detectors import kip664
 from detectors.models import HangingReason, VerdictKind
 from detectors.rules import classify

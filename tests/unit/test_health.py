@@ -1,5 +1,5 @@
 """The probes' decisions (detectors/health.py), the collector's /healthz and /readyz over real HTTP with a clock
-the test turns (admin/metrics.py, admin/collector.py `run`), and `txnwatch --version`."""
+the test turns (admin/collect/metrics.py, admin/collect/collector.py `run`), and `txnwatch --version`."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from admin.collector import SWEEP_BACKOFF_MAX_S, loop_health, run
-from admin.metrics import CollectorMetrics, LoopHealth, serve
+from admin.collect.collector import SWEEP_BACKOFF_MAX_S, loop_health, run
+from admin.collect.metrics import CollectorMetrics, LoopHealth, serve
 from common.settings import CollectorSettings
 from detectors.health import (
     NOT_INSTALLED,

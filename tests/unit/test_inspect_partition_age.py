@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import pytest
 from collector_fakes import T0, FakeCluster, FakeCoordinators, producer, start_batch
 
-from admin.inspect import inspect_partition, render_partition
-from admin.seams import FetchFailure, Offsets
+from admin.inspect.report import inspect_partition, render_partition
+from admin.wire.types import FetchFailure, Offsets
 
 pytestmark = pytest.mark.unit
 

@@ -20,9 +20,9 @@ from test_lost_markers import live_now, lost_commit
 from test_verified_abort import TPX, FakeAuditLog, leader, live, owner, run, scripted
 
 import txnwatch_cli
-from admin.live import observe
-from admin.proposals import ActWith, Surroundings, abort, render_show, show_json
-from admin.seams import GroupOffsets
+from admin.live.evidence import observe
+from admin.proposals.verified_marker import ActWith, Surroundings, abort, render_show, show_json
+from admin.wire.types import GroupOffsets
 from detectors.abort import plan_abort, verify_abort, verify_commit, waiver_flags
 from detectors.models import (
     AbortCandidate,

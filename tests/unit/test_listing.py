@@ -15,8 +15,8 @@ from collector_fakes import FakeCoordinators, description
 from test_coordinator_listing import LOG, assert_withheld_then_vouched, fallback, tombstones
 from test_verified_abort import FakeProposalWire, run, scripted
 
-from admin.coordinator import CoordinatorPoller
-from admin.seams import ClusterView, ListingResult, TransactionListing
+from admin.collect.coordinator import CoordinatorPoller
+from admin.wire.types import ClusterView, ListingResult, TransactionListing
 from detectors.currency import coordinator_partition
 from detectors.listing import LogLeader, check_listing
 from detectors.models import AuditOutcome

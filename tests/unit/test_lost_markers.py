@@ -405,7 +405,7 @@ def test_a_policy_cannot_auto_abort_a_lost_commit() -> None:
 
 
 def test_show_offers_the_commit_and_no_kafka_abort_line_for_a_lost_commit() -> None:
-    from admin.show import ActWith, candidate_row
+    from admin.proposals.show import ActWith, candidate_row
 
     txn = open_txn(seen_open_ms=T0 + SECOND)
     v = verdict(completed(S.COMPLETE_COMMIT, "orders-0"), seen_open_ms=T0 + SECOND)

@@ -226,9 +226,9 @@ def test_rooms_never_import_each_other(room: str, path: Path) -> None:
         pytest.param("import streaming.job", "admin", ["x.py: imports streaming.job"], id="import"),
         pytest.param("from streaming import job", "admin", ["x.py: imports streaming"], id="from-import"),
         pytest.param(
-            "def f():\n    from admin.client import connect_admin",
+            "def f():\n    from admin.wire.connect import connect_admin",
             "streaming",
-            ["x.py: imports admin.client"],
+            ["x.py: imports admin.wire.connect"],
             id="lazy-import-inside-a-function",
         ),
         pytest.param("from ..admin import cli", "streaming", ["x.py: imports admin"], id="relative-import"),
@@ -278,7 +278,7 @@ def _asserts(source: str, filename: str) -> list[str]:
 )
 def test_no_assert_in_the_rooms(path: Path) -> None:
     # `python -O` strips assert statements: a check the program relies on must be an explicit `if` (issue 10
-    # found `assert publisher is not None` in admin/cli.py). Tests assert; the rooms do not.
+    # found `assert publisher is not None` in admin/cli/main.py). Tests assert; the rooms do not.
     assert _asserts(path.read_text(encoding="utf-8"), path.name) == []
 
 

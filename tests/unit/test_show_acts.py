@@ -12,8 +12,8 @@ import pytest
 from builders import T0
 from test_verified_abort import judged, leader, live, owner
 
-from admin.proposals import ActWith, Surroundings, render_show, show_json
-from admin.seams import GroupOffsets
+from admin.proposals.verified_marker import ActWith, Surroundings, render_show, show_json
+from admin.wire.types import GroupOffsets
 from detectors.abort import verify_abort
 from detectors.models import LiveEvidence, VerifyOutcome
 

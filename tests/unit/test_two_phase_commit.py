@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from test_tracking import batch, fact_row, new_bucket, open_row, seen_at
 from test_verified_abort import run, scripted
 
-from admin.proposals import ActWith, Surroundings, candidate_row, render_show
-from admin.seams import GroupOffsets
+from admin.proposals.verified_marker import ActWith, Surroundings, candidate_row, render_show
+from admin.wire.types import GroupOffsets
 from detectors.abort import candidate_is_two_phase_commit, plan_abort, verify_abort
 from detectors.models import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,

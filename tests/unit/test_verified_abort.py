@@ -1,5 +1,5 @@
 """The verified abort's decisions: `detectors.abort.verify_abort` for every changed-state case, `post_check`,
-`pending_candidates`, and `admin.proposals.abort`'s flow on a scripted cluster (dry run, execute, leader move,
+`pending_candidates`, and `admin.proposals.verified_marker.abort`'s flow on a scripted cluster (dry run, execute, leader move,
 missing ACL, fenced marker, failed post-check), plus reading the candidates topic."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from builders import HOUR, LEADER_EPOCH, LIMITS, MINUTE, T0, coord, open_txn, sn
 from collector_fakes import FakeCluster, FakeCoordinators, description, producer
 from test_lost_markers import lost_commit
 
-from admin.live import observe
-from admin.proposals import (
+from admin.live.evidence import observe
+from admin.proposals.verified_marker import (
     CLAIM_LEASE_MS,
     EXIT_ALREADY_RESOLVED,
     EXIT_COLLISION,
@@ -32,7 +32,7 @@ from admin.proposals import (
     show_json,
     stuck_groups,
 )
-from admin.seams import TP, GroupOffsets, ListingResult, Offsets
+from admin.wire.types import TP, GroupOffsets, ListingResult, Offsets
 from detectors.abort import (
     candidate_age_ms,
     claim_holder,

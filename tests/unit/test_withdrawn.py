@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from builders import LIMITS, T0, open_txn, snapshot
 
-from admin.watch import Watch, WatchEvent
+from admin.proposals.watch import Watch, WatchEvent
 from detectors.abort import plan_abort
 from detectors.models import (
     AbortCandidate,
