@@ -78,10 +78,11 @@ LEGACY_LOG_END_POSITIONS = 16
 # The transaction log's end offsets of the newest positions of each collector run, by the sweep's number in that
 # run (a sweep id is `<run>-<number>`; a run is one collector process, whose sweeps run one after another): what
 # orders a coordinator record before a report of a later sweep of the same run without a clock
-# (`ends_before_report`). run -> [(number, ((partition, end offset), ...)), ...], oldest first.
-ReportEndsState = dict[str, list[tuple[int, tuple[tuple[int, int], ...]]]]
-# Kept per run: a batch may bring sweep n's position with sweep n's reports; the one before orders them.
-REPORT_ENDS_PER_RUN = 2
+# (`ends_before_report`), and shows the view current as of a report without one (`current_for_report`).
+# run -> [(number, as_of_ms, ((partition, end offset), ...)), ...], oldest first.
+ReportEndsState = dict[str, list[tuple[int, int, tuple[tuple[int, int], ...]]]]
+# Kept per run: a batch may bring several sweeps' positions with their reports (a re-describe a second).
+REPORT_ENDS_PER_RUN = 8
 # Runs kept: collectors restart, and two may run at once during a rollout; the runs least recently heard from go.
 MAX_REPORT_END_RUNS = 4
 # Records read but not decoded, not yet superseded: (topic, transactional id) -> read offset of the newest;
@@ -102,6 +103,7 @@ CurrencyState = tuple[
     LogEndState,
     int | None,
     ReportEndsState,
+    set[int],
 ]
 LegacyCurrencyState = tuple[
     dict[tuple[str, int], int], dict[tuple[str, int], int], list[Position], dict[str, Position], int | None
@@ -165,6 +167,10 @@ class ViewCurrency:
             if state is not None and len(state) > 10
             else {}
         )
+        # Transaction log partitions whose end offset went down between two positions of one run (the log was
+        # truncated: an offset below an end measured earlier may now hold a later record): nothing is ordered by
+        # their offsets any more in this checkpoint.
+        self.ordering_off: set[int] = set(state[11]) if state is not None and len(state) > 11 else set()
         self.applied_end: dict[tuple[str, int], int] = dict(applied)
         self._current: dict[tuple[str, int], int] = dict(current)
         self._pending: list[Position] = list(pending)
@@ -202,6 +208,7 @@ class ViewCurrency:
             self.log_ends,
             self.log_ends_dropped_ms,
             self.report_ends,
+            self.ordering_off,
         )
 
     # -- input
@@ -320,7 +327,7 @@ class ViewCurrency:
         if topic == self.transaction_log and log_end_offsets:
             self._add_log_end(as_of_ms, tuple(sorted(log_end_offsets.items())))
         if topic == self.transaction_log and sweep_id is not None and end_offsets:
-            self._add_report_ends(sweep_id, tuple(sorted(end_offsets.items())))
+            self._add_report_ends(sweep_id, as_of_ms, tuple(sorted(end_offsets.items())))
         position = Position(as_of_ms, topic, partitions, tuple(sorted(end_offsets.items())))
         newest = self.newest.get(topic)
         if newest is None or as_of_ms >= newest.as_of_ms:
@@ -334,15 +341,22 @@ class ViewCurrency:
         self._dirty = True
         return True
 
-    def _add_report_ends(self, sweep_id: str, ends: tuple[tuple[int, int], ...]) -> None:
-        """Keep the newest positions of the sweep's run by number (`ends_before_report`)."""
+    def _add_report_ends(self, sweep_id: str, as_of_ms: int, ends: tuple[tuple[int, int], ...]) -> None:
+        """Keep the newest positions of the sweep's run by number (`ends_before_report`); an end lower than one
+        an earlier sweep of the run measured turns ordering off for its partition (`ordering_off`)."""
         parsed = sweep_number(sweep_id)
         if parsed is None:
             return
         run, number = parsed
         kept = self.report_ends.pop(run, [])  # re-inserted last: the run heard from most recently
-        if all(n != number for n, _ in kept):
-            bisect.insort(kept, (number, ends))
+        new = dict(ends)
+        for n, _, other in kept:
+            for partition, end in other:
+                here = new.get(partition)
+                if here is not None and ((n < number and here < end) or (n > number and here > end)):
+                    self.ordering_off.add(partition)
+        if all(n != number for n, _, _ in kept):
+            bisect.insort(kept, (number, as_of_ms, ends))
         self.report_ends[run] = kept[-REPORT_ENDS_PER_RUN:]
         while len(self.report_ends) > MAX_REPORT_END_RUNS:
             del self.report_ends[next(iter(self.report_ends))]
@@ -429,8 +443,36 @@ class ViewCurrency:
         if parsed is None:
             return None
         run, number = parsed
-        earlier = [ends for n, ends in self.report_ends.get(run, ()) if n < number]
-        return dict(earlier[-1]) if earlier else None
+        earlier = [ends for n, _, ends in self.report_ends.get(run, ()) if n < number]
+        if not earlier:
+            return None
+        return {p: end for p, end in earlier[-1] if p not in self.ordering_off}
+
+    def current_for_report(self, sweep_id: str, partition: int) -> bool:
+        """Whether the view of transaction log partition `partition` is shown current as of the report of sweep
+        `sweep_id` without a clock: it has applied every record below that partition's end in a position of the
+        same run measured at or after that sweep (after its DescribeProducers answers). A proof ordered by
+        offsets needs this besides the clocks' currency (`current_as_of`), which another run's positions, or a
+        collector clock that stepped back, can satisfy while the view lags. Compaction gaps count as they do for
+        `current_as_of` (`_vouches`); a rewound partition, or one whose ends went down, never is."""
+        parsed = sweep_number(sweep_id)
+        key = (self.transaction_log or "", partition)
+        if parsed is None or key in self.rewound or partition in self.ordering_off:
+            return False
+        run, number = parsed
+        applied = self.applied_end.get(key)
+        if applied is None:
+            return False
+        for n, as_of_ms, ends in self.report_ends.get(run, ()):
+            end = dict(ends).get(partition)
+            if (
+                n >= number
+                and end is not None
+                and applied >= end
+                and self._vouches(Position(as_of_ms, key[0], 0, ends), key, end)
+            ):
+                return True
+        return False
 
     def current_as_of(self, transactional_id: str | None) -> int | None:
         """The time the view of everything that could own a transaction is current as of, or None if unknown.

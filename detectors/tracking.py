@@ -959,9 +959,11 @@ class BucketState:
         partition = self._log_partition(transactional_id)
         if partition < 0:
             return t, c
-        ends = self.currency.ends_before_report(report_sweep_id(entry.snapshot_json))
+        sweep_id = report_sweep_id(entry.snapshot_json)
+        ends = self.currency.ends_before_report(sweep_id)
         end = None if ends is None else ends.get(partition)
-        if end is None:
+        # Ordered proofs also need the view current as of the report by the same run's positions, not a clock.
+        if end is None or not self.currency.current_for_report(sweep_id, partition):
             return t, c
         offset = kept[1] if kept is not None else self._record_offset(producer_id, partition)
         moved_on = entry.moved_on_at[1] if entry.moved_on_at and entry.moved_on_at[0] == partition else None

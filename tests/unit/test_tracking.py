@@ -1154,3 +1154,62 @@ def test_what_the_offsets_do_not_order_waits_for_the_clocks(
     b, events = ordered_scene(record_offset, earlier_sweep, report_sweep)
     assert all(e["event"] != "OPENED" for e in events), why
     assert told(b).kind == "OPEN", why
+
+
+def test_an_ordered_proof_needs_the_view_current_by_the_reports_own_run_not_by_a_clock() -> None:
+    """The view has applied the log up to the end a sweep before the report measured (11), not up to the end
+    the report's own sweep measured (13: the owner's new Ongoing record listing the partition may be at 11-12).
+    Another collector run's position, stamped after the report by a clock running ahead (or the collector's clock
+    stepped back), makes the view look current by the clocks. Ordering by offsets would prove the Complete
+    record at 10 before the report, and the live transaction HANGING; it must wait for the run's own position."""
+    log_partition = coordinator_partition("tx-1", 3)
+    applied = {p: (11 if p == log_partition else 0) for p in range(3)}
+    grown = {p: (13 if p == log_partition else 0) for p in range(3)}
+    done = coord(
+        state=CoordinatorState.COMPLETE_COMMIT,
+        partitions=(),
+        last_update_timestamp_ms=T0 + 500,
+        source_partition=log_partition,
+        source_offset=10,
+    )
+    b = new_bucket()
+    t1, t2 = T0 + SECOND, T0 + 2 * SECOND
+    first = seen_at(t1).model_copy(update={"sweep_id": "r-0"})
+    batch(b, t1, fact_row(done, log_offset=10), open_row(first), sweep_position("r-1", t1, applied),
+          applied_row(applied), current=False)  # fmt: skip
+    report = seen_at(t2).model_copy(update={"sweep_id": "r-2"})
+    events = batch(
+        b,
+        t2,
+        open_row(report),
+        sweep_position("r-2", t2, grown),
+        sweep_position("q-5", t2 + 500, applied),  # another run, its clock ahead: current "as of" t2 + 0.5 s
+        current=False,
+    )
+    assert all(e["event"] != "OPENED" for e in events)
+    assert told(b).kind == "OPEN"
+    # The view reads on to the run's end, and nothing listed the partition: the next report is proven.
+    t3 = t2 + SECOND
+    later = seen_at(t3).model_copy(update={"sweep_id": "r-3"})
+    events = batch(
+        b, t3, open_row(later), sweep_position("r-3", t3, grown), applied_row(grown), current=False
+    )
+    assert [e["event"] for e in events if e["event"] != "VIEW"] == ["OPENED", "VERDICT"]
+
+
+def test_a_transaction_log_whose_end_went_down_orders_nothing_any_more() -> None:
+    """An unclean election truncated the log between two sweeps of one run: an offset below the end the first
+    measured may now hold a record written after the report. Ordering is off for that partition."""
+    from detectors.currency import ViewCurrency
+
+    v = ViewCurrency(LOG)
+    v.add_position(LOG, 3, T0, {0: 11, 1: 5, 2: 0}, sweep_id="r-1")
+    v.applied(LOG, 0, 11)
+    v.applied(LOG, 1, 5)
+    assert v.ends_before_report("r-2") == {0: 11, 1: 5, 2: 0}
+    v.add_position(LOG, 3, T0 + SECOND, {0: 9, 1: 6, 2: 0}, sweep_id="r-2")
+    assert v.ordering_off == {0}
+    assert v.ends_before_report("r-3") == {1: 6, 2: 0}
+    assert not v.current_for_report("r-2", 0)
+    restored = ViewCurrency(LOG, state=v.state())
+    assert restored.ordering_off == {0} and restored.ends_before_report("r-3") == {1: 6, 2: 0}
