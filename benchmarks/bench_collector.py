@@ -30,10 +30,10 @@ from kafka.errors import KafkaError
 from kafka.protocol.metadata import CoordinatorType
 
 from admin.collect.collector import Collector, SweepResult
-from admin.collect.metrics import RequestLog
 from admin.collect.redescribe import Redescribes
 from admin.wire.connect import connect_admin
 from admin.wire.kafka_wire import KafkaWire
+from admin.wire.requests import RequestLog
 from common.settings import CollectorSettings, KafkaSettings
 from detectors.models import DetectionLimits
 from dev import oracle

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from admin.collect.blocked import BlockedGroups
 from admin.collect.collector import Collector, loop_health, run
 from admin.collect.coordinator import CoordinatorPoll, CoordinatorPoller, open_producer_ids
-from admin.collect.metrics import CollectorMetrics, RequestLog, serve
+from admin.collect.metrics import CollectorMetrics, serve
 from admin.collect.publish import KafkaSink, Publisher, ensure_topics, restore_open_partitions
 from admin.collect.redescribe import Redescribes
 from admin.collect.restore import restore_sightings
@@ -64,6 +64,7 @@ from admin.proposals.watch import PolicyError, Watch, load_policy, policy_summar
 from admin.wire.connect import AdminError, connect_admin, consumer_for, explain, producer_for
 from admin.wire.groups import KafkaGroupOffsets
 from admin.wire.kafka_wire import KafkaWire
+from admin.wire.requests import RequestLog
 from admin.wire.types import ClusterWire, SweepResult, wall_clock_ms
 from common.cli_options import (
     EXIT_ALREADY_RESOLVED,

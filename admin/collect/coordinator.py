@@ -40,12 +40,13 @@ from admin.wire.types import (
     SweepResult,
     TransactionDescription,
     TransactionListing,
+    record_from_description,
 )
 from admin.wire.versions import takes_duration_filter
 from detectors.contract import OWNING_STATES, TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
 from detectors.listing import METADATA_GAPS, ListingCheck, LogLeader, check_listing
-from detectors.models import CoordinatorLogPosition, CoordinatorRecord, CoordinatorState, TopicPartition
+from detectors.models import CoordinatorLogPosition, CoordinatorRecord
 
 log = logging.getLogger(__name__)
 
@@ -86,29 +87,6 @@ class CoordinatorPoll(NamedTuple):
     as_of_ms: int
     records: list[CoordinatorRecord]
     incomplete: Incomplete | None = None
-
-
-def record_from_description(d: TransactionDescription, *, seen_at_ms: int) -> CoordinatorRecord:
-    """A `CoordinatorRecord` (origin describe-transactions) from one DescribeTransactions row.
-
-    `last_update_timestamp_ms` is `seen_at_ms`, the first time the collector saw this content: the API does not
-    say when the coordinator last changed the state. The previous/next producer ids and the client's
-    transaction version are not in the API (defaults -1, -1, 0).
-
-    Raises:
-        ValueError: unknown state name, or fields out of range.
-    """
-    return CoordinatorRecord(
-        transactional_id=d.transactional_id,
-        producer_id=d.producer_id,
-        producer_epoch=d.producer_epoch,
-        transaction_timeout_ms=d.timeout_ms,
-        state=CoordinatorState(d.state),
-        partitions=tuple(TopicPartition(topic=t, partition=p) for t, p in sorted(d.partitions)),
-        last_update_timestamp_ms=seen_at_ms,
-        start_timestamp_ms=d.start_time_ms,
-        origin="describe-transactions",
-    )
 
 
 def tombstone(transactional_id: str, *, seen_at_ms: int) -> CoordinatorRecord:

@@ -9,9 +9,7 @@ ids in labels; the broker label is bounded by the cluster size.
 from __future__ import annotations
 
 import platform
-import threading
 import time
-from collections import Counter as Tally
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -36,9 +34,7 @@ from detectors.health import (
     progress_recent,
 )
 
-if (
-    TYPE_CHECKING
-):  # admin.collect.blocked reads the cluster through admin.wire.groups, which counts into RequestLog here
+if TYPE_CHECKING:
     from admin.collect.blocked import BlockedReport
 
 SWEEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -57,45 +53,6 @@ def _counter(d: metrics.Metric, registry: CollectorRegistry) -> Counter:
 
 def _histogram(d: metrics.Metric, registry: CollectorRegistry, *, buckets: tuple[float, ...]) -> Histogram:
     return Histogram(d.name, d.help, d.labels, registry=registry, buckets=buckets)
-
-
-class RequestLog:
-    """Counts every request the wire sends, by (api, broker, outcome); feeds Prometheus when given metrics.
-
-    `outcome` is "ok" or the error name. Thread-safe: the wire reports from kafka-python's IO thread.
-    """
-
-    def __init__(self, metrics: CollectorMetrics | None = None) -> None:
-        self._metrics = metrics
-        self._lock = threading.Lock()
-        self.counts: Tally[tuple[str, int, str]] = Tally()
-
-    def record(self, api: str, broker: int, error: str | None = None) -> None:
-        outcome = error or "ok"
-        with self._lock:
-            self.counts[(api, broker, outcome)] += 1
-        if self._metrics is not None:
-            self._metrics.requests.labels(api=api, outcome="ok" if error is None else "error").inc()
-            if error is not None:
-                self._metrics.errors.labels(api=api, error=error).inc()
-
-    def record_partition_error(self, api: str, error: str, count: int = 1) -> None:
-        """An error a broker returned for some partitions of an otherwise answered request."""
-        if self._metrics is not None and count:
-            self._metrics.errors.labels(api=api, error=error).inc(count)
-
-    def snapshot(self) -> Tally[tuple[str, int, str]]:
-        with self._lock:
-            return Tally(self.counts)
-
-    def by_broker(self, api: str) -> dict[int, int]:
-        """Requests of one API sent to each broker, whatever their outcome."""
-        out: dict[int, int] = {}
-        with self._lock:
-            for (a, broker, _), n in self.counts.items():
-                if a == api:
-                    out[broker] = out.get(broker, 0) + n
-        return out
 
 
 class CollectorMetrics:
@@ -128,6 +85,16 @@ class CollectorMetrics:
         self.errors = _counter(metrics.COLLECTOR_ERRORS, reg)
         self.records_published = _counter(metrics.COLLECTOR_RECORDS_PUBLISHED, reg)
         self.last_success = _gauge(metrics.COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, reg)
+
+    def request_sent(self, api: str, error: str | None) -> None:
+        """A request the wire sent (admin.wire.requests.RequestObserver)."""
+        self.requests.labels(api=api, outcome="ok" if error is None else "error").inc()
+        if error is not None:
+            self.errors.labels(api=api, error=error).inc()
+
+    def partition_errors(self, api: str, error: str, count: int) -> None:
+        """Errors a broker returned for some partitions of an answered request (RequestObserver)."""
+        self.errors.labels(api=api, error=error).inc(count)
 
     def observe_sweep(
         self, result: SweepResult, *, cached_start_batches: int, uncovered: Mapping[TP, str] | None = None

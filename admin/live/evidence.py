@@ -18,7 +18,6 @@ from typing import NamedTuple, Protocol
 
 import kafka.errors as Errors
 
-from admin.collect.coordinator import record_from_description
 from admin.wire.connect import AdminError, error_name, explain
 from admin.wire.types import (
     TP,
@@ -29,6 +28,7 @@ from admin.wire.types import (
     StartBatch,
     TransactionDescription,
     TransactionListing,
+    record_from_description,
     wall_clock_ms,
 )
 from detectors.contract import TRANSACTION_LOG_TOPIC

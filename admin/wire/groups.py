@@ -19,8 +19,8 @@ import kafka.errors as Errors
 from kafka import KafkaAdminClient
 from kafka.protocol.consumer.group import OffsetFetchRequest
 
-from admin.collect.metrics import RequestLog
 from admin.wire.connect import code_name, error_name
+from admin.wire.requests import RequestLog
 from admin.wire.types import TP
 
 log = logging.getLogger(__name__)

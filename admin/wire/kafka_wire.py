@@ -26,9 +26,9 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
-from admin.collect.metrics import RequestLog
 from admin.wire.connect import code_name, error_name
 from admin.wire.fetch import fetch_request, parse_start_batch
+from admin.wire.requests import RequestLog
 from admin.wire.types import (
     TP,
     ActiveProducer,

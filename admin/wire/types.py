@@ -14,7 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from detectors.models import BrokerSweepSummary, CoordinatorLogPosition, OpenTransaction, PartitionSnapshot
+from detectors.models import (
+    BrokerSweepSummary,
+    CoordinatorLogPosition,
+    CoordinatorRecord,
+    CoordinatorState,
+    OpenTransaction,
+    PartitionSnapshot,
+    TopicPartition,
+)
 
 TP = tuple[str, int]
 
@@ -261,6 +269,29 @@ class TransactionDescription(NamedTuple):
     producer_epoch: int
     partitions: tuple[TP, ...]
     coordinator: int
+
+
+def record_from_description(d: TransactionDescription, *, seen_at_ms: int) -> CoordinatorRecord:
+    """A `CoordinatorRecord` (origin describe-transactions) from one DescribeTransactions row.
+
+    `last_update_timestamp_ms` is `seen_at_ms`, the first time the collector saw this content: the API does not
+    say when the coordinator last changed the state. The previous/next producer ids and the client's
+    transaction version are not in the API (defaults -1, -1, 0).
+
+    Raises:
+        ValueError: unknown state name, or fields out of range.
+    """
+    return CoordinatorRecord(
+        transactional_id=d.transactional_id,
+        producer_id=d.producer_id,
+        producer_epoch=d.producer_epoch,
+        transaction_timeout_ms=d.timeout_ms,
+        state=CoordinatorState(d.state),
+        partitions=tuple(TopicPartition(topic=t, partition=p) for t, p in sorted(d.partitions)),
+        last_update_timestamp_ms=seen_at_ms,
+        start_timestamp_ms=d.start_time_ms,
+        origin="describe-transactions",
+    )
 
 
 class CoordinatorWire(Protocol):

@@ -34,10 +34,11 @@ from workloads import run_workload, start_workload
 from admin.cli.main import _collect_once
 from admin.collect.collector import Collector
 from admin.collect.coordinator import CoordinatorPoller
-from admin.collect.metrics import CollectorMetrics, RequestLog
+from admin.collect.metrics import CollectorMetrics
 from admin.collect.publish import KafkaSink, OutRecord, Publisher, ensure_topics
 from admin.wire.connect import AdminError, connect_admin, producer_for
 from admin.wire.kafka_wire import KafkaWire
+from admin.wire.requests import RequestLog
 from admin.wire.types import ClusterView, ListingResult, SweepResult
 from common.settings import CollectorSettings, KafkaSettings
 from common.topics import OutputTopicSettings

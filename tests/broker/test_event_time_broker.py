@@ -19,9 +19,9 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
 from admin.collect.collector import Collector
-from admin.collect.coordinator import record_from_description
 from admin.wire.connect import connect_admin
 from admin.wire.kafka_wire import KafkaWire
+from admin.wire.types import record_from_description
 from common.settings import CollectorSettings, KafkaSettings
 from detectors import kip664
 from detectors.models import DetectionLimits, PartitionSnapshot, VerdictKind

@@ -15,7 +15,6 @@ from collector_fakes import T0, FakeCluster, FakeCoordinators, description, prod
 import txnwatch_cli
 from admin.cli.main import COLLECT_FLAGS, _stop_on_signals, render_sweep
 from admin.collect.collector import Collector
-from admin.collect.coordinator import record_from_description
 from admin.inspect.report import (
     VIEW_NOTE,
     decode_entry,
@@ -24,7 +23,7 @@ from admin.inspect.report import (
     render_log_entry,
     render_partition,
 )
-from admin.wire.types import FetchFailure, Offsets
+from admin.wire.types import FetchFailure, Offsets, record_from_description
 from common.cli_options import settings_from
 from common.settings import CollectorSettings, Settings
 from common.text import duration, iso

@@ -13,12 +13,11 @@ from admin.cli.main import publish_coordinator_poll
 from admin.collect.coordinator import (
     ACTIVE_STATES,
     CoordinatorPoller,
-    record_from_description,
     tombstone,
 )
 from admin.collect.publish import OutRecord, Publisher
 from admin.wire.connect import AdminError
-from admin.wire.types import TP, EndOffset, ListingResult
+from admin.wire.types import TP, EndOffset, ListingResult, record_from_description
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (
     CoordinatorLogPosition,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from admin.collect.metrics import CollectorMetrics, RequestLog
+from admin.collect.metrics import CollectorMetrics
+from admin.wire.requests import RequestLog
 
 pytestmark = pytest.mark.unit
 
