@@ -926,14 +926,7 @@ class BucketState:
         if view is None or self.currency.transaction_log is None:
             return False
         if view.record_json is not None:
-            record = json.loads(view.record_json)
-            if record.get("origin", "transaction-log") != "transaction-log":
-                return False
-            partition, offset = record.get("source_partition", -1), record.get("source_offset", -1)
-            if offset < 0:
-                # The job's records carry no provenance (streaming.rows.coordinator_rows): the fact's log offset
-                # says where (the describe fallback's have none), the transactional id which partition.
-                partition, offset = self._log_partition(record.get("transactional_id")), view.log_offset
+            partition, offset = self._record_position(view.record_json, view.log_offset)
         else:  # retired: by a record of the transaction log unless the fallback's topic is read too
             if self.config.coordinator_state_topic:
                 return False
@@ -975,13 +968,20 @@ class BucketState:
         view = self.views.get(producer_id)
         if view is None or view.record_json is None:
             return None
-        record = json.loads(view.record_json)
+        source_partition, offset = self._record_position(view.record_json, view.log_offset)
+        return offset if source_partition == partition and offset >= 0 else None
+
+    def _record_position(self, record_json: str, log_offset: int) -> tuple[int, int]:
+        """(transaction log partition, offset) of a view's record; (-1, -1) for a record of the describe fallback.
+        The job's records carry no provenance (streaming.rows.coordinator_rows): the fact's log offset says where,
+        the transactional id which partition."""
+        record = json.loads(record_json)
         if record.get("origin", "transaction-log") != "transaction-log":
-            return None
-        source_partition, offset = record.get("source_partition", -1), record.get("source_offset", -1)
-        if offset < 0:  # the job's records carry no provenance: the fact's log offset says where
-            source_partition, offset = partition, view.log_offset
-        return offset if source_partition == partition and offset is not None and offset >= 0 else None
+            return -1, -1
+        partition, offset = record.get("source_partition", -1), record.get("source_offset", -1)
+        if offset < 0:
+            partition, offset = self._log_partition(record.get("transactional_id")), log_offset
+        return partition, offset
 
     def _log_partition(self, transactional_id: str | None) -> int:
         """The transaction log partition that holds the id's records (-1: no id, or the log's size unknown)."""
