@@ -437,6 +437,14 @@ class FoldedCompletion(Model):
     partitions: tuple[TopicPartition, ...]
 
 
+class BeganMark(Model):
+    """A transaction of the producer id among the records folded into a newer one: when it began, and the log
+    offset of one of its records (`detectors.began`)."""
+
+    start_timestamp_ms: int
+    offset: int
+
+
 class CoordinatorRecord(Model):
     """The coordinator's state for one transactional id (JSON).
 
@@ -468,6 +476,10 @@ class CoordinatorRecord(Model):
     # Set by stage 1 with the transactions of the producer id that completed among the records it folded into
     # this one and listed partitions this record does not (in log order). None: none.
     completed_since: tuple[FoldedCompletion, ...] | None = None
+    # Set by the job's decoder and stage 1 when the records folded into this one began transactions at least half
+    # a second apart: one mark each (in log order), so stage 2 can order an owner-moved-on proof by the first
+    # that began after a sighting (detectors.began). None: none.
+    began_since: tuple[BeganMark, ...] | None = None
     last_update_timestamp_ms: int
     start_timestamp_ms: int
     source_partition: int = -1

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from detectors.abort import plan_abort
+from detectors.began import Mark, carried_marks, first_began_after, merged_marks, thinned, without_marks
 from detectors.contract import OWNING_STATES, TRANSACTION_LOG_TOPIC
 from detectors.currency import CurrencyState, ViewCurrency, coordinator_partition
 from detectors.lateness import age_ms
@@ -154,10 +155,14 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
         # Prepare record read last (its state, epoch, start, time, partitions), until a record follows it
         completions: dict[int, list[dict[str, Any]]] = {}
         decided: tuple[int, dict[str, Any]] | None = None
+        marks: dict[int, list[Mark]] = {}  # per producer id: when the transactions folded into its fact began
         for _, producer_id, previous_id, next_id, tombstone, updated_ms, offset, record_json, *more in rows:
             if 0 <= offset <= last_offset:
                 continue
             last_offset = max(last_offset, offset)
+            carried = carried_marks(record_json)
+            if carried:
+                marks.setdefault(producer_id, []).extend(carried)
             state = more[0] if more else None
             if state in _COMPLETING:
                 record_json = with_prepared(record_json, producer_id, prepared)
@@ -199,6 +204,10 @@ def advance_owners(owners: dict[str, Owner], records: Iterable[CoordinatorRow]) 
                 folded_json = with_listed_since(
                     folded_json, listed[producer_id], completions.get(producer_id, ())
                 )
+            if folded_json is not None and producer_id in marks:
+                merged = thinned(sorted(marks[producer_id], key=lambda m: m[1]))
+                if merged != carried_marks(folded_json):
+                    folded_json = merged_marks(folded_json, merged)
             facts.append((pid, kind, tid, folded_json, fact_ms, fact_offset))
     return facts
 
@@ -1051,21 +1060,31 @@ class BucketState:
         if fact == "retired":
             self.views[producer_id] = View(None, fact_time_ms, fact_time_ms, now_ms, log_offset, False)
         else:
+            marks: list[Mark] = []
+            if record_json is not None:
+                record_json, marks = without_marks(record_json)
             # Whether the coordinator still owns the transaction decides where the view is kept (`kept_past_ttl`).
             self.views[producer_id] = View(
                 record_json, None, fact_time_ms, now_ms, log_offset, in_progress(record_json)
             )
             if record_json is not None and producer_id in self._keys_of:
-                self.track_moved_on(producer_id, record_json, log_offset, self._keys_of[producer_id])
+                self.track_moved_on(producer_id, record_json, log_offset, self._keys_of[producer_id], marks)
 
     def track_moved_on(
-        self, producer_id: int, record_json: str, log_offset: int, keys: Iterable[OpenKey]
+        self,
+        producer_id: int,
+        record_json: str,
+        log_offset: int,
+        keys: Iterable[OpenKey],
+        marks: Sequence[Mark] = (),
     ) -> None:
         """Weigh a coordinator record of the producer id, applied in log order, against its open transactions:
         the first one of a transaction that began after an open transaction was seen open (skew-reduced) and
         does not list its partition shows the owner moved on (`rules.owner_moved_on`); any record that lists the
         partition (its partitions, its Prepare's, or those of the Prepare records stage 1 folded into it) undoes
-        that, as its transaction writes the partition a marker.
+        that, as its transaction writes the partition a marker. The transactions folded into the record
+        (`marks`, detectors.began) count as its own: the first that began after the sighting is the one the
+        proof is ordered by.
 
         Only records of the transaction log (`log_offset` >= 0): the describe fallback polls, and a transaction
         that began and ended between two polls would be missed."""
@@ -1092,14 +1111,16 @@ class BucketState:
                     if kept is not None:
                         self.opens[key] = entry._replace(marker_record=(kept, log_offset))
                         self.opens_changed = True
-            elif (
-                facts.moved_on_ms is None
-                and facts.seen_open_ms is not None
-                and start > 0
-                and start - skew > facts.seen_open_ms
-            ):
-                moved = facts._replace(moved_on_ms=d["last_update_timestamp_ms"])
-                self.opens[key] = entry._replace(facts=moved, moved_on_at=at)
+            elif facts.moved_on_ms is None and facts.seen_open_ms is not None:
+                began = first_began_after(marks, facts.seen_open_ms + skew)
+                if began is not None and began[1] < log_offset:
+                    moved = facts._replace(moved_on_ms=began[0])
+                    self.opens[key] = entry._replace(facts=moved, moved_on_at=(at[0], began[1]))
+                elif start > 0 and start - skew > facts.seen_open_ms:
+                    moved = facts._replace(moved_on_ms=d["last_update_timestamp_ms"])
+                    self.opens[key] = entry._replace(facts=moved, moved_on_at=at)
+                else:
+                    continue
                 self.opens_changed = True
 
     def confirm_open(self, key: OpenKey, row: OpenRow, now_ms: int) -> list[Event]:

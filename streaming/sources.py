@@ -19,6 +19,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from detectors.began import begin_marks
 from detectors.codec import DecodeError, decode_key, decode_value
 from detectors.contract import (
     COORDINATOR_LOG_POSITION_TYPE,
@@ -313,6 +314,8 @@ DECODED_SCHEMA = T.StructType(
 # The decoded columns: CoordinatorRecord's fields (same names and types as the JSON fallback) plus the raw
 # bytes, where they came from and the decode error, so bad rows can go to the dead-letter topic untouched.
 DECODED_ARROW_SCHEMA = pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in DECODED_SCHEMA.fields])
+_MARKS_INDEX = DECODED_ARROW_SCHEMA.get_field_index("began_since")
+_MARKS_TYPE = DECODED_ARROW_SCHEMA.field("began_since").type
 
 
 # The decoded fields, in the order `_decode_fields` returns them; the other columns come from the input as they are.
@@ -431,6 +434,7 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
             # set by stage 1 from the Prepare records it folds (detectors.tracking.advance_owners)
             "listed_since": pa.nulls(n, DECODED_ARROW_SCHEMA.field("listed_since").type),
             "completed_since": pa.nulls(n, DECODED_ARROW_SCHEMA.field("completed_since").type),
+            "began_since": pa.nulls(n, _MARKS_TYPE),
             "schema_version": pa.nulls(n, pa.int64()).fill_null(SCHEMA_VERSION),
             "source_partition": partition.cast(pa.int64()),
             "source_offset": batch.column("offset"),
@@ -455,10 +459,24 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
                 decoded[_DECODED_FIELDS.index("state")],
                 decoded[_DECODED_FIELDS.index("partitions")],
             )
-            out = out.filter(
-                pa.array([k or a is not None for k, a in zip(keep, after, strict=True)], pa.bool_())
+            kept = [k or a is not None for k, a in zip(keep, after, strict=True)]
+            marks = begin_marks(
+                decoded[0],
+                decoded[1],
+                decoded[_DECODED_FIELDS.index("start_timestamp_ms")],
+                batch.column("offset").to_pylist(),
+                kept,
             )
+            if any(m is not None for m in marks):
+                out = out.set_column(_MARKS_INDEX, "began_since", _marks_array(marks))
+            out = out.filter(pa.array(kept, pa.bool_()))
         yield out
+
+
+def _marks_array(marks: list[list[tuple[int, int]] | None]) -> pa.Array:
+    """The `began_since` column of a batch (`detectors.began.begin_marks`)."""
+    rows = [None if m is None else [{"start_timestamp_ms": s, "offset": o} for s, o in m] for m in marks]
+    return pa.array(rows, _MARKS_TYPE)
 
 
 def in_tasks(raw: DataFrame, tasks: int | None) -> DataFrame:

@@ -29,8 +29,10 @@ transaction log's offsets instead of the clocks (`detectors.rules.logged_before_
 below the end offset a sweep measured is ordered before every report of a later sweep. An orphan's owner usually
 completes (commits, aborts, or restarts) a moment after the orphan's write, so a young transaction the probe
 sees is described 1 s after the sighting (short transactions have ended by then, and the probe then drops them),
-and again 1 s after each of its first two reports (`ORDERED_FOLLOW_UPS_MS`): the first measures a position past
-the owner's completion, the next is ordered after it. The report that settles it by the clocks follows as before.
+and again 1 s after each of its first four reports while none settles it (`ORDERED_FOLLOW_UPS_MS`): each measures
+a position past the owner's records so far, and the next is ordered after them. An owner that restarts completes
+within a second or two; one that lives on shows it moved on by a transaction begun the skew tolerance (2 s) after
+the sighting, which the fourth report is ordered after. The report that settles it by the clocks follows as before.
 
 None of this decides anything: the reports are ordered snapshots, judged by the same rules.
 """
@@ -59,7 +61,7 @@ FOLLOW_UP_WINDOW_MS = 1_000
 # long after the probe saw it (a transaction still open then is no short one; the next probe drops the rest), and
 # a report of a transaction not settled yet is followed by another this long after it, at most this many times.
 ORDERED_FIRST_REPORT_MS = 1_000
-ORDERED_FOLLOW_UPS_MS = (1_000, 1_000)
+ORDERED_FOLLOW_UPS_MS = (1_000, 1_000, 1_000, 1_000)
 # High-watermark marks kept per pinned partition between its reports (one a probe, when the mark moved).
 MAX_MARKS = 16
 

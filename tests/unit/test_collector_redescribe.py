@@ -133,10 +133,10 @@ def test_a_probe_sees_a_new_transaction_and_its_re_describe_proves_it_a_grace_la
 
 def test_where_proofs_are_ordered_by_offsets_a_young_transaction_is_reported_early_and_again() -> None:
     """Ordered (the job reads __transaction_state): the probe's sighting is described 1 s later, and each of
-    the next two reports is followed by another 1 s after it, each sweep measuring the log's position that the
+    the next four reports is followed by another 1 s after it while none settles it, each sweep measuring the log's position that the
     next report is ordered after (detectors.rules.logged_before_report); then the settling report by the clocks.
     A transaction that ended by the early report's time is dropped by the probe, as before."""
-    cluster = young_orphan(opened_at_ms=T0 + 60_000)
+    cluster = young_orphan(opened_at_ms=T0 + 61_000)  # written as the probe sees it
     collector = make(cluster, ordered=True)
     collector.sweep()
     cluster.clock += 1_000
@@ -153,9 +153,9 @@ def test_where_proofs_are_ordered_by_offsets_a_young_transaction_is_reported_ear
         assert result.positions == [] or result.positions[0].as_of_ms >= result.snapshots[0].observed_at_ms
         assert collector.seconds_until_due() == pytest.approx(pause_ms / 1000, abs=0.01)
         cluster.clock += pause_ms
-    assert [r.sweep_id.rpartition("-")[2] for r in reports] == ["2", "3"]  # one run, numbered in order
+    assert [r.sweep_id.rpartition("-")[2] for r in reports] == ["2", "3", "4", "5"]  # one run, in order
     (t,) = collector.sweep(only=collector.due()).snapshots[0].open_transactions
-    # Two ordered follow-ups done: the next is the report that settles it by the clocks.
+    # The ordered follow-ups done: the next is the report that settles it by the clocks.
     settles = settles_at_ms(t.open_since_ms, t.seen_open_ms, LIMITS)
     assert settles is not None and settles > cluster.clock
     assert collector.seconds_until_due() == pytest.approx(

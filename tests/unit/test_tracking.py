@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from builders import LIMITS, MINUTE, PID, SECOND, T0, coord, open_txn, snapshot, tps
 
+from detectors.began import begin_marks, carried_marks, without_marks
 from detectors.contract import TRANSACTION_LOG_TOPIC
 from detectors.currency import coordinator_partition
 from detectors.models import (
     AbortCandidate,
+    BeganMark,
     CandidateStatus,
     CoordinatorLogPosition,
     CoordinatorRecord,
@@ -1078,6 +1080,77 @@ def test_the_decoder_keeps_each_prepare_record_that_lists_other_partitions() -> 
         i in (0, 10, 11) for i in range(12)
     ]
     assert run_ends(["tx"] * 12, [PID] * 12, [False] * 12, states) == [i in (0, 10, 11) for i in range(12)]
+
+
+def test_a_busy_owners_proof_is_ordered_by_the_first_transaction_it_began_after_the_sighting() -> None:
+    """The owner commits every 200 ms; the job's fold hands stage 2 only the batch's first and last records of
+    it. The last began after every report of the batch, so it orders none of them; the transaction that began
+    first after the sighting (skew-reduced) does, and the decoder's marks (detectors.began) keep where it is in
+    the log. HANGING on the report ordered after it, long before grace and skew settle the report by the clocks
+    (before: OPEN until a report of a later batch was ordered after the last record)."""
+    log_partition = coordinator_partition("tx-1", 3)
+
+    def record(k: int, **overrides: Any) -> CoordinatorRecord:
+        at = T0 + 200 * k
+        return busy_owner_record(at, 1000 + k, version=2, source_partition=log_partition, **overrides)
+
+    def ends(at_ms: int) -> dict[int, int]:  # the log end at `at_ms`: one record of the owner's every 200 ms
+        return {p: (1000 + (at_ms - T0) // 200 + 1 if p == log_partition else 0) for p in range(3)}
+
+    records = [record(k) for k in range(38)]  # up to T0 + 7.4 s
+    keep = run_ends(["tx-1"] * 38, [PID] * 38, [False] * 38)
+    marks = begin_marks(
+        ["tx-1"] * 38,
+        [PID] * 38,
+        [r.start_timestamp_ms for r in records],
+        [1000 + k for k in range(38)],
+        keep,
+    )
+    kept = [
+        r if m is None else r.model_copy(update={"began_since": tuple(BeganMark(start_timestamp_ms=s, offset=o)
+                                                                      for s, o in m)})
+        for r, k, m in zip(records, keep, marks, strict=True)
+        if k
+    ]  # fmt: skip
+    facts = advance_owners({}, [CoordinatorRow(*row(r)[:8], "Ongoing") for r in kept])  # type: ignore[misc]
+    ((pid, fact, tid, record_json, fact_ms, offset),) = facts
+    assert offset == 1037 and carried_marks(record_json)  # the batch's last record, with the marks
+    t1, t2 = T0 + 6 * SECOND, T0 + 7 * SECOND  # two reports, each sweep measuring the log after it
+    first = orphan_seen(t1).model_copy(update={"sweep_id": "r-1"})
+    report = orphan_seen(t2).model_copy(update={"sweep_id": "r-2"})
+
+    def judged(fact_json: str) -> tuple[BucketState, list[dict[str, Any]]]:
+        values = {"producer_id": pid, "fact": fact, "transactional_id": tid, "record_json": fact_json}
+        values.update(fact_time_ms=fact_ms, log_offset=offset)
+        b = new_bucket()
+        events = batch(
+            b,
+            T0 + 7_500,
+            [values.get(c) for c in STAGE2_INPUT_COLUMNS[1:]],
+            open_row(first),
+            sweep_position("r-1", t1 + 50, ends(t1 + 50)),
+            open_row(report),
+            sweep_position("r-2", t2 + 50, ends(t2 + 50)),
+            applied_row(ends(T0 + 7_450)),
+            current=False,
+        )
+        return b, [e for e in events if e["event"] != "VIEW"]
+
+    b, events = judged(record_json)
+    assert [(e["event"], e["reason"]) for e in events] == [
+        ("OPENED", "owner-moved-on"),
+        ("VERDICT", "owner-moved-on"),
+    ]
+    entry = b.opens[(PID, "orders", 0)]
+    # the first mark past the sighting + skew (5 s): the transaction begun at T0 + 5.55 s, at offset 1028
+    assert entry.moved_on_at == (log_partition, 1028)
+    assert entry.facts.moved_on_ms == T0 + 28 * 200 - 50
+    assert carried_marks(b.views[PID].record_json) == []  # the view keeps the record, not its marks
+    # Without the marks (what stage 2 was handed before) the last record is the first it knows began after the
+    # sighting, and no report of the batch is ordered after it.
+    b, events = judged(without_marks(record_json)[0])
+    assert all(e["event"] != "OPENED" for e in events)
+    assert told(b).kind == "OPEN"
 
 
 # ------------------------------------------------------------------- proofs ordered by offsets (issue 40)
