@@ -1,16 +1,7 @@
-"""What the brokers are (how many, which APIs the bootstrap broker offers), asked in ways that work on every
-Apache Kafka release txnwatch supports (docs/compatibility.md).
-
-kafka-python 3.0.12 gets two of these wrong on some releases, found by the compatibility matrix
-(tests/compat/test_matrix.py):
-- `KafkaAdminClient.describe_cluster()` removes DescribeCluster v1's `endpoint_type` (KIP-919, Kafka 3.7) from every
-  answer, so against a 3.5 or 3.6 broker, which answers v0, it raises KeyError('endpoint_type'). The brokers of a
-  Metadata answer (which `list_topics` has just refreshed) say the same.
-- `KafkaAdminClient.api_versions()` turns every offered API key into its `ApiKey` enum, which ends at 92: Kafka
-  4.4 offers key 93 (StreamsGroupTopologyDescriptionUpdate), and the call raises ValueError. The negotiated
-  versions themselves are plain integers.
-Both fall back to kafka-python's connection manager (`admin._manager`, private; kafka-python is pinned to its
-minor in pyproject.toml for this and admin/wire/kafka_wire.py).
+"""What the brokers are (how many, which API keys the bootstrap broker offers), asked in ways that work on every
+Apache Kafka release txnwatch supports: kafka-python 3.0.12's `describe_cluster()` fails on 3.5 and 3.6 and its
+`api_versions()` on 4.4, so both fall back to its private connection manager (`admin._manager`; the pin in
+pyproject.toml says why). The two failures: docs/compatibility.md, "Findings".
 """
 
 from __future__ import annotations

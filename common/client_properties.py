@@ -1,9 +1,7 @@
 """The `--command-config client.properties` parser: Java client properties (Kafka's tools) → kafka-python kwargs.
-
-Pure text parsing: it takes the file's text (the apps read the file) and says which keys it could not use. Settings
-that would silently connect differently under kafka-python (JKS stores, inline PEM, an OAUTHBEARER login without
-a token source it can reproduce, ...) are refused with what to use instead. OAUTHBEARER settings become
-`sasl_oauth_*` strings; common/oauth.py turns them into the token provider object kafka-python takes.
+Pure text parsing; a setting that would silently connect differently under kafka-python is refused with what to
+use instead, and OAUTHBEARER settings become `sasl_oauth_*` strings for common/oauth.py. What is accepted:
+docs/security.md, sections 4 and 7.
 """
 
 from __future__ import annotations

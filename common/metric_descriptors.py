@@ -1,10 +1,7 @@
-"""Every Prometheus metric txnwatch exports, declared once: name, type, help and label names.
-
-The exporters build their families from these (streaming/exporter.py for the job's driver, admin/collect/metrics.py for
-the collector), deploy/grafana/dashboard.py writes its queries with these names, and tests check that every metric
-an alert rule (deploy/prometheus/txnwatch-rules.yaml, a plain file) or a dashboard query names is declared here,
-and that docs/streaming.md and docs/collector.md list exactly these: a renamed metric cannot leave a dead panel,
-alert or doc row. Plain data, no prometheus_client: deploy/ and both apps share it, neither app owns it.
+"""Every Prometheus metric txnwatch exports, declared once: name, type, help and label names. Plain data, no
+prometheus_client: both exporters, deploy/grafana/dashboard.py and the tests that hold the alert rules and the
+docs' metric tables to it read it, so a renamed metric cannot leave a dead panel, alert or doc row
+(docs/alerting.md, "Tests").
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""SASL/OAUTHBEARER for kafka-python: token providers built from the settings a `client.properties` gives.
-
-kafka-python takes OAUTHBEARER credentials only as an object (`sasl_oauth_token_provider`); a properties file and
-the environment give strings. `with_token_provider` turns the `sasl_oauth_*` settings into the provider Kafka's
-Java client would use for the same file:
-- `sasl.oauthbearer.token.endpoint.url` (+ client id / secret / scope): the OAuth client-credentials grant, as
-  Kafka's `ClientCredentialsJwtRetriever` does it (HTTP Basic client authentication, form body
-  `grant_type=client_credentials[&scope=...]`, the `access_token` of the JSON answer), the token reused until 80 %
-  of its lifetime (Kafka's default `sasl.login.refresh.window.factor`);
-- `OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="..."` without an endpoint: Kafka's unsecured
-  JWS (`OAuthBearerUnsecuredLoginCallbackHandler`: header `{"alg":"none"}`, claims `sub`, `iat`, `exp`, no
-  signature), which only brokers left on Kafka's default unsecured validator accept (development and tests);
-- Amazon MSK IAM over OAUTHBEARER (`sasl.login.callback.handler.class=...IAMOAuthBearerLoginCallbackHandler`):
-  a signed token from the optional `aws-msk-iam-sasl-signer-python` package, for the region of the settings or
-  of `AWS_REGION`.
+"""SASL/OAUTHBEARER for kafka-python: `with_token_provider` turns the `sasl_oauth_*` settings a `client.properties`
+gives into the token provider object kafka-python takes, the one Kafka's Java client would use for the same
+file: the client-credentials grant, Kafka's unsecured JWS (development only), or Amazon MSK IAM. What each sends:
+docs/security.md, section 7.
 """
 
 from __future__ import annotations
@@ -181,7 +170,7 @@ class MskIamTokenProvider(AbstractTokenProvider):  # type: ignore[misc]
 
 
 def token_provider(settings: Mapping[str, Any]) -> AbstractTokenProvider:
-    """The provider the `sasl_oauth_*` settings describe (see the module docstring for the precedence).
+    """The provider the `sasl_oauth_*` settings describe: MSK IAM, else the client-credentials grant, else unsecured JWS.
 
     Raises:
         OAuthError: none describes a provider, or client credentials are incomplete.

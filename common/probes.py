@@ -1,9 +1,6 @@
 """The /healthz and /readyz glue both metrics endpoints share: a WSGI app that answers the probe paths from a
-component's own health keeper and hands every other path to prometheus_client's app.
-
-What the answers mean and which path gives which status is decided in the domain (detectors/health.py); each app
-keeps its own timestamps (admin/collect/metrics.py `LoopHealth`, streaming/exporter.py `DriverHealth`) and serves them
-through `with_probes`, so the two endpoints cannot drift apart.
+component's own health keeper (`with_probes`) and hands every other path to prometheus_client's app. What the
+answers mean is decided once in detectors/health.py.
 """
 
 from __future__ import annotations

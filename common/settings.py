@@ -1,9 +1,6 @@
-"""txnwatch's one settings object: `Settings`, read from the environment (`TXNWATCH_*`, sections nested with `__`).
-
-`Settings()` is built only by the apps' entry points (through `common.cli_options.settings_from`, which lays
-`--command-config` and the command line over it: flags win); everything else receives its section. Sections:
-`kafka` (kafka-python client keys), `detection` (rule thresholds, the domain's `DetectionLimits`), `topics`
-(txnwatch's topic names, common/topics.py), `collector` (`txnwatch collect`) and `stream` (`txnwatch stream`).
+"""txnwatch's one settings object: `Settings`, read from the environment (`TXNWATCH_*`, sections nested with `__`),
+built only by the apps' entry points (`common.cli_options.settings_from`, flags win); everything else receives its
+section: `kafka`, `detection`, `topics` (common/topics.py), `collector` and `stream`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""txnwatch's own topics, named and specified once: their names (`TopicSettings`, all from one prefix) and how each
-is created when it is missing (partitions, replication, configs). An existing topic is always left as it is.
-
-The collector's output topics are settings (`TXNWATCH_COLLECTOR__PRODUCER_STATE_TOPIC__*`, `OutputTopicSettings`);
-the streaming job's are fixed (`stream_output_topics`). Kafka's own `__transaction_state` is not ours: its name is
-part of the wire contract, `detectors.contract.TRANSACTION_LOG_TOPIC`.
+"""txnwatch's own topics, named and specified once: their names (`TopicSettings`, one prefix; the collector's output
+topics are settings, the job's are fixed) and how each is created when missing. An existing topic is left as it
+is. Kafka's `__transaction_state` is the wire contract's: `detectors.contract.TRANSACTION_LOG_TOPIC`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Abort planning and the verified abort's decisions (pure).
-
-`plan_abort` turns a HANGING verdict into an `AbortCandidate` with the WriteTxnMarkers spec (ABORT; COMMIT for a
-lost commit marker). `verify_abort` / `verify_commit` (`verify_marker`) decide, from what the partition leader and
-the coordinator say *now* (`LiveEvidence`, gathered by admin/proposals/verified_marker.py), whether that marker may still be
-written by `proposals abort` / `proposals commit`; `post_check` whether it did its job;
-`collision_signs` whether a live owner wrote to the partition between verification and the marker;
-`pending_candidates` which candidates on-call should look at first. Reading the cluster and writing the marker
-live in admin/.
+"""Abort planning and the verified abort's decisions (pure): `plan_abort` (verdict → `AbortCandidate`),
+`verify_abort` / `verify_commit` (may the marker still be written, given `LiveEvidence` read now), `post_check`,
+`collision_signs` and `pending_candidates`. Reading the cluster and writing the marker live in admin/; why each
+refusal: docs/detection.md, section 7, and docs/proposals.md.
 """
 
 from __future__ import annotations
@@ -211,36 +206,11 @@ def verify_marker(
     allow_live_owner: bool = False,
     allow_leader_change: bool = False,
 ) -> VerifyResult:
-    """May the marker `result` (the command's: ABORT for `proposals abort`, COMMIT for `proposals commit`) still
-    be written for the candidate? Decided on what the cluster says now.
-
-    SAFE needs all of: the leader still lists the candidate's producer id with a transaction open at the
-    candidate's start offset, with the same producer epoch and the same coordinator epoch (as a marker epoch:
-    0 when negative); the coordinator side was read; the candidate was not judged against a KIP-939
-    two-phase-commit transaction, and the transactional id owning the producer id (if any) is not one now
-    (its transaction manager decides its outcome: refused by name, `two-phase-commit`), is not in a Prepare
-    state (its coordinator is writing markers: never abort it; for an ABORT, unless it does not list the
-    partition and is at a later epoch than the marker's), is not Ongoing with this partition listed
-    (a live transaction: an abort would break exactly-once silently), and is not live at the marker's epoch
-    (refused by name, `live-owner-same-epoch`, unless `allow_live_owner`: then SAFE with the refusal in
-    `waived`; named beside a Prepare state of a transaction on other partitions too); and, for an ABORT of any reason but `lost-abort-marker`, the partition's leader is still in the
-    leader epoch the transaction's start batch was appended in (refused by name, `leader-changed-since-start`,
-    when they differ or either is unknown, unless `allow_leader_change`: then in `waived`).
-
-    ALREADY_RESOLVED: the transaction at the start offset is no longer open (committed, aborted, or aborted by a
-    previous execution): nothing to write. REFUSED: anything else that changed, or could not be checked; the
-    `changes` say what, one line each.
-
-    The marker must be the candidate's own (`spec.transaction_result`): an ABORT of a lost commit is refused
-    (`lost-commit-marker`), a COMMIT of anything else too (`abort-candidate`). A COMMIT further needs
-    (`commit_objections`): the candidate's evidence shows its coordinator committed the transaction with the
-    partition in its PrepareCommit; the transactional id still owns the producer id, in a state that does not
-    contradict that commit (`coordinator-contradicts-commit`: its record of the same transaction, by its start,
-    is no longer CompleteCommit, or its epoch went back); the Prepare and Ongoing refusals and
-    `live-owner-same-epoch` as for an ABORT (a batch of the owner at the marker's epoch joins the open
-    transaction and the COMMIT would commit it before its coordinator decides). The two-phase-commit refusal is
-    the ABORT's only: a COMMIT restores what the coordinator completed, the outcome the transaction manager
-    had decided.
+    """May the marker `result` (ABORT for `proposals abort`, COMMIT for `proposals commit`) still be written for the
+    candidate, decided on what the cluster says now: SAFE (with any refusal the operator waived in `waived`),
+    ALREADY_RESOLVED (the transaction at the start offset is no longer open: nothing to write), or REFUSED, the
+    `changes` saying what changed or could not be checked, one line each. Each check and why it refuses:
+    docs/proposals.md, "`abort ID`" step 2 and "`commit ID`".
 
     Args:
         candidate: the planned marker (its spec carries the epochs seen when it was planned).
@@ -428,18 +398,8 @@ ALLOW_LIVE_OWNER_FLAG = "--allow-live-owner"
 
 def owner_at_marker_epoch(candidate: AbortCandidate, owner: LiveCoordinator | None) -> bool:
     """`owner` owns the candidate's producer id at the marker's epoch and is not Dead: a transaction of it may
-    write to the partition at that epoch.
-
-    Such a batch joins the open transaction with no check: the leader skips partition verification for a
-    producer id and epoch that already has a transaction open there (`UnifiedLog.hasOngoingTransaction`), and
-    appends it to that transaction (`ProducerAppendInfo.appendDataBatch`). An admin marker at that epoch is
-    then accepted (`checkProducerEpoch`: epoch >= the entry's, as for any pre-TV2 marker) and aborts it too.
-    Whatever the transaction version: under TV0/TV1 every transaction of the producer runs at the epoch it got
-    at InitProducerId; under TV2 the epoch moves at the end of each transaction
-    (`TransactionMetadata.prepareAbortOrCommit`), and the Complete record carries the epoch the *next* one
-    writes with (`prepareComplete`), so an equal epoch is the owner's current or next transaction. An owner at
-    a higher epoch was fenced or moved on: its batch would raise the leader's epoch and the leader would then
-    fence the marker (INVALID_PRODUCER_EPOCH)."""
+    write into the orphan's open transaction at that epoch, whatever the transaction version (why:
+    docs/proposals.md, "`abort ID`", the `live-owner-same-epoch` refusal)."""
     return (
         owner is not None
         and owner.producer_id == candidate.spec.producer_id
@@ -515,14 +475,8 @@ def waiver_flags(verify: VerifyResult) -> tuple[str, ...]:
 def leader_changed_since_start(candidate: AbortCandidate, live: LiveEvidence) -> str | None:
     """The refusal `leader-changed-since-start` for an ABORT candidate (any reason but `lost-abort-marker`) when
     the partition's leader is not shown to be in the leader epoch its start batch was appended in (the epochs
-    differ, or either is unknown), else None. Waived only by the operator (`--allow-leader-change`).
-
-    A marker can only be missing where the partition's leader changed after it was written: its coordinator
-    completes a transaction only once every marker was acknowledged (acks=all), and a leader never truncates
-    its own log within its leader epoch. So with the start batch in the epoch the leader still reports, no
-    marker written since the transaction began was lost. Across an election (clean or not, the epochs cannot
-    tell), a COMMIT marker of it may have been lost in an unclean one, and an ABORT would then undo records its
-    coordinator committed and its client was told of."""
+    differ, or either is unknown), else None. Waived only by the operator (`--allow-leader-change`). Why: across an
+    election a COMMIT marker may have been lost, and an ABORT would undo a commit (docs/proposals.md, "`abort ID`")."""
     spec = candidate.spec
     if spec.transaction_result != "ABORT" or candidate.reason is HangingReason.LOST_ABORT_MARKER:
         return None

@@ -1,9 +1,6 @@
-"""The wire contract between txnwatch's rooms, defined once: topic names Kafka gives us, the record-type header
-and its values, record keys, the dead-letter headers, and the coordinator state sets the rooms reason about.
-
-admin/ (the collector, inspection, proposals) and streaming/ (the job) never import each other; both import
-these names from here, so a producer and its consumer cannot drift apart. Our own topics' names and how they are
-created are application settings, not domain: common/topics.py.
+"""The wire contract between txnwatch's rooms, defined once: the topic names Kafka gives us, the record-type header
+and its values, record keys, the dead-letter headers and the coordinator state sets. admin/ and streaming/ never
+import each other; both import these names, so a producer and its consumer cannot drift apart.
 """
 
 from __future__ import annotations

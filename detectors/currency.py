@@ -1,23 +1,7 @@
-"""How current the coordinator view is: measured from offsets, never assumed.
-
-A HANGING verdict says "no coordinator record will ever close this transaction". That is only proven if the view
-holds every record the coordinator wrote before the moment the leader reported the transaction open. The
-collector publishes, per sweep, a `CoordinatorLogPosition`: the high watermarks of the coordinator topic, asked
-for after the sweep's DescribeProducers answers, with `as_of_ms` read in between. Records are committed before the
-coordinator acts on them, so everything that could explain those answers lies below the watermarks. Once the
-job has applied every record below a partition's watermark, its view of that partition is current as of
-`as_of_ms`. `ViewCurrency` keeps that bookkeeping; it is pure (time and offsets come in as arguments), and its
-state is plain data so a stateful stage can store it (docs/detection.md, "Currency").
-
-Which partitions matter: a transactional id lives in `__transaction_state` partition
-`Utils.abs(transactionalId.hashCode()) % partitions` (Java's String hash; `coordinator_partition`). A producer id
-no record names yet could belong to any transactional id, so it needs every partition.
-
-Applied is not the same as read: a record that did not decode (a value version txnwatch does not know) was read,
-so the view has moved past its offset, but its content is lost. `ViewCurrency` keeps such records as taints until
-a decodable record of the same transactional id supersedes them (a key that does not decode either taints its
-whole partition, until the job is restarted on a new checkpoint); a verdict that depends on a tainted id or
-partition is no proof (`undecodable_about`).
+"""How current the coordinator view is, measured from offsets, never assumed: `ViewCurrency` (pure, plain-data
+state) keeps, per `__transaction_state` partition, how far the job has read and as of when that makes it current,
+which reports' ends it covers, and the undecodable records that keep a verdict from being proof. The argument:
+docs/detection.md, section 4 ("Currency", "Ordered by offsets", "Records that do not decode").
 """
 
 from __future__ import annotations
@@ -231,16 +215,9 @@ class ViewCurrency:
         (offset read before, offset read) pairs, -1 before for the batch's first row (the reader knows no record
         before it); `read_at_ms` is the reader's clock after it fetched them. Call it before the batch's `applied`.
 
-        A compacted coordinator topic loses records below its end while the job lags: the cleaner removes a
-        record once a later record of the same key exists, and keeps only that one. Reading on from the last
-        offset applied, a missing offset is such a gap. The record that superseded the lost one existed when the
-        cleaner ran, before this read, so it lies below any end offset measured after `read_at_ms`; a position
-        measured earlier may end below it, and the view at that end would lack the lost record (an Ongoing one,
-        say, while it holds the CompleteCommit before it). So positions measured up to `read_at_ms` (plus the
-        skew) no longer vouch for the partition past the gap (`_vouches`).
-
-        A first offset *below* what was applied means the partition was truncated and written again (an unclean
-        leader election): the view holds records the log no longer has; the partition is marked rewound.
+        A gap left by compaction stops positions measured up to `read_at_ms` (plus the skew) from vouching for the
+        partition past it (`_vouches`); a first offset below what was applied marks the partition rewound. Why:
+        docs/detection.md, section 4, "Compaction below a position" and "A rewound coordinator log".
 
         Returns:
             Whether anything changed.
@@ -414,12 +391,8 @@ class ViewCurrency:
         moment (any one known that has the partition; the log end is asked for after `as_of_ms` is read).
         False when no such position is known: not shown, which is not the same as shown before. True when that
         first position may have been dropped (the moment is at or before `log_ends_dropped_ms`): a later one's
-        log end could put the record wrongly before the moment, so the proof that weighs it is withheld.
-
-        A proof that says "the leader reported the transaction open after this coordinator record" compares the
-        record's stamp (the coordinator's clock) with the report's (the collector's). The offsets order the two
-        without either clock: a record appended after the report that the stamps put well before it shows the
-        collector's clock running ahead of the coordinator's (docs/detection.md, "Clocks").
+        log end could put the record wrongly before the moment, so the proof that weighs it is withheld. What it
+        is for: docs/detection.md, "Clocks".
         """
         if self.log_ends_dropped_ms is not None and moment_ms <= self.log_ends_dropped_ms:
             return True

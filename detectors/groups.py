@@ -1,16 +1,6 @@
-"""Whom a hanging transaction on `__consumer_offsets` blocks: the consumer group of the pending offset commit.
-
-A transaction that commits offsets (TxnOffsetCommit, `sendOffsetsToTransaction`) appends the group's offset records
-to `__consumer_offsets` partition `abs(groupId.hashCode()) % partitions` (the group coordinator's placement,
-`GroupCoordinatorService.partitionFor`). Until a marker ends that transaction, the group coordinator keeps the
-offsets as pending: an OffsetFetch with `require_stable` (every read_committed consumer, Kafka Streams with
-exactly-once) answers UNSTABLE_OFFSET_COMMIT for that group's committed partitions, and the consumer retries until
-it times out. Other groups placed on the same partition still fetch their offsets (measured on Kafka 4.3.1:
-tests/broker/test_blocked_groups.py); what they lose is compaction past the pinned last stable offset, so the
-partition grows and a coordinator move replays more of it.
-
-The group is named by the key of the records in the batch at the transaction's start offset (`OffsetCommitKey`,
-versions 0 and 1: group, topic, partition). Pure: bytes in, names out.
+"""Whom a hanging transaction on `__consumer_offsets` blocks: the consumer group of its pending offset commit,
+read from the `OffsetCommitKey` (versions 0 and 1) of the batch at its start offset. Pure: bytes in, names out.
+Why that group stalls and its neighbours do not: docs/detection.md, section 5, and docs/runbook.md.
 """
 
 from __future__ import annotations

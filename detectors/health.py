@@ -1,11 +1,7 @@
-"""Health probes, decided: is a component's loop turning (/healthz), has it made progress lately (/readyz), and
-the HTTP contract both components' metrics endpoints serve; plus the labels of `txnwatch_build_info`.
-
-Pure: every time is an argument (milliseconds on one clock the caller chose, a monotonic one in practice), and
-version lookups come in as a function. The collector (admin/collect/metrics.py) and the streaming job's driver
-(streaming/exporter.py) each keep their own timestamps and share the WSGI glue (common/probes.py); what the
-answers mean, how their windows are sized and which path gives which status is decided here, once, so the two
-endpoints cannot drift apart and the Helm probes can rely on both.
+"""Health probes, decided once for both components: is the loop turning (/healthz), has it made progress lately
+(/readyz), the HTTP answers, and the labels of `txnwatch_build_info`. Pure: every time is an argument
+(milliseconds on one clock the caller chose). What the windows mean: docs/streaming.md and docs/collector.md,
+"Probes".
 """
 
 from __future__ import annotations

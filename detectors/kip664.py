@@ -1,10 +1,7 @@
-"""KIP-664's two metrics, their arithmetic defined once: MaxActiveTransactionDuration of a partition and
-PartitionsWithLateTransactionsCount per broker (leader) and per cluster, under two definitions of "late".
-
-The job computes the per-partition values in its windows as Spark columns (streaming/windows.py, JVM speed: no
-Python per row), held equal to `partition_duration_ms` and `partition_has_late_transaction` by
-tests/spark/test_streaming_stages.py::test_windows_agree_with_detectors_kip664; the driver's exporter counts late
-partitions with `count_late_partitions`. Ages, thresholds and the two "late" predicates are detectors/lateness.py.
+"""KIP-664's two metrics, their arithmetic defined once: a partition's MaxActiveTransactionDuration, whether it has
+a late transaction, and the late-partition count per broker and cluster. streaming/windows.py holds the Spark form,
+kept equal by tests/spark/test_streaming_stages.py::test_windows_agree_with_detectors_kip664; ages and "late" are
+detectors/lateness.py.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""When a ListTransactions answer counts for a `__transaction_state` partition.
-
-A broker lists the transactional ids of every `__transaction_state` partition in its coordinator cache
-(`TransactionStateManager.listTransactionStates` walks the whole cache and checks no leadership); it drops a
-partition from that cache only when it applies the metadata that made it a follower
-(`TransactionCoordinator.onResignation`). So a broker that just lost a partition may still list its ids from its old
-cache (KAFKA-21181, KAFKA-21481), and a broker that lost a partition and took it back may have answered from either
-side of that. Nor does it say which partitions an answer covers.
-
-So an answer counts for a partition only if the broker that gave it was the partition's leader, at the same
-leader epoch, in the Metadata read before the request and in the Metadata read after the answer, and it answered
-without an error. Anything else is a gap: the ids of that partition were not shown, and "not listed" proves
-nothing for them; a listing of them by any other broker proves nothing either.
-
-Used by the describe fallback (admin/collect/coordinator.py: what a poll may vouch for, which listings and absences it
-takes) and by the verified abort (admin/live/evidence.py: "no transactional id owns the producer id", and the owner's
-listing).
+"""When a ListTransactions answer counts for a `__transaction_state` partition: only from the broker that led it,
+at the same leader epoch, before the request and after the answer, without an error; anything else is a gap, and
+"not listed" proves nothing there. Why (a broker lists from a cache it keeps past losing a partition):
+docs/collector.md, "When a listing answer counts".
 """
 
 from __future__ import annotations

@@ -358,14 +358,10 @@ class BrokerSweepSummary(Model):
 class CoordinatorLogPosition(Model):
     """How far a coordinator topic had reached at a moment: what makes the job's coordinator view provably current.
 
-    The collector publishes one per sweep (on the snapshot topic, header
-    `txnwatch.type=coordinator-log-position`) for `__transaction_state`, and in the describe fallback one per
-    poll for `<prefix>.coordinator-state`. `as_of_ms` is read on the collector's clock *after* the last answer the
-    record vouches for (the sweep's DescribeProducers answers; the poll's records acknowledged) and *before* the
-    offsets are asked for. A coordinator record is committed (acks=all) before the coordinator acts on it, so
-    every record that could explain what a leader reported at or before `as_of_ms` lies below `end_offsets`
-    (the partitions' high watermarks). A job that has applied every record below a partition's end offset has
-    a view of that partition that is current as of `as_of_ms` (docs/detection.md, "Currency").
+    The collector publishes one per sweep for `__transaction_state` (header `txnwatch.type=coordinator-log-position`)
+    and, in the describe fallback, one per poll for `<prefix>.coordinator-state`. A view that has applied every
+    record below a partition's `end_offsets` is current as of `as_of_ms`; why: docs/detection.md, section 4, and
+    docs/collector.md, "Coordinator log position".
     """
 
     schema_version: int = SCHEMA_VERSION

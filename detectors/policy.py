@@ -1,18 +1,6 @@
-"""The auto-abort policy of `txnwatch proposals watch --auto-abort --policy policy.yaml` (pure).
-
-Nothing is aborted automatically unless an operator wrote down, in one file, exactly which candidates may be:
-which HANGING reasons, how old, how many records held back, which topics, and how many aborts an hour at most.
-Every field but `topics.deny` must be given; there are no defaults to inherit by accident. A candidate the
-policy allows still goes through the whole verified abort (admin/proposals/verified_marker.py): the policy only decides whether
-to try.
-
-    reasons: [coordinator-completed, partition-not-in-transaction]
-    min_age_s: 900            # open at least this long (the candidate's age, from its start)
-    min_lso_lag: 1            # at least this many records held back when the job proposed it
-    topics:
-      allow: ["orders-*", "payments"]   # shell-style patterns (fnmatch); at least one
-      deny: ["payments-audit*"]         # wins over allow
-    max_aborts_per_hour: 3    # across this policy's actor, counted on the audit topic
+"""The auto-abort policy of `txnwatch proposals watch --auto-abort --policy policy.yaml` (pure): which candidates
+may be tried, from one explicit file with no defaults but `topics.deny`. An allowed candidate still goes through
+the whole verified abort. The file's fields and the risks: docs/proposals.md, "watch".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Hanging-transaction rules: a leader's open transaction against the coordinator's view of its producer id.
-
-One small pure function per verdict reason; their order, the one rule chain, is `decide_by_rules`. `decide` is
-that chain in hot-path form (NamedTuples of primitives, each quantity computed once, the same state sets from
-`detectors.contract`), held equal to it over every coordinator state, role and listing by
-tests/unit/test_rules.py; `classify` is models in, a `Verdict` with evidence and explanation out. No clock:
-`now_ms` and the snapshot's `observed_at_ms` are arguments. The rules and why each is safe: docs/detection.md.
+"""Hanging-transaction rules: a leader's open transaction against the coordinator's view of its producer id. One
+pure function per verdict reason, chained by `decide_by_rules`; `decide` is that chain in hot-path form, held equal
+to it by tests/unit/test_rules.py; `classify` is models in, a `Verdict` out. No clock. The rules and why each is
+safe: docs/detection.md, section 3.
 """
 
 from __future__ import annotations
@@ -254,14 +251,8 @@ def snapshot_after(t: TxnFacts, event_ms: int, limits: DetectionLimits) -> bool:
 def logged_before_report(t: TxnFacts, offset: int | None) -> bool:
     """The coordinator record at `offset` was in the transaction log before the report's request was sent: it
     lies below the partition's end offset that the same collector measured before sending it
-    (`t.log_end_before`). The offsets order the two; no clock is compared.
-
-    What that proves, with a view current as of the report (`judge`): the record's effects came before the
-    leader's answer (a coordinator writes Complete* only after every marker was acknowledged, and an Ongoing
-    record only after the previous transaction's Complete*), and, the record being the newest the view holds of
-    its producer id, no record of it came between the two. The clock rules' grace and skew bound the same two
-    things by time (`settled`, `snapshot_after`); a proof ordered by offsets needs neither (docs/detection.md,
-    "Ordered by offsets")."""
+    (`t.log_end_before`). The offsets order the two; no clock is compared. What that proves: docs/detection.md,
+    section 4, "Ordered by offsets"."""
     return offset is not None and offset >= 0 and t.log_end_before is not None and offset < t.log_end_before
 
 
@@ -298,17 +289,10 @@ def two_phase_commit(t: TxnFacts, c: CoordFacts | None) -> bool:
 
 
 def older_than_coordinator_transaction(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
-    """HANGING: the open transaction belongs to a transaction the coordinator has already finished.
-
-    Two proofs:
-    - the producer id is the record's *previous* producer id (retired by an epoch overflow, KIP-890/939):
-      the coordinator writes markers only with its current producer id, so nothing will close it;
-    - the coordinator is Ongoing with the same producer id in a newer transaction that does not list the
-      partition, and the transaction's first batch is from an earlier one: a lower epoch (any transaction
-      version: the epoch only moves forward between transactions), or, where the epoch does not bump per
-      transaction (client transaction version < 2), the same epoch with a start older than the coordinator
-      transaction's start minus the clock-skew tolerance.
-    If the partition *is* listed, the current transaction's marker will close the leftover: not hanging.
+    """HANGING: the open transaction belongs to a transaction the coordinator has already finished: its producer id
+    is the record's previous one, or the coordinator is Ongoing in a newer transaction of it that does not list the
+    partition (a listed partition gets that transaction's marker: not hanging). Each proof and why it is safe:
+    docs/detection.md, section 3, "`older-than-coordinator-transaction`".
     """
     if c is None:
         return False
@@ -443,13 +427,8 @@ def writes_partition(t: TxnFacts, c: CoordFacts) -> bool:
 def owner_moved_on(t: TxnFacts, c: CoordFacts | None, limits: DetectionLimits) -> bool:
     """HANGING owner-moved-on: the owner lives on. A transaction of T's producer id began after T was seen open
     without listing P, no record of the producer id has listed P since (`moved_on_ms`), the report is after that
-    record (skew-reduced) and settled, and the newest record does not list P either.
-
-    Every transaction of the producer id up to that one ended before it began (Complete is written after every
-    marker was acknowledged), and T was open before it began, so T is none of theirs nor any later one's; P gets
-    a marker only from a transaction that lists it, and none has. Busy owners (a Kafka Streams thread committing
-    every 100 ms) move the newest record faster than any report can pass it, which starves the rules that wait
-    for a report grace + skew after the newest record; this one needs only the first record that shows T over.
+    record (by offsets, or skew-reduced and settled), and the newest record does not list P either. Why it is
+    needed and safe: docs/detection.md, section 3, "`owner-moved-on`".
     """
     return (
         t.moved_on_ms is not None
@@ -538,14 +517,9 @@ def decide_by_rules(
     *,
     retired_at_ms: int | None = None,
 ) -> Decision:
-    """The reference classification: apply the rule functions in order; the first that holds decides.
-
-    Order: older-than-coordinator-transaction (the most specific proof), no-coordinator-state,
-    coordinator-completed, partition-not-in-transaction, then the alert-only STUCK_PREPARE and
-    COORDINATOR_OVERDUE, then LATE, else OPEN. The HANGING rules exclude each other except
-    older-than-coordinator-transaction, which refines partition-not-in-transaction; STUCK_PREPARE and
-    COORDINATOR_OVERDUE need the partition listed, which excludes every HANGING rule for the current producer
-    id. `decide` computes the same answer faster; a property test holds them equal.
+    """The reference classification: the rule functions in order, the first that holds decides (the order and why
+    the rules exclude each other: docs/detection.md, section 3). `decide` computes the same answer faster; a property
+    test holds them equal.
     """
     role = coordinator_role(t, c)
     if older_than_coordinator_transaction(t, c, limits):
@@ -764,20 +738,11 @@ def judge(
 ) -> Decision:
     """`decide`, with a HANGING proof only on a coordinator view shown to be current (the job's entry point).
 
-    `decide`'s rules read the view as it was when the leader reported the transaction open: they are proofs
-    only if the view holds every coordinator record written before that report. `view_current_ms` is the
-    measured time the view of every partition that could own the transaction is current as of
-    (`detectors.currency`), None if unknown.
-    - current as of the report (`t.observed_at_ms`): `decide`'s answer stands;
-    - current only as of an earlier moment at which the transaction was already open (on or after
-      `t.first_seen_ms`, the pipeline's first report of it; a transaction open at two reports with one start
-      offset was open in between): the rules are applied as of that moment; a HANGING answer there is a proof;
-    - otherwise a HANGING answer is withheld: UNCONFIRMED (`coordinator-view-behind`), with the reason it
-      would have.
-    STUCK_PREPARE and COORDINATOR_OVERDUE need a current view just the same: on a stale one, the Prepare or
-    Ongoing record may belong to an earlier transaction of the producer, long finished, while the open one is a
-    new transaction the view has not reached. They fall back to LATE or OPEN until the view is current. LATE
-    and OPEN rest on the leader's report alone.
+    `view_current_ms` is the measured time the view of every partition that could own the transaction is current
+    as of (`detectors.currency`), None if unknown. A HANGING answer stands if the view is current as of the report,
+    or as of an earlier moment the transaction was already open (then judged as of it); otherwise it is withheld
+    as UNCONFIRMED `coordinator-view-behind`. STUCK_PREPARE and COORDINATOR_OVERDUE fall back to LATE or OPEN on a
+    view not current. Why: docs/detection.md, section 4, "The rule".
     """
     decision = decide(t, c, now_ms, limits, retired_at_ms=retired_at_ms)
     if decision.kind not in _NEEDS_CURRENT_VIEW:

@@ -1,20 +1,7 @@
-"""Tracking: how the reconcile stages move their state, pure (no Spark, no clock: time comes in as arguments).
-
-Stage 1 (`advance_owners`) turns coordinator records into producer-id facts: per transactional id, the record is
-the view of its current producer id, and a producer id the transactional id left (new producer id, or tombstone)
-is retired. Stage 2 (`BucketState`, fed by `reconcile_bucket`) keeps the coordinator view of every producer id
-and the open transactions partition leaders report, judges each with `detectors.rules.judge_view` (explained by
-`build_verdict` only when the verdict changes), and emits verdicts (only when what the driver reads of one
-changes, `VerdictNews`, and all again once per run of the job) and abort candidates (OPENED once, RESOLVED
-when the transaction is gone).
-
-Which coordinator record is newer is decided by its place in the log (`log_offset`), never by the
-coordinator's wall clock: Kafka stamps `TransactionLastUpdateTimestampMs` with the coordinator broker's clock and
-never checks that it increases. A view whose transaction is in progress (Ongoing, Prepare*) is never pruned.
-
-State is grouped by hash bucket of ids; within a bucket, stage 1's owners and stage 2's views are kept per id and
-only the ones a batch touches are read and written (`Views`; streaming/reconcile.py says why); rows come and
-go as plain tuples in the column orders below, which the job's Spark schemas follow (a test holds them equal).
+"""How the reconcile stages move their state, pure (no Spark, no clock): stage 1 (`advance_owners`) turns
+coordinator records into producer-id facts; stage 2 (`BucketState`) keeps the views and open transactions, judges
+them and emits verdicts and candidates. Rows are plain tuples in the column orders below, which the job's Spark
+schemas follow. Why: docs/streaming.md, "The stateful stages", and docs/detection.md, section 4.
 """
 
 from __future__ import annotations
@@ -434,17 +421,10 @@ def run_ends(
     """Which records (in log order) stage 1 needs: the first and the last of each run of records of one
     transactional id with one producer id, every tombstone, and every row that did not decode (id None); with
     `states`, also the run's newest PrepareCommit/PrepareAbort that a Complete record follows directly (stage 1
-    carries its partitions over to the Complete record: `with_prepared`).
-
-    Stage 1 (`advance_owners`) reads a run's first record (does it name the previous owner?) and its last (the
-    new owner's view); the ones between are overwritten. A lifecycle (Ongoing, PrepareCommit, CompleteCommit,
-    ... ) of one producer keeps 2 rows (3 with the Prepare) however many transactions it made. With `partitions`,
-    also every Prepare record whose partitions differ from the run's next Prepare, and the Complete record right
-    after it: each partition any transaction of the run listed, and when it completed, reaches stage 1
-    (`advance_owners`' `listed_since` and `completed_since`), at two more rows per change of the partitions a
-    producer writes, none for a producer that always writes the same ones. The job's decoder
-    applies it to each Arrow batch of `__transaction_state` (`streaming.sources.decode_batches`); a test holds
-    stage 1's output equal with and without it.
+    carries its partitions over to the Complete record: `with_prepared`); with `partitions`, also every Prepare whose
+    partitions differ from the run's next Prepare, and the Complete right after it, so no partition a folded
+    transaction listed is lost. Why the others can go: docs/streaming.md, "Stage 1"; a test holds stage 1's output
+    equal with and without it.
     """
     keep = [True] * len(transactional_ids)
     # transactional id -> (producer id, first index, last index, the Prepare kept before a Complete, -1 none)
@@ -648,12 +628,8 @@ def kept_past_ttl(view: View, in_use: bool) -> bool:
 class Views:
     """The coordinator views a batch touches: each read once from the state store (`load`, one round trip per
     producer id) on first use, and written back only when it changed or must move between the views kept past
-    the TTL and the ones that expire (`BucketState.view_homes`).
-
-    Why not the whole bucket in memory: a cluster keeps hundreds of thousands to millions of transactional ids
-    (Flink's exactly-once sinks make a new one per subtask and checkpoint), and reading and rewriting every view
-    of a bucket each batch made a batch cost what the job remembers instead of what changed. Without `load`
-    (tests), `stored` is the whole store.
+    the TTL and the ones that expire (`BucketState.view_homes`). Without `load` (tests), `stored` is the whole
+    store. Why not the whole bucket in memory: docs/streaming.md, "The stateful stages".
     """
 
     def __init__(
@@ -835,17 +811,9 @@ def earliest_sightings(row: OpenRow, entry: OpenEntry) -> OpenRow:
 
 class VerdictNews(NamedTuple):
     """What the driver reads of a VERDICT event (streaming/exporter.py `LiveState.apply_events`, the console in
-    streaming/sinks.py), less what it works out itself: stage 2 emits a VERDICT only when this differs from what
-    it last emitted for the open transaction (`OpenEntry.announced`), not every batch a snapshot shows it.
-
-    Left out, as the driver derives them: the age (`age_ms` grows by itself every sweep; the driver keeps when
-    the transaction opened, event time minus age, and every series is a timestamp of that) and the explanation
-    (built only when kind or reason changes, which is news here anyway). Kept in, though it moves by itself:
-    `lso_lag` (the high watermark minus the LSO, which grows every sweep while a transaction holds the LSO of a
-    partition written to). The per-partition LSO-lag series is what an SRE reads to see a read_committed
-    backlog grow behind an open transaction; a last known value would draw it flat while the backlog grows, so a
-    changed lag is news, at most one event per sweep of such a partition. Leader, start offset and when it opened
-    (the records' time, which a later report can refine) are news too: the driver's series name or time them.
+    streaming/sinks.py), less what it works out itself (the age, the explanation): stage 2 emits a VERDICT only when
+    this differs from what it last emitted for the open transaction (`OpenEntry.announced`). Why `lso_lag` is kept
+    although it moves by itself: docs/streaming.md, "Stage 2".
     """
 
     kind: str
@@ -1078,16 +1046,11 @@ class BucketState:
         keys: Iterable[OpenKey],
         marks: Sequence[Mark] = (),
     ) -> None:
-        """Weigh a coordinator record of the producer id, applied in log order, against its open transactions:
-        the first one of a transaction that began after an open transaction was seen open (skew-reduced) and
-        does not list its partition shows the owner moved on (`rules.owner_moved_on`); any record that lists the
-        partition (its partitions, its Prepare's, or those of the Prepare records stage 1 folded into it) undoes
-        that, as its transaction writes the partition a marker. The transactions folded into the record
-        (`marks`, detectors.began) count as its own: the first that began after the sighting is the one the
-        proof is ordered by.
-
-        Only records of the transaction log (`log_offset` >= 0): the describe fallback polls, and a transaction
-        that began and ended between two polls would be missed."""
+        """Weigh a coordinator record of the producer id, applied in log order, against its open transactions: the
+        first one of a transaction that began after an open transaction was seen open and does not list its partition
+        shows the owner moved on (`rules.owner_moved_on`; the transactions folded into it, `marks`, count as its own);
+        any record that lists the partition undoes that. Records of the transaction log only (`log_offset` >= 0): the
+        describe fallback can miss a whole transaction between two polls (docs/detection.md, "`owner-moved-on`")."""
         if log_offset < 0:
             return
         d = json.loads(record_json)
@@ -1499,16 +1462,10 @@ def owned_by_coordinator(t: TxnFacts, c: CoordFacts | None) -> bool:
 
 
 def withdraws_proof(decision: Decision, owned: bool) -> bool:
-    """Whether a new decision takes back an earlier HANGING proof of the same open transaction.
-
-    - Disproved: the coordinator's view now says it may still close it (`owned`: Ongoing/Prepare* listing the
-      partition, or a handover to this producer id), whatever the verdict (OPEN, LATE, STUCK_PREPARE, ...).
-    - Withheld for a reason that undermines the evidence the proof rested on: a record of the owner lost, the
-      log rewound, the view inconsistent, a commit that may be a lost marker.
-    Not a verdict that is only waiting (a view behind a newer report, a snapshot not yet past a coordinator event
-    by the grace, such as an owner that retired or began another transaction without the partition): the proof
-    was made on a view current while the transaction was open, and a transaction no coordinator would close then
-    is one still; withdrawing would make every Kafka outage or owner restart withdraw and re-open candidates."""
+    """Whether a new decision takes back an earlier HANGING proof of the same open transaction: when the coordinator's
+    view now says it may still close it (`owned`), or the verdict is withheld for a reason that undermines the
+    evidence (`_UNDERMINED`); never for a verdict that only waits, or every Kafka outage or owner restart would
+    withdraw and re-open candidates (docs/detection.md, section 3, "Withdrawn candidates")."""
     if decision.kind is VerdictKind.HANGING:
         return False
     if owned:

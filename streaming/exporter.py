@@ -1,14 +1,7 @@
-"""The driver's Prometheus endpoint: the latest verdicts and windows, as gauges built at scrape time.
-
-A custom collector yields only what the job knows (partitions with open transactions, verdicts not yet gone), so
-nothing needs deleting. While the queries are stopped for a Kafka outage, or wait on Kafka, the endpoint keeps
-serving what they last knew, with `txnwatch_stream_state_stale` 1 (`StateStaleness`): a hanging transaction's
-series, and its page, end only when the job sees the transaction end, never because Kafka went away. Query health comes from a StreamingQueryListener, which also
-feeds the /healthz and /readyz probes served beside /metrics (`DriverHealth`); `txnwatch_build_info` says what
-runs. Transactional ids are labels only of the series of transactions that are hanging, stuck in prepare, overdue
-at their coordinator or withheld, producer ids only of the hanging one (bounded by those transactions, each a page
-or a question for on-call, and gone when it leaves that state). Every family's name, help and labels come from
-common/metric_descriptors.py, where the dashboard and the alert checks read them too.
+"""The driver's Prometheus endpoint: the latest verdicts and windows as gauges built at scrape time (nothing to
+delete), `txnwatch_stream_state_stale` while they are not refreshed, query health from a StreamingQueryListener
+(`DriverHealth`, the probes) and `txnwatch_build_info`. Families come from common/metric_descriptors.py; what
+each means and why a hanging series outlives a Kafka outage: docs/streaming.md, "Metrics".
 """
 
 from __future__ import annotations

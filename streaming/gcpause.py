@@ -1,14 +1,6 @@
-"""Python's cyclic garbage collector paused while a Spark Python worker runs one of the job's handlers.
-
-A stateful handler call (one state bucket) allocates hundreds of thousands of small objects: pyspark regroups its
-input row by row (a tuple per row), the bucket's pickled dict comes back as tuples, and every row judged makes a
-few more. Every 700 such allocations start a collection, and the full ones walk every object the worker holds,
-among them the modules of pandas, pyarrow, pyspark and pydantic. On the throughput benchmark's snapshot input
-(docs/BENCHMARKS.md), replayed through stage 2 with pyspark's regrouping in one process, that was about 15% of
-its CPU. What the handlers build holds no reference
-cycles they depend on being freed (values are plain tuples, dicts and strings), so freeing by reference counting
-alone changes nothing but the time; any cycle made meanwhile is collected once the collector runs again, after
-the call.
+"""Python's cyclic garbage collector paused while a Spark Python worker runs one of the job's stateful handlers:
+its collections cost about 15% of stage 2's Python CPU (docs/BENCHMARKS.md). Why pausing it is safe:
+docs/streaming.md, "The stateful stages".
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""`txnwatch stream`: three Structured Streaming queries on one SparkSession, plus the driver's /metrics.
-
-- reconcile: snapshots + coordinator records → stage 1 (transactional id) → stage 2 (producer id) → verdicts,
-  abort candidates (to the compacted candidates topic) and the live state behind the gauges;
-- windows: snapshots → KIP-664 windows → the duration and late-partition gauges;
-- dead-letter: malformed input of every source → the dead-letter topic and a counter.
-Each has its own checkpoint under `--checkpoint-location`; a restart resumes state, timers and offsets.
-
-This module is the job's lifecycle: its options, which queries run on which inputs, starting them one after
-the other, and stopping. The inputs are read in streaming/sources.py, the stateful stages are
-streaming/reconcile.py (their rows shaped in streaming/rows.py), the foreachBatch ends streaming/sinks.py.
+"""`txnwatch stream`'s lifecycle: its options, the three queries (reconcile, windows, dead-letter) on one
+SparkSession with their own checkpoints, starting them one after the other, and stopping. Inputs are
+streaming/sources.py, the stateful stages streaming/reconcile.py, the foreachBatch ends streaming/sinks.py;
+the layout: docs/streaming.md.
 """
 
 from __future__ import annotations
@@ -200,13 +193,9 @@ class RunningJob:
 
     def restart_queries(self) -> float:
         """Stop the queries between two batches and start them again from their checkpoints; returns how long
-        they were stopped (s). The endpoint, the metrics and the verdicts stay as they are: the state the queries
-        resume is the state those verdicts came from, so neither /readyz nor an alert sees the restart.
-
-        Why at all: RocksDB rewrites its MANIFEST (the log of its file changes, which every state snapshot
-        carries) only when a store is opened, and Spark keeps a store open as long as its query runs, so each
-        snapshot grows by about 20 bytes a batch for as long as the job runs. A query's new run opens new
-        stores (Spark keys them by run id) from the checkpoint, each with a fresh MANIFEST."""
+        they were stopped (s). The endpoint, the metrics and the verdicts stay as they are, so neither /readyz nor an
+        alert sees the restart. Why at all (RocksDB's MANIFEST grows while a store stays open): docs/deploy.md,
+        "Planned restarts"."""
         if self.start_queries is None:
             raise RuntimeError("this job was not started by start(): it cannot start its queries again")
         # Stopping a query interrupts its running batch, which then runs again after the restart (Spark's Kafka

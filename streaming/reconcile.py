@@ -1,25 +1,8 @@
 """The reconcile query's two stateful stages (transformWithStateInPandas, RocksDB): Spark adapters around
-detectors/tracking.py, which holds every rule that moves their state.
-
-Stage 1 (`ProducerIdFacts`, keyed by a bucket of transactional ids) turns coordinator records into producer-id
-facts (`tracking.advance_owners`). Stage 2 (`TransactionReconciler`, keyed by a bucket of producer ids) keeps the
-coordinator views and the open transactions and judges them (`tracking.BucketState`); a processing-time timer
-forgets transactions the collector stopped confirming, and the state store's TTL the finished views nobody uses.
-
-Why buckets, not one grouping key per transactional id / producer id: every grouping key is a group with its own
-Arrow batch and its own calls into the processor. Keyed per id, that cost ~2 ms of CPU per id and capped the job
-near 1k records/s on two cores (docs/BENCHMARKS.md). So each stage is grouped by a hash bucket of its id
-(`--state-buckets`, fixed for the life of a checkpoint).
-
-Why per-id map state inside a bucket, not one pickled dict per bucket (as earlier releases kept): a batch then
-read, unpickled, re-pickled and wrote (RocksDB and its changelog) every id the bucket remembers even when one
-transaction changed, so a batch cost what the job remembers: at a million transactional ids, ~80 MB of
-checkpoint and ~45 s per batch (docs/BENCHMARKS.md). Each state access is one round trip to the JVM's state server
-(~0.1 ms), so a batch now reads and writes only the ids its rows touch; a batch that touches many ids of a bucket
-(catching up) reads the bucket's whole map in one stream instead (`BULK_READ_IDS`). The open transactions and the
-view's currency stay one value per bucket: they are bounded by the transactions open now and the coordinator
-partitions, not by the ids remembered. A checkpoint written by an earlier release is migrated the first time a
-bucket is read (`_migrate_owners`, `_migrate_views`).
+detectors/tracking.py. Stage 1 (`ProducerIdFacts`) and stage 2 (`TransactionReconciler`) are keyed by a hash
+bucket of their id and keep map state per id, reading and writing only the ids a batch touches; an earlier
+release's checkpoint is migrated on first read. Why buckets and per-id state: docs/streaming.md, "The stateful
+stages".
 """
 
 from __future__ import annotations

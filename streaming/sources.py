@@ -1,9 +1,6 @@
 """The job's inputs: partition snapshots (JSON) and coordinator records (`__transaction_state` binary, or the
-collector's JSON fallback), each split into good rows and dead letters.
-
-Spark's default Kafka offset reader drops internal topics, so `__transaction_state` is read with
-`spark.sql.streaming.kafka.useDeprecatedOffsetFetching=true` (the consumer-based reader); see
-docs/streaming.md for the evidence.
+collector's JSON fallback), each split into good rows and dead letters. `__transaction_state` needs Spark's
+consumer-based offset reader: docs/streaming.md, "Reading `__transaction_state`".
 """
 
 from __future__ import annotations
@@ -393,10 +390,11 @@ def decode_batches(batches: Iterator[pa.RecordBatch], compact: bool = False) -> 
     Built column by column: only the decoded fields pass through Python objects; where a record came from is
     copied from the input arrays, and the raw bytes are kept only for rows that did not decode (dead letters).
     A row that did not decode keeps the transactional id of its key when the key alone decodes (a value version
-    txnwatch does not know): which id the view may now miss a record of (detectors/currency.py).
+    txnwatch does not know): which id the view may now miss a record of (docs/detection.md, "Records that do not
+    decode").
     `compact` keeps only the records stage 1 needs (`run_ends`), within each Arrow batch: a Kafka partition's
     records come in offset order, and all records of a transactional id are in one partition. A row after a
-    break in the offsets (`read_after`) is always kept: stage 2 needs every one (detectors/currency.py, gaps).
+    break in the offsets (`read_after`) is always kept: stage 2 needs every one (`ViewCurrency.read`).
     """
     last: dict[int, int] = {}
     for batch in batches:

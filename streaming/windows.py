@@ -1,13 +1,6 @@
-"""KIP-664's two metrics as event-time tumbling windows over the snapshots (built-in aggregations: JVM speed).
-
-Per (window, partition): the longest open transaction (MaxActiveTransactionDuration), whether any open
-transaction is late, how many were open in the partition's latest snapshot of the window. The exporter turns the
-newest window of each partition into gauges and counts late partitions per broker and for the cluster
-(`detectors.kip664.count_late_partitions`). The arithmetic is defined once in the domain
-(`detectors.kip664.partition_duration_ms` / `partition_has_late_transaction`, on `detectors.lateness`); these
-columns are its Spark form (a Python function per row would cost the windows their JVM speed): a non-positive
-timestamp is unknown, so its transaction has duration 0 and is never late.
-tests/spark/test_streaming_stages.py::test_windows_agree_with_detectors_kip664 holds the two equal.
+"""KIP-664's two metrics as event-time tumbling windows over the snapshots (built-in aggregations: JVM speed): the
+Spark form of `detectors.kip664`'s arithmetic, held equal to it by
+tests/spark/test_streaming_stages.py::test_windows_agree_with_detectors_kip664. docs/streaming.md, "Windows".
 """
 
 from __future__ import annotations
