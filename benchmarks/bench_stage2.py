@@ -21,7 +21,7 @@ does, by the job's own code where that is plain Python, and by column name elsew
 
 Per batch and bucket it then does what pyspark's transformWithStateInPandas worker does around the handler: the
 bucket's Arrow rows to pandas, one tuple per row (`itertuples`), a DataFrame of them, pulled lazily by
-`TransactionReconciler.handleInputRows` on in-memory state variables (benchmarks/fake_state.py: the map states
+`TransactionReconciler.handleInputRows` on in-memory state variables (dev/fake_state.py: the map states
 with the job's TTL on the batch's processing time), the bucket's due timers (`handleExpiredTimer`), and the events
 back to Arrow. Processing time is the newest time in the batch's rows, so two runs give the same events.
 
@@ -58,11 +58,11 @@ from benchmarks.bench_stream import (
     snapshot_coordinator_records,
     snapshot_records,
 )
-from benchmarks.fake_state import Clock, FakeHandle, Timer
 from common.settings import StreamSettings
 from detectors.currency import coordinator_partition
 from detectors.models import CoordinatorLogPosition, DetectionLimits
 from detectors.tracking import FACT_COLUMNS, STAGE1_INPUT_COLUMNS, STAGE2_INPUT_COLUMNS, ReconcileConfig
+from dev.fake_state import Clock, FakeHandle, Timer
 from streaming.reconcile import FACT_SCHEMA, ProducerIdFacts, TransactionReconciler
 from streaming.rows import _PROVENANCE
 from streaming.schemas import COORDINATOR_RECORD_SCHEMA, PARTITION_SNAPSHOT_SCHEMA

@@ -17,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_tracking import fact_row, open_row, position_row, seen_at
 
-from benchmarks.fake_state import Clock, FakeHandle, FakeValueState, Timer
 from detectors.codec import TxnLogKey, TxnLogValue, TxnStatus, encode_key, encode_value
 from detectors.models import MAX_PRODUCER_EPOCH, CoordinatorRecord, CoordinatorState
 from detectors.rules import coord_facts
@@ -34,6 +33,7 @@ from detectors.tracking import (
     open_entry,
     stored_open_entry,
 )
+from dev.fake_state import Clock, FakeHandle, FakeValueState, Timer
 from streaming import reconcile
 from streaming.reconcile import (
     EVENT_SCHEMA,

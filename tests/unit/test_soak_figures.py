@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import soak
+from dev.memory import native_python
 
 
 def test_drift_is_the_fitted_slope_per_hour_and_the_level_the_median() -> None:
@@ -87,13 +88,13 @@ def test_native_python_sees_arrow_and_malloc_grow() -> None:
 
     import pyarrow as pa
 
-    before = soak.native_python()
+    before = native_python()
     buf = pa.allocate_buffer(32 * 1024 * 1024)
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype = ctypes.c_void_p
     block = libc.malloc(16 * 1024 * 1024)
     try:
-        after = soak.native_python()
+        after = native_python()
     finally:
         libc.free(ctypes.c_void_p(block))
         del buf

@@ -116,7 +116,7 @@ def test_bound_malloc_returns_a_passing_block_to_the_system(monkeypatch: pytest.
     mapped on its own and unmapped when freed; the variables reach the JVM the session starts."""
     import ctypes
 
-    from benchmarks.soak import native_python
+    from dev.memory import native_python
     from streaming.session import MALLOC_ENV, bound_malloc
 
     libc = ctypes.CDLL("libc.so.6")

@@ -1,8 +1,8 @@
 """In-memory stand-ins for the state variables pyspark's transformWithStateInPandas hands a StatefulProcessor, for
 one grouping key: what the processors of streaming/reconcile.py call, no state server, no JVM.
 
-Shared by the stage-2 benchmark (benchmarks/bench_stage2.py) and the processors' unit tests
-(tests/unit/test_reconcile.py), so both drive the real processors through one fake. Map states with a TTL
+Part of the test bed, shared by the stage-2 benchmark (benchmarks/bench_stage2.py) and the processors' unit
+tests (tests/unit/test_reconcile.py), so both drive the real processors through one fake. Map states with a TTL
 forget an entry `ttl_ms` after it was last written, on the `Clock` the test or benchmark moves, as Spark's
 processing-time TTL does.
 """
