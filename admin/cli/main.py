@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.errors import KafkaError, KafkaTimeoutError
 from pydantic import ValidationError
 
 from admin.collect.blocked import BlockedGroups
@@ -61,7 +59,8 @@ from admin.proposals.verified_marker import (
     read_topic,
 )
 from admin.proposals.watch import PolicyError, Watch, load_policy, policy_summary, printer
-from admin.wire.connect import AdminError, connect_admin, consumer_for, explain, producer_for
+from admin.wire.connect import Consumer, Producer, connect_admin, consumer_for, producer_for
+from admin.wire.errors import AdminError, WireError, WireTimeout, explain
 from admin.wire.groups import KafkaGroupOffsets
 from admin.wire.kafka_wire import KafkaWire
 from admin.wire.requests import RequestLog
@@ -521,7 +520,7 @@ def _setup_logging(level: str) -> None:
 def _denied(wire: KafkaWire, topic: str) -> bool:
     try:
         return wire.describe_denied(topic)
-    except KafkaError:  # the sweep reports an unreachable cluster in its own words
+    except WireError:  # the sweep reports an unreachable cluster in its own words
         return False
 
 
@@ -942,7 +941,7 @@ def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
             client_id=f"{kafka.client_id}-inspect",
             bootstrap_timeout_ms=args.timeout_ms or CONNECT_TIMEOUT_MS,
         )
-    except KafkaError as exc:
+    except WireError as exc:
         return _fail("inspect coordinator-log", f"cannot connect to {kafka.bootstrap_servers}: {exc}")
     try:
         with _stop_on_signals() as stop:
@@ -972,12 +971,12 @@ def cmd_inspect_coordinator_log(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------- proposals
 
 
-def _proposals_consumer(kafka: KafkaSettings, timeout_ms: int) -> KafkaConsumer:
+def _proposals_consumer(kafka: KafkaSettings, timeout_ms: int) -> Consumer:
     """A group-less consumer for the candidates and audit topics, given `timeout_ms` (the command's --timeout-ms)
     to reach the cluster; an unreachable cluster is said as such."""
     try:
         return consumer_for(kafka, client_id=f"{kafka.client_id}-proposals", bootstrap_timeout_ms=timeout_ms)
-    except KafkaTimeoutError as exc:
+    except WireTimeout as exc:
         raise AdminError(
             f"cannot reach the bootstrap servers {kafka.bootstrap_servers} ({exc}): check --bootstrap-server "
             "and --command-config"
@@ -1023,7 +1022,7 @@ def _find_candidate(command: str, settings: Settings, args: argparse.Namespace) 
         )
     try:
         latest = _read_candidates(settings, args.timeout_ms)
-    except (AdminError, KafkaError) as exc:
+    except (AdminError, WireError) as exc:
         return _fail(command, str(exc))
     if topic is not None and partition is not None and start_offset is not None:
         found = candidate_at(
@@ -1057,7 +1056,7 @@ def cmd_proposals_list(args: argparse.Namespace) -> int:
     try:
         latest = _read_candidates(settings, args.timeout_ms)
         done = _done_ids(settings, args.timeout_ms)
-    except (AdminError, KafkaError) as exc:
+    except (AdminError, WireError) as exc:
         return _fail("proposals list", str(exc))
     now = wall_clock_ms()
     pending = pending_candidates(latest.values(), cluster=settings.cluster, now_ms=now, done=done)
@@ -1132,7 +1131,7 @@ def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) 
     except AdminError as exc:
         return _fail(command, str(exc))
     audit_topic = settings.topics.audit
-    clients: list[KafkaProducer | KafkaConsumer] = []
+    clients: list[Producer | Consumer] = []
     try:
         try:
             ensure_topics(admin, {audit_topic: OutputTopicSettings(cleanup_policy="delete", partitions=1)})
@@ -1140,7 +1139,7 @@ def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) 
             clients.append(producer)
             consumer = consumer_for(settings.kafka, client_id=f"{settings.kafka.client_id}-proposals")
             clients.append(consumer)
-        except (AdminError, KafkaError) as exc:
+        except (AdminError, WireError) as exc:
             return _fail(command, f"cannot use the audit topic {audit_topic}: {exc}; nothing was done")
         audit_log = TopicAuditLog(producer, consumer, audit_topic, timeout_s=timeout_s)
         options: dict[str, Any] = {
@@ -1158,7 +1157,7 @@ def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) 
                     client_id=f"{settings.kafka.client_id}-proposals-read-committed",
                     isolation_level="read_committed",
                 )
-            except KafkaError as exc:
+            except WireError as exc:
                 return _fail(command, f"cannot read {candidate.topic} back: {exc}; nothing was done")
             clients.append(reader)
             attempt = commit(
@@ -1172,7 +1171,7 @@ def _write_marker(command: str, args: argparse.Namespace, result: MarkerResult) 
         record = attempt.audit
         try:
             audit_log.append(record)
-        except (AdminError, KafkaError) as exc:
+        except (AdminError, WireError) as exc:
             # The attempt happened: never lose its record. It goes to stderr, and the run counts as failed.
             return _fail(
                 command,
@@ -1241,7 +1240,7 @@ def cmd_proposals_watch(args: argparse.Namespace) -> int:
                 consumer = _proposals_consumer(kafka, args.timeout_ms)
                 clients.append(consumer)
                 past, _ = audit_records(read_topic(consumer, settings.topics.audit, timeout_s=timeout_s))
-        except (AdminError, KafkaError) as exc:
+        except (AdminError, WireError) as exc:
             return _fail(command, str(exc))
         done = resolved_by_audit(past)
         earlier = abort_times(past, actor=actor)  # every marker it wrote, or may have, counts
@@ -1251,7 +1250,7 @@ def cmd_proposals_watch(args: argparse.Namespace) -> int:
             record = abort(wire, candidate, execute=True, actor=actor, audit_log=audit_log).audit
             try:
                 audit_log.append(record)
-            except (AdminError, KafkaError) as exc:
+            except (AdminError, WireError) as exc:
                 print(audit_json(record), file=sys.stderr)
                 log.error("the audit record of %s was NOT published: %s", candidate.candidate_id, exc)
             return record
@@ -1274,7 +1273,7 @@ def cmd_proposals_watch(args: argparse.Namespace) -> int:
                     state.act(now)
                     if deadline is not None and time.monotonic() > deadline:
                         break
-            except (AdminError, KafkaError) as exc:
+            except (AdminError, WireError) as exc:
                 return _fail(command, str(exc))
     finally:
         for client in clients:

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, Protocol, TypeVar
 
-from admin.wire.connect import explain
+from admin.wire.errors import explain
 from admin.wire.groups import CommittedOffsets, GroupIds, offsets_by_partition
 from admin.wire.types import TP
 from detectors.groups import CONSUMER_OFFSETS_TOPIC

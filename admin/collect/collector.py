@@ -32,7 +32,7 @@ from admin.collect.metrics import CollectorMetrics, LoopHealth
 from admin.collect.position import measure_log_position
 from admin.collect.redescribe import Redescribes
 from admin.collect.sighting import Sightings
-from admin.wire.connect import AdminError, explain, is_authorization_error
+from admin.wire.errors import AdminError, WireError, explain, is_authorization_error
 from admin.wire.types import (
     TP,
     ActiveProducer,
@@ -214,7 +214,7 @@ class Collector:
             position of `__transaction_state` as of the end of the DescribeProducers phase.
 
         Raises:
-            kafka.errors.KafkaError: if cluster metadata cannot be read (nothing else stops a sweep).
+            admin.wire.errors.WireError: if cluster metadata cannot be read (nothing else stops a sweep).
         """
         started = self._monotonic()
         self._seq += 1
@@ -278,7 +278,7 @@ class Collector:
         transactions ended (admin/collect/redescribe.py). Returns the partitions answered; 0 before the first sweep.
 
         Raises:
-            kafka.errors.KafkaError: if no broker can be asked at all (the loop logs it and goes on)."""
+            admin.wire.errors.WireError: if no broker can be asked at all (the loop logs it and goes on)."""
         if self._redescribes is None or self._view is None:
             return 0
         view = self._view
@@ -864,7 +864,7 @@ def run(
                     "sweep failed: %s; retrying with backoff (up to %.0fs), said once until a sweep succeeds",
                     exc,
                     max(interval_s, SWEEP_BACKOFF_MAX_S),
-                    exc_info=not isinstance(exc, AdminError) and not _is_kafka_error(exc),
+                    exc_info=not isinstance(exc, AdminError | WireError),
                 )
             else:
                 log.debug("sweep failed again (%d in a row): %s", failed, exc)
@@ -953,9 +953,3 @@ def _quietly(task: Callable[[], object], what: str, failures: set[str]) -> None:
         if what not in failures:
             failures.add(what)
             log.warning("%s between sweeps failed: %s (the next sweep covers every partition)", what, exc)
-
-
-def _is_kafka_error(exc: BaseException) -> bool:
-    from kafka.errors import KafkaError
-
-    return isinstance(exc, KafkaError)

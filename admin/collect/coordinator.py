@@ -27,11 +27,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal, NamedTuple, Protocol, get_args
 
-from kafka.errors import KafkaError
 from pydantic import ValidationError
 
 from admin.collect.position import measure_log_position
-from admin.wire.connect import explain
+from admin.wire.errors import WireError, explain
 from admin.wire.types import (
     ClusterView,
     ClusterWire,
@@ -325,7 +324,7 @@ class CoordinatorPoller:
         """Each `__transaction_state` partition's leader (-1: none) and leader epoch, or why they are unknown."""
         try:
             view = self._wire.metadata([TRANSACTION_LOG_TOPIC])
-        except KafkaError as exc:
+        except WireError as exc:
             return Incomplete("metadata-failed", f"Metadata for {TRANSACTION_LOG_TOPIC} failed ({exc})")
         leaders = {
             p: LogLeader(b, view.leader_epochs.get((t, p)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from admin.wire.connect import explain, is_authorization_error
+from admin.wire.errors import explain, is_authorization_error
 from admin.wire.types import TP, ClusterView, ClusterWire, EndOffset
 from detectors.models import CoordinatorLogPosition
 

@@ -1,4 +1,4 @@
-"""Publishing sweeps and coordinator records to Kafka; creating the output topics; reading back at start-up.
+"""Publishing sweeps and coordinator records to Kafka (`KafkaSink`, `ensure_topics`: admin/wire/); reading back at start-up.
 
 Snapshot topic (`<prefix>.producer-state`): key `"{topic}-{partition}"`, value `PartitionSnapshot` JSON, header
 `txnwatch.type=partition-snapshot`; per-broker summaries on the same topic with key `"__sweep__-broker-{id}"`
@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
-
-import kafka.errors as Errors
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
-from kafka.structs import TopicPartition as KafkaTopicPartition
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from admin.collect.metrics import CollectorMetrics
-from admin.wire.connect import AdminError, error_name, explain
+from admin.wire.connect import Consumer
+from admin.wire.errors import WireError, error_name, explain
+from admin.wire.records import KafkaSink as KafkaSink
+from admin.wire.records import TopicRead
+from admin.wire.topics import ensure_topics as ensure_topics
 from admin.wire.types import TP, SweepResult
-from common.broker_info import broker_count
-from common.topics import OutputTopicSettings, replication_factor
+from admin.wire.types import OutRecord as OutRecord
 from detectors.contract import (
     COORDINATOR_LOG_POSITION_TYPE,
     COORDINATOR_RECORD_TYPE,
@@ -43,17 +40,6 @@ from detectors.models import (
 )
 
 log = logging.getLogger(__name__)
-
-Headers = list[tuple[str, bytes]]
-
-
-class OutRecord(NamedTuple):
-    """One record to produce."""
-
-    topic: str
-    key: bytes
-    value: bytes
-    headers: Headers
 
 
 def snapshot_record(topic: str, snapshot: PartitionSnapshot) -> OutRecord:
@@ -114,40 +100,6 @@ class RecordSink(Protocol):
     def close(self) -> None: ...
 
 
-class KafkaSink:
-    """An idempotent (acks=all) KafkaProducer; `send_all` flushes and checks every record's result.
-
-    `timeout_s` bounds a whole `send_all`: the flush and every record's result share one deadline (the collector
-    passes its request timeout). A publish that waited a minute for a cluster that went away kept the sweep, the
-    probes and /healthz waiting with it, and when the cluster came back within that minute the outage was never
-    said. What is still buffered when the deadline passes is delivered later by the producer, in order."""
-
-    def __init__(self, producer: KafkaProducer, *, timeout_s: float = 60.0) -> None:
-        self._producer = producer
-        self._timeout_s = timeout_s
-
-    def send_all(self, records: Sequence[OutRecord]) -> None:
-        deadline = time.monotonic() + self._timeout_s
-        futures = [
-            (r.topic, self._producer.send(r.topic, key=r.key, value=r.value, headers=r.headers))
-            for r in records
-        ]
-        try:
-            self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
-        except Errors.KafkaTimeoutError as exc:
-            raise AdminError(
-                f"Produce: {len(futures)} records not acknowledged within {self._timeout_s:.0f}s ({exc})"
-            ) from exc
-        for topic, future in futures:
-            try:
-                future.get(timeout=max(0.0, deadline - time.monotonic()))
-            except Errors.KafkaError as exc:
-                raise AdminError(explain("Produce", error_name(exc), topic, str(exc))) from exc
-
-    def close(self) -> None:
-        self._producer.close(timeout=10)
-
-
 class Publisher:
     """Publishes sweeps (and coordinator records) through a sink, counting what it sends."""
 
@@ -197,64 +149,10 @@ class Publisher:
         self._sink.close()
 
 
-# ------------------------------------------------------------------------------------------- topics
-
-
-def ensure_topics(
-    admin: KafkaAdminClient, wanted: Mapping[str, OutputTopicSettings], *, timeout_s: float = 30.0
-) -> list[str]:
-    """Create the topics that do not exist yet (existing ones are left as they are).
-
-    Returns:
-        The names created.
-
-    Raises:
-        AdminError: creation denied (names the ACL) or failed.
-    """
-    existing = set(admin.list_topics())
-    missing = [name for name in wanted if name not in existing]
-    if not missing:
-        return []
-    brokers = broker_count(admin)
-    new = [
-        NewTopic(
-            name,
-            wanted[name].partitions,
-            wanted[name].replication_factor or replication_factor(brokers),
-            topic_configs=wanted[name].topic_configs(),
-        )
-        for name in missing
-    ]
-    created: list[str] = []
-    for topic in new:
-        try:
-            admin.create_topics([topic])
-            created.append(topic.name)
-        except Errors.TopicAlreadyExistsError:
-            continue  # created meanwhile by another collector
-        except Errors.KafkaError as exc:
-            raise AdminError(explain("CreateTopics", error_name(exc), topic.name, str(exc))) from exc
-    _wait_for_leaders(admin, created, timeout_s)
-    for name in created:
-        log.info("created topic %s (%s)", name, wanted[name].topic_configs())
-    return created
-
-
-def _wait_for_leaders(admin: KafkaAdminClient, topics: Sequence[str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while topics and time.monotonic() < deadline:
-        described = admin.describe_topics(list(topics))
-        if len(described) == len(topics) and all(
-            p["leader_id"] is not None and p["leader_id"] >= 0 for t in described for p in t["partitions"]
-        ):
-            return
-        time.sleep(0.2)
-
-
 # ------------------------------------------------------------------------------------------ restore
 
 
-def restore_open_partitions(consumer: KafkaConsumer, topic: str, *, timeout_s: float) -> set[TP] | None:
+def restore_open_partitions(consumer: Consumer, topic: str, *, timeout_s: float) -> set[TP] | None:
     """Which partitions the snapshot topic last showed with open transactions (read from the beginning).
 
     The collector publishes an explicit empty snapshot when a partition's open set becomes empty; after a
@@ -266,41 +164,26 @@ def restore_open_partitions(consumer: KafkaConsumer, topic: str, *, timeout_s: f
         None if the topic could not be read completely within `timeout_s` (the caller then publishes empty
         snapshots for every partition it covers, once).
     """
+    read = TopicRead(consumer, topic, timeout_s=timeout_s)
+    latest: dict[TP, bool] = {}
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            return set()
-        tps = [KafkaTopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        end = consumer.end_offsets(tps)
-        remaining = {tp for tp in tps if end[tp] > 0}
-        latest: dict[TP, bool] = {}
-        deadline = time.monotonic() + timeout_s
-        while remaining and time.monotonic() < deadline:
-            for tp, records in consumer.poll(timeout_ms=500).items():
-                for r in records:
-                    _remember(latest, r.headers, r.value)
-                if consumer.position(tp) >= end[tp]:
-                    remaining.discard(tp)
-            for tp in list(remaining):
-                if consumer.position(tp) >= end[tp]:
-                    remaining.discard(tp)
-        if remaining:
-            log.warning(
-                "reading %s back took longer than %.0fs; the first sweep publishes empty snapshots for every "
-                "partition without open transactions",
-                topic,
-                timeout_s,
-            )
-            return None
-        return {tp for tp, is_open in latest.items() if is_open}
-    except Errors.KafkaError as exc:
+        for r in read:
+            _remember(latest, r.headers, r.value)
+    except WireError as exc:
         log.warning(
             "%s; the first sweep publishes empty snapshots for every partition without open transactions",
             explain("Consume", error_name(exc), topic, str(exc)),
         )
         return None
+    if not read.complete:
+        log.warning(
+            "reading %s back took longer than %.0fs; the first sweep publishes empty snapshots for every "
+            "partition without open transactions",
+            topic,
+            timeout_s,
+        )
+        return None
+    return {tp for tp, is_open in latest.items() if is_open}
 
 
 def _remember(latest: dict[TP, bool], headers: Any, value: bytes | None) -> None:

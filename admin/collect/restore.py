@@ -11,16 +11,14 @@ the run then sees those transactions anew, as before.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 
-import kafka.errors as Errors
-from kafka import KafkaConsumer
-from kafka.structs import TopicPartition as KafkaTopicPartition
 from pydantic import ValidationError
 
 from admin.collect.sighting import Sightings
-from admin.wire.connect import error_name, explain
+from admin.wire.connect import Consumer
+from admin.wire.errors import WireError, error_name, explain
+from admin.wire.records import TopicRead
 from detectors.contract import SNAPSHOT_TYPE, TYPE_HEADER
 from detectors.models import PartitionSnapshot
 
@@ -33,7 +31,7 @@ RECENT_RECORDS = 5_000
 RESTORE_SIGHTINGS_MAX_S = 10.0
 
 
-def restore_sightings(consumer: KafkaConsumer, topic: str, *, cluster: str, timeout_s: float) -> Sightings:
+def restore_sightings(consumer: Consumer, topic: str, *, cluster: str, timeout_s: float) -> Sightings:
     """The sightings `cluster`'s recent snapshots on `topic` left (`Sightings.from_snapshots`); none if the topic
     is missing, empty or unreadable. Reads for at most `timeout_s` (capped at `RESTORE_SIGHTINGS_MAX_S`)."""
     budget = min(timeout_s, RESTORE_SIGHTINGS_MAX_S)
@@ -44,41 +42,31 @@ def restore_sightings(consumer: KafkaConsumer, topic: str, *, cluster: str, time
 
 
 def recent_snapshots(
-    consumer: KafkaConsumer, topic: str, *, timeout_s: float, records: int = RECENT_RECORDS
+    consumer: Consumer, topic: str, *, timeout_s: float, records: int = RECENT_RECORDS
 ) -> Iterator[PartitionSnapshot]:
     """The snapshots among the last `records` records of each partition of `topic`, in each partition's order.
 
     Logs once and ends early (never raises a Kafka error) if the topic is missing, unreadable or slower than
     `timeout_s`; what was read by then is yielded."""
+    read = TopicRead(consumer, topic, timeout_s=timeout_s, last=records)
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            log.info("%s does not exist yet: no sightings to restore", topic)
-            return
-        tps = [KafkaTopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        begin, end = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
-        for tp in tps:
-            consumer.seek(tp, max(begin[tp], end[tp] - records))
-        remaining = {tp for tp in tps if consumer.position(tp) < end[tp]}
-        deadline = time.monotonic() + timeout_s
-        while remaining and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=500).values():
-                for r in batch:
-                    snap = _snapshot(r.headers, r.value)
-                    if snap is not None:
-                        yield snap
-            remaining = {tp for tp in remaining if consumer.position(tp) < end[tp]}
-        if remaining:
-            log.warning(
-                "reading the last records of %s took longer than %.0fs; sightings restored from what was read",
-                topic,
-                timeout_s,
-            )
-    except Errors.KafkaError as exc:
+        for r in read:
+            snap = _snapshot(r.headers, r.value)
+            if snap is not None:
+                yield snap
+    except WireError as exc:
         log.warning(
             "%s; open transactions are seen anew (no sightings restored)",
             explain("Consume", error_name(exc), topic, str(exc)),
+        )
+        return
+    if read.missing:
+        log.info("%s does not exist yet: no sightings to restore", topic)
+    elif not read.complete:
+        log.warning(
+            "reading the last records of %s took longer than %.0fs; sightings restored from what was read",
+            topic,
+            timeout_s,
         )
 
 

@@ -16,10 +16,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import kafka.errors as Errors
-from kafka import KafkaConsumer
-from kafka.structs import TopicPartition as KafkaTopicPartition
-
 from admin.live.evidence import (
     CoordinatorView,
     LiveWire,
@@ -29,7 +25,9 @@ from admin.live.evidence import (
     log_leaders_or_none,
     offsets_at,
 )
-from admin.wire.connect import AdminError, explain
+from admin.wire.connect import Consumer
+from admin.wire.errors import AdminError, WireError, explain
+from admin.wire.records import follow, topic_partitions
 from admin.wire.types import FetchFailure, StartBatch, open_transaction, wall_clock_ms
 from common.text import duration, format_table, iso
 from detectors import lateness
@@ -293,7 +291,7 @@ class LogEntry:
 
 
 def read_coordinator_log(
-    consumer: KafkaConsumer,
+    consumer: Consumer,
     *,
     transactional_id: str | None = None,
     from_beginning: bool = False,
@@ -306,7 +304,7 @@ def read_coordinator_log(
     Raises:
         AdminError: the topic does not exist or cannot be read (names the ACL).
     """
-    partitions = consumer.partitions_for_topic(TRANSACTION_LOG_TOPIC)
+    partitions = topic_partitions(consumer, TRANSACTION_LOG_TOPIC)
     if not partitions:
         raise AdminError(
             f"topic {TRANSACTION_LOG_TOPIC} not found: no transaction ever ran on this cluster, or "
@@ -316,35 +314,40 @@ def read_coordinator_log(
     if transactional_id is not None:
         chosen = [coordinator_partition(transactional_id, len(partitions))]
     else:
-        chosen = sorted(partitions)
-    tps = [KafkaTopicPartition(TRANSACTION_LOG_TOPIC, p) for p in chosen]
-    consumer.assign(tps)
-    if from_beginning:
-        consumer.seek_to_beginning(*tps)
-    else:
-        consumer.seek_to_end(*tps)
+        chosen = partitions
+    polls = follow(
+        consumer,
+        TRANSACTION_LOG_TOPIC,
+        chosen,
+        start="beginning" if from_beginning else "end",
+        poll_ms=300,
+        stop=stop,
+    )
     seen = 0
     last_record = time.monotonic()
-    while stop is None or not stop.is_set():
+    while True:
         try:
-            batch = consumer.poll(timeout_ms=300)
-        except Errors.TopicAuthorizationFailedError as exc:
+            batch = next(polls, None)
+        except WireError as exc:
+            if exc.name != "TOPIC_AUTHORIZATION_FAILED":
+                raise
             raise AdminError(explain("Consume", "TOPIC_AUTHORIZATION_FAILED", TRANSACTION_LOG_TOPIC)) from exc
+        if batch is None:  # stopped
+            return
         if batch:
             last_record = time.monotonic()
-        for records in batch.values():
-            for r in records:
-                entry = decode_entry(r.partition, r.offset, r.timestamp, r.key, r.value)
-                if (
-                    transactional_id is not None
-                    and entry.record is not None
-                    and entry.record.transactional_id != transactional_id
-                ):
-                    continue
-                yield entry
-                seen += 1
-                if max_records is not None and seen >= max_records:
-                    return
+        for r in batch:
+            entry = decode_entry(r.partition, r.offset, r.timestamp, r.key, r.value)
+            if (
+                transactional_id is not None
+                and entry.record is not None
+                and entry.record.transactional_id != transactional_id
+            ):
+                continue
+            yield entry
+            seen += 1
+            if max_records is not None and seen >= max_records:
+                return
         if idle_timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= idle_timeout_ms:
             return
 

@@ -16,9 +16,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-import kafka.errors as Errors
-
-from admin.wire.connect import AdminError, error_name, explain
+from admin.wire.errors import AdminError, WireError, error_name, explain
 from admin.wire.types import (
     TP,
     ClusterWire,
@@ -62,7 +60,7 @@ def log_leaders_or_none(wire: ClusterWire) -> dict[int, LogLeader] | None:
     # Read before the listing; None (a failure) is a reason `listing_incomplete` gives.
     try:
         return transaction_log_leaders(wire)
-    except Errors.KafkaError:
+    except WireError:
         return None
 
 
@@ -252,7 +250,7 @@ def transaction_log_leaders(wire: ClusterWire) -> dict[int, LogLeader]:
     say); empty when the topic is not visible.
 
     Raises:
-        kafka.errors.KafkaError: no broker answered Metadata.
+        admin.wire.errors.WireError: no broker answered Metadata.
     """
     view = wire.metadata([TRANSACTION_LOG_TOPIC])
     return {
@@ -289,7 +287,7 @@ def listing_check(
         )
     try:
         after = transaction_log_leaders(wire)
-    except Errors.KafkaError as exc:
+    except WireError as exc:
         return f"{LISTING_INCOMPLETE}: Metadata for {TRANSACTION_LOG_TOPIC}: {exc}"
     return check_listing(before, after, answered)
 
@@ -325,7 +323,7 @@ def listing_incomplete(
         by_leader.setdefault(check.counted[p], []).append(tid)
     try:
         answers = {d.transactional_id: d for d in wire.describe_transactions(by_leader)}
-    except Errors.KafkaError as exc:
+    except WireError as exc:
         return f"{LISTING_INCOMPLETE}: DescribeTransactions: {exc}"
     for p, tid in sorted(probes.items()):
         d = answers.get(tid)
@@ -449,7 +447,7 @@ def start_batch_leader_epoch(
         got = wire.fetch_start_batches(
             {leader: [(tp, start_offset)]}, {tp: leader_epoch} if leader_epoch is not None else None
         ).get((tp, start_offset))
-    except Errors.KafkaError:
+    except WireError:
         return None
     return got.leader_epoch if isinstance(got, StartBatch) else None
 
@@ -470,7 +468,7 @@ def _ask_coordinator(wire: LiveWire, candidate: AbortCandidate) -> tuple[LiveCoo
     try:
         before = transaction_log_leaders(wire)  # `listing_check` compares them with those after
         answers = ask_coordinators(wire, [pid], before)
-    except Errors.KafkaError as exc:
+    except WireError as exc:
         return None, explain("ListTransactions", error_name(exc))
     owner = answers.owners.get(pid)
     if owner is None and answers.listing_failed:
@@ -494,7 +492,7 @@ def _ask_coordinator(wire: LiveWire, candidate: AbortCandidate) -> tuple[LiveCoo
     if named:
         try:
             described = describe_by_id(wire, [named])
-        except (Errors.KafkaError, AdminError) as exc:
+        except (WireError, AdminError) as exc:
             return None, f"DescribeTransactions {named}: {exc}"
         d = described.get(named)
         if d is not None and d.error is None and d.producer_id == pid:

@@ -10,10 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import kafka.errors as Errors
-
 from admin.live.evidence import LiveWire, describe_by_id
-from admin.wire.connect import AdminError, explain
+from admin.wire.errors import AdminError, WireError, explain
 from admin.wire.types import TP, GroupOffsets, GroupStanding, StartBatch, TransactionDescription
 from common.text import duration, format_table, iso
 from detectors.abort import (
@@ -153,7 +151,7 @@ def look_around(wire: ShowWire, candidate: AbortCandidate, live: LiveEvidence) -
         return Surroundings(groups, blocked=blocked)
     try:
         d = describe_by_id(wire, [named]).get(named)
-    except (AdminError, Errors.KafkaError) as exc:
+    except (AdminError, WireError) as exc:
         return Surroundings(groups, named_error=f"DescribeTransactions {named}: {exc}", blocked=blocked)
     if d is None or d.error is not None:
         error = "NOT_DESCRIBED" if d is None else d.error or ""

@@ -37,10 +37,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple, Protocol
 
-import kafka.errors as Errors
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.structs import TopicPartition as KafkaTopicPartition
-
 from admin.live.evidence import LiveWire, observe
 from admin.proposals.show import ActWith as ActWith
 from admin.proposals.show import ShowWire
@@ -53,7 +49,9 @@ from admin.proposals.show import render_list as render_list
 from admin.proposals.show import render_show as render_show
 from admin.proposals.show import show_json as show_json
 from admin.proposals.show import stuck_groups as stuck_groups
-from admin.wire.connect import AdminError, error_name, explain
+from admin.wire.connect import Consumer, Producer
+from admin.wire.errors import AdminError, WireError, error_name, explain
+from admin.wire.records import TopicRead, follow, reads_committed, send_one, topic_partitions
 from admin.wire.types import wall_clock_ms
 from admin.wire.versions import BrokerApis, marker_acl
 from common.cli_options import EXIT_ALREADY_RESOLVED, EXIT_COLLISION, EXIT_DONE, EXIT_ERROR, EXIT_REFUSED
@@ -147,7 +145,7 @@ ReadCommitted = Callable[[AbortCandidate], int | None]
 # ------------------------------------------------------------------------------------ reading topics
 
 
-def read_topic(consumer: KafkaConsumer, topic: str, *, timeout_s: float = 30.0) -> Iterator[tuple[Any, Any]]:
+def read_topic(consumer: Consumer, topic: str, *, timeout_s: float = 30.0) -> Iterator[tuple[Any, Any]]:
     """Every (key, value) of `topic` from the beginning to the end offsets measured at the start.
 
     Yields nothing when the topic does not exist.
@@ -155,31 +153,18 @@ def read_topic(consumer: KafkaConsumer, topic: str, *, timeout_s: float = 30.0) 
     Raises:
         AdminError: the topic could not be read within `timeout_s`, or reading was denied.
     """
+    read = TopicRead(consumer, topic, timeout_s=timeout_s)
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            return
-        tps = [KafkaTopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        end = consumer.end_offsets(tps)
-        remaining = {tp for tp in tps if end[tp] > 0}
-        deadline = time.monotonic() + timeout_s
-        while remaining:
-            if time.monotonic() > deadline:
-                raise AdminError(f"reading {topic} took longer than {timeout_s:.0f}s")
-            for _tp, records in consumer.poll(timeout_ms=500).items():
-                for r in records:
-                    yield r.key, r.value
-            for tp in list(remaining):
-                if consumer.position(tp) >= end[tp]:
-                    remaining.discard(tp)
-    except Errors.KafkaError as exc:
+        for r in read:
+            yield r.key, r.value
+    except WireError as exc:
         raise AdminError(explain("Consume", error_name(exc), topic, str(exc))) from exc
+    if not read.complete:
+        raise AdminError(f"reading {topic} took longer than {timeout_s:.0f}s")
 
 
 def follow_topic(
-    consumer: KafkaConsumer, topic: str, stop: threading.Event, *, poll_ms: int = 1000
+    consumer: Consumer, topic: str, stop: threading.Event, *, poll_ms: int = 1000
 ) -> Iterator[list[tuple[Any, Any]]]:
     """Every (key, value) of `topic` from the beginning, then as it arrives: one list per poll (possibly empty),
     until `stop` is set. A topic that does not exist yet is waited for (the job creates it).
@@ -188,26 +173,22 @@ def follow_topic(
         AdminError: reading was denied, or failed.
     """
     try:
-        partitions = None
+        partitions: list[int] = []
         while not partitions:
             if stop.is_set():
                 return
-            partitions = consumer.partitions_for_topic(topic)
+            partitions = topic_partitions(consumer, topic)
             if not partitions:
                 yield []
                 stop.wait(poll_ms / 1000)
-        tps = [KafkaTopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        while not stop.is_set():
-            batch = consumer.poll(timeout_ms=poll_ms)
-            yield [(r.key, r.value) for records in batch.values() for r in records]
-    except Errors.KafkaError as exc:
+        for batch in follow(consumer, topic, partitions, start="beginning", poll_ms=poll_ms, stop=stop):
+            yield [(r.key, r.value) for r in batch]
+    except WireError as exc:
         raise AdminError(explain("Consume", error_name(exc), topic, str(exc))) from exc
 
 
 def first_read_committed_offset(
-    consumer: KafkaConsumer, candidate: AbortCandidate, *, timeout_s: float = 3.0
+    consumer: Consumer, candidate: AbortCandidate, *, timeout_s: float = 3.0
 ) -> int | None:
     """The offset of the first record `consumer` (isolation_level read_committed) gets from the candidate's start
     offset on, None when it gets none within `timeout_s`: a COMMIT's post-check (`ReadCommitted`). A committed
@@ -217,19 +198,21 @@ def first_read_committed_offset(
         ValueError: the consumer does not read committed (it would see aborted records too).
         AdminError: reading failed.
     """
-    if consumer.config.get("isolation_level") != "read_committed":
+    if not reads_committed(consumer):
         raise ValueError("a COMMIT is post-checked by a read_committed consumer")
-    tp = KafkaTopicPartition(candidate.topic, candidate.partition)
+    polls = follow(
+        consumer, candidate.topic, [candidate.partition], start=candidate.start_offset, poll_ms=200
+    )
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, candidate.start_offset)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            got = [int(r.offset) for records in consumer.poll(timeout_ms=200).values() for r in records]
+            got = [int(r.offset) for r in next(polls)]
             if got:
                 return min(got)
-    except Errors.KafkaError as exc:
+    except WireError as exc:
         raise AdminError(explain("Fetch", error_name(exc), candidate.topic, str(exc))) from exc
+    finally:
+        polls.close()
     return None
 
 
@@ -907,19 +890,21 @@ def _owner_stayed(verify: VerifyResult | None) -> str:
     return "".join(said)
 
 
-def publish_audit(
-    producer: KafkaProducer, topic: str, record: AuditRecord, *, timeout_s: float = 30.0
-) -> None:
+def publish_audit(producer: Producer, topic: str, record: AuditRecord, *, timeout_s: float = 30.0) -> None:
     """Write one audit record (key = candidate id) and wait for its acknowledgement.
 
     Raises:
         AdminError: the record was not acknowledged (the message names the ACL if one is missing).
     """
     try:
-        producer.send(topic, key=record.candidate_id.encode(), value=record.model_dump_json().encode()).get(
-            timeout=timeout_s
+        send_one(
+            producer,
+            topic,
+            record.candidate_id.encode(),
+            record.model_dump_json().encode(),
+            timeout_s=timeout_s,
         )
-    except Errors.KafkaError as exc:
+    except WireError as exc:
         raise AdminError(explain("Produce", error_name(exc), topic, str(exc))) from exc
 
 
@@ -928,7 +913,7 @@ class TopicAuditLog:
     topic again from the beginning to its end offsets, so it sees every record acknowledged before it began."""
 
     def __init__(
-        self, producer: KafkaProducer, consumer: KafkaConsumer, topic: str, *, timeout_s: float = 30.0
+        self, producer: Producer, consumer: Consumer, topic: str, *, timeout_s: float = 30.0
     ) -> None:
         self._producer = producer
         self._consumer = consumer

@@ -1,1 +1,1 @@
-"""Speaking Kafka: the connection, kafka-python under the seams, the seams' types, groups, fetch, versions."""
+"""Speaking Kafka, alone in admin/: clients, errors translated, one module per API family, the seams and their types."""

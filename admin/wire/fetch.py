@@ -13,7 +13,9 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
-from admin.wire.types import StartBatch
+from admin.wire.errors import code_name
+from admin.wire.requests import RequestLog
+from admin.wire.types import TP, FetchFailure, StartBatch
 from detectors.groups import CONSUMER_OFFSETS_TOPIC, pending_commit
 
 # Fetch v4 is the first with isolation levels; v13+ addresses topics by id, which we do not track, and kafka-python's
@@ -23,6 +25,8 @@ FETCH_MAX_VERSION = 12
 # Fetch v9 is the first with a current leader epoch (KIP-320).
 FETCH_LEADER_EPOCH_MIN_VERSION = 9
 READ_UNCOMMITTED = 0
+# Fetch errors after which the same start offset will never yield its batch.
+PERMANENT_FETCH_ERRORS = frozenset({"OFFSET_OUT_OF_RANGE", "NO_BATCH_AT_OFFSET"})
 
 
 def fetch_request(
@@ -71,6 +75,38 @@ def fetch_request(
         else FETCH_MIN_VERSION,
         max_version=FETCH_MAX_VERSION,
     )
+
+
+def parse_fetch_round(
+    response: Any,
+    asked: Sequence[tuple[TP, int]],
+    out: dict[tuple[TP, int], StartBatch | FetchFailure],
+    requests: RequestLog,
+) -> list[tuple[TP, int]]:
+    """Each asked (partition, start offset)'s batch or failure into `out` (errors counted in `requests`); returns
+    those whose batch did not fit this response, to ask first next round."""
+    data = {(t.topic, p.partition_index): p for t in response.responses for p in t.partitions}
+    retry: list[tuple[TP, int]] = []
+    for tp, offset in asked:
+        p = data.get(tp)
+        if p is None:
+            out[(tp, offset)] = FetchFailure("MISSING_FROM_RESPONSE", permanent=False)
+            continue
+        error = code_name(p.error_code)
+        if error is not None:
+            requests.record_partition_error("Fetch", error)
+            out[(tp, offset)] = FetchFailure(error, permanent=error in PERMANENT_FETCH_ERRORS)
+            continue
+        batch = parse_start_batch(p.records, offset, tp[0])
+        if batch is not None:
+            out[(tp, offset)] = batch
+        elif not p.records and p.high_watermark > offset:
+            retry.append((tp, offset))  # did not fit this response; first in line next round
+        elif p.records:
+            out[(tp, offset)] = FetchFailure("NO_BATCH_AT_OFFSET", permanent=True)
+        else:
+            out[(tp, offset)] = FetchFailure("OFFSET_NOT_YET_REPLICATED", permanent=False)
+    return retry
 
 
 def parse_start_batch(

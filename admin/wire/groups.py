@@ -19,7 +19,7 @@ import kafka.errors as Errors
 from kafka import KafkaAdminClient
 from kafka.protocol.consumer.group import OffsetFetchRequest
 
-from admin.wire.connect import code_name, error_name
+from admin.wire.errors import code_name, error_name, kafka_errors_translated
 from admin.wire.requests import RequestLog
 from admin.wire.types import TP
 
@@ -32,6 +32,10 @@ COORDINATOR_ERRORS = frozenset(
 # v10 names topics by id, which this reader does not resolve; v8 is the first with many groups per request.
 OFFSET_FETCH_MANY_GROUPS = 8
 GROUP_COORDINATOR = 0  # FindCoordinator key type
+# v7 is the first with `require_stable` (KIP-447).
+REQUIRE_STABLE_VERSION = 7
+# OffsetFetch's answer while a group's committed offsets are pending in an open transaction (require_stable).
+UNSTABLE_OFFSET_COMMIT = 88
 
 
 class GroupIds(NamedTuple):
@@ -87,7 +91,8 @@ class KafkaGroupOffsets:
         """Each group's committed offset on each of `partitions`: one OffsetFetch per group coordinator."""
         if not groups or not partitions:
             return CommittedOffsets({}, {})
-        return self._manager.run(self._fetch, list(groups), list(partitions))  # type: ignore[no-any-return]
+        with kafka_errors_translated():
+            return self._manager.run(self._fetch, list(groups), list(partitions))  # type: ignore[no-any-return]
 
     async def _fetch(self, groups: list[str], partitions: list[TP]) -> CommittedOffsets:
         offsets: dict[tuple[str, TP], int] = {}
@@ -106,7 +111,9 @@ class KafkaGroupOffsets:
         for coordinator, its_groups in sorted(by_coordinator.items()):
             for request_groups in [its_groups] if many else [[g] for g in its_groups]:
                 try:
-                    response = await self._send(coordinator, _request(request_groups, partitions, many=many))
+                    response = await self._send(
+                        coordinator, offset_fetch_request(request_groups, partitions, many=many)
+                    )
                 except Errors.KafkaError as exc:
                     errors[error_name(exc)] += len(request_groups)
                     self._forget_coordinators(request_groups)
@@ -143,7 +150,12 @@ class KafkaGroupOffsets:
                 del cached[key]
 
 
-def _request(groups: Sequence[str], partitions: Sequence[TP], *, many: bool) -> Any:
+def offset_fetch_request(
+    groups: Sequence[str], partitions: Sequence[TP], *, many: bool, require_stable: bool = False
+) -> Any:
+    """OffsetFetch of `groups`' committed offsets on `partitions`: v8 for many groups in one request, else one
+    group at v7 or older; `require_stable` (one group, v7 exactly) makes pending offsets answer
+    UNSTABLE_OFFSET_COMMIT, as every read_committed consumer asks."""
     by_topic: dict[str, list[int]] = {}
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
@@ -155,17 +167,27 @@ def _request(groups: Sequence[str], partitions: Sequence[TP], *, many: bool) -> 
                 group(group_id=g, topics=[topic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
                 for g in groups
             ],
-            require_stable=False,
+            require_stable=require_stable,
             min_version=OFFSET_FETCH_MANY_GROUPS,
             max_version=OFFSET_FETCH_MANY_GROUPS,
         )
     (only,) = groups
     topic_ = OffsetFetchRequest.OffsetFetchRequestTopic
+    stable: dict[str, Any] = (
+        {"require_stable": True, "min_version": REQUIRE_STABLE_VERSION} if require_stable else {}
+    )
     return OffsetFetchRequest(
         group_id=only,
         topics=[topic_(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
         max_version=OFFSET_FETCH_MANY_GROUPS - 1,
+        **stable,
     )
+
+
+def has_unstable_offsets(response: Any) -> bool:
+    """The OffsetFetch answer says UNSTABLE_OFFSET_COMMIT, for the group or any partition."""
+    codes = {response.error_code} | {p.error_code for t in response.topics for p in t.partitions}
+    return UNSTABLE_OFFSET_COMMIT in codes
 
 
 def _answers(

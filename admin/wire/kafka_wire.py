@@ -1,9 +1,7 @@
-"""kafka-python under the collector's seams: hand-built requests sent on kafka-python's own IO loop.
-
-`KafkaAdminClient.describe_producers` raises for any per-partition error and sends one broker at a time, so
-the collector builds DescribeProducers, Fetch, ListOffsets, DescribeConfigs, ListTransactions and
-DescribeTransactions requests (and `txnwatch proposals abort` one WriteTxnMarkers) from `kafka.protocol` and sends them with `admin._manager.send`, one coroutine per
-broker on kafka-python's loop (not asyncio), a few requests in flight per connection.
+"""kafka-python under the seams: `KafkaWire` sends the requests each API family's module builds (cluster,
+producers, fetch, offsets, transactions, groups, markers) on kafka-python's own IO loop, with
+`admin._manager.send`: one coroutine per broker (not asyncio), a few requests in flight per connection. Every
+kafka-python error it lets out is a `WireError` (admin/wire/errors.py).
 """
 
 from __future__ import annotations
@@ -13,25 +11,42 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import kafka.errors as Errors
-from kafka import KafkaAdminClient
-from kafka.protocol.admin import DescribeConfigsRequest
-from kafka.protocol.admin.transactions import (
-    DescribeProducersRequest,
-    DescribeTransactionsRequest,
-    ListTransactionsRequest,
-)
-from kafka.protocol.consumer import ListOffsetsRequest
-from kafka.protocol.consumer.group import OffsetFetchRequest
-from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
-from admin.wire.connect import code_name, error_name
-from admin.wire.fetch import fetch_request, parse_start_batch
+from admin.wire.cluster import (
+    describe_denied,
+    max_timeout_request,
+    metadata_request,
+    negotiated_apis,
+    parse_max_timeout,
+    parse_metadata,
+)
+from admin.wire.connect import AdminClient
+from admin.wire.errors import WireError, error_name, kafka_errors_translated
+from admin.wire.fetch import fetch_request, parse_fetch_round
+from admin.wire.groups import has_unstable_offsets, offset_fetch_request
+from admin.wire.markers import parse_marker_answer, write_txn_marker_request
+from admin.wire.offsets import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    list_offsets_request,
+    parse_end_offsets,
+    parse_offsets,
+)
+from admin.wire.producers import describe_producers_request, parse_describe_producers
 from admin.wire.requests import RequestLog
+from admin.wire.transactions import (
+    DESCRIBE_TRANSACTIONS_BATCH,
+    describe_transactions_request,
+    list_transactions_request,
+    parse_descriptions,
+    parse_listing,
+    undescribed,
+)
 from admin.wire.types import (
     TP,
-    ActiveProducer,
     BrokerTimeout,
     ClusterView,
     DescribeBatch,
@@ -41,28 +56,15 @@ from admin.wire.types import (
     GroupStanding,
     ListingResult,
     Offsets,
-    PartitionProducers,
     StartBatch,
     TransactionDescription,
     TransactionListing,
     wall_clock_ms,
 )
-from admin.wire.versions import ADMIN_MARKER_TRANSACTION_VERSION, BrokerApis
+from admin.wire.versions import BrokerApis
 from detectors.groups import CONSUMER_OFFSETS_TOPIC, offsets_partition_for
 
 log = logging.getLogger(__name__)
-
-LATEST_TIMESTAMP = -1
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
-BROKER_RESOURCE = 4  # ConfigResourceType.BROKER
-MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
-DESCRIBE_TRANSACTIONS_BATCH = 100
-# Fetch errors after which the same start offset will never yield its batch.
-PERMANENT_FETCH_ERRORS = frozenset({"OFFSET_OUT_OF_RANGE", "NO_BATCH_AT_OFFSET"})
-
-
-# OffsetFetch's answer while a group's committed offsets are pending in an open transaction (require_stable).
-UNSTABLE_OFFSET_COMMIT = 88
 
 
 class KafkaWire:
@@ -78,7 +80,7 @@ class KafkaWire:
 
     def __init__(
         self,
-        admin: KafkaAdminClient,
+        admin: AdminClient,
         *,
         request_timeout_ms: int = 15_000,
         max_in_flight: int = 3,
@@ -101,7 +103,9 @@ class KafkaWire:
     # ------------------------------------------------------------------------------------ plumbing
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return self._manager.run(fn, *args)
+        # What the IO loop raises leaves as the wire's own error (WireError), never kafka-python's.
+        with kafka_errors_translated():
+            return self._manager.run(fn, *args)
 
     def _send(self, api: str, broker: int | None, request: Any) -> Any:
         """Send on the IO loop (call from a coroutine running there); returns kafka-python's Future."""
@@ -127,8 +131,7 @@ class KafkaWire:
         return self._run(self._metadata, None if topics is None else list(topics))  # type: ignore[no-any-return]
 
     async def _metadata(self, topics: list[str] | None) -> ClusterView:
-        wanted = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-        request = MetadataRequest(topics=wanted, allow_auto_topic_creation=False)
+        request = metadata_request(topics)
         attempts = max(3, len(self._manager.cluster.brokers()))
         for attempt in range(attempts):
             # The least loaded node may be a broker that just died; kafka-python then backs it off, so the
@@ -140,26 +143,9 @@ class KafkaWire:
                 if attempt == attempts - 1:
                     raise
                 await self._manager._net.sleep(0.05)
-        brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
-        leaders: dict[TP, int] = {}
-        epochs: dict[TP, int] = {}
-        internal: set[str] = set()
-        for topic in response.topics:
-            if topic.error_code != 0 or topic.name is None:
-                if topic.error_code not in (0, 3):  # UNKNOWN_TOPIC_OR_PARTITION: deleted meanwhile
-                    self.requests.record_partition_error("Metadata", code_name(topic.error_code) or "?")
-                continue
-            if topic.is_internal:
-                internal.add(topic.name)
-            for p in topic.partitions:
-                leaders[(topic.name, p.partition_index)] = p.leader_id if p.leader_id is not None else -1
-                epoch = getattr(p, "leader_epoch", None)  # Metadata v7+; -1 when the broker did not say
-                if epoch is not None and epoch >= 0:
-                    epochs[(topic.name, p.partition_index)] = epoch
-        await self._ensure_brokers_known(list(brokers))
-        return ClusterView(
-            brokers=brokers, leaders=leaders, internal_topics=frozenset(internal), leader_epochs=epochs
-        )
+        view = parse_metadata(response, self.requests)
+        await self._ensure_brokers_known(list(view.brokers))
+        return view
 
     # --------------------------------------------------------------------------- DescribeProducers
 
@@ -193,7 +179,7 @@ class KafkaWire:
             sent_at = self._clock_ms()
             stamp: list[int] = []
             try:
-                future = self._send("DescribeProducers", broker, _describe_producers_request(batch))
+                future = self._send("DescribeProducers", broker, describe_producers_request(batch))
             except Exception as exc:  # UnknownBrokerIdError and the like, raised before sending
                 failure = DescribeBatch(
                     broker,
@@ -232,29 +218,9 @@ class KafkaWire:
             )
         at = stamp[0] if stamp else self._clock_ms()
         await self._yield()
-        results: dict[TP, PartitionProducers] = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                error = code_name(p.error_code)
-                if error is not None:
-                    self.requests.record_partition_error("DescribeProducers", error)
-                    results[(topic.name, p.partition_index)] = PartitionProducers(error, (), p.error_message)
-                    continue
-                results[(topic.name, p.partition_index)] = PartitionProducers(
-                    None,
-                    tuple(
-                        ActiveProducer(
-                            a.producer_id,
-                            a.producer_epoch,
-                            a.last_sequence,
-                            a.last_timestamp,
-                            a.coordinator_epoch,
-                            a.current_txn_start_offset,
-                        )
-                        for a in p.active_producers
-                    ),
-                )
-        return DescribeBatch(broker, batch, at, results, sent_at_ms=sent_at)
+        return DescribeBatch(
+            broker, batch, at, parse_describe_producers(response, self.requests), sent_at_ms=sent_at
+        )
 
     # ------------------------------------------------------------------------------- start batches
 
@@ -299,27 +265,7 @@ class KafkaWire:
                 for key in pending:
                     out[key] = FetchFailure(error_name(exc), permanent=False)
                 return out
-            data = {(t.topic, p.partition_index): p for t in response.responses for p in t.partitions}
-            retry: list[tuple[TP, int]] = []
-            for tp, offset in this_round:
-                p = data.get(tp)
-                if p is None:
-                    out[(tp, offset)] = FetchFailure("MISSING_FROM_RESPONSE", permanent=False)
-                    continue
-                error = code_name(p.error_code)
-                if error is not None:
-                    self.requests.record_partition_error("Fetch", error)
-                    out[(tp, offset)] = FetchFailure(error, permanent=error in PERMANENT_FETCH_ERRORS)
-                    continue
-                batch = parse_start_batch(p.records, offset, tp[0])
-                if batch is not None:
-                    out[(tp, offset)] = batch
-                elif not p.records and p.high_watermark > offset:
-                    retry.append((tp, offset))  # did not fit this response; first in line next round
-                elif p.records:
-                    out[(tp, offset)] = FetchFailure("NO_BATCH_AT_OFFSET", permanent=True)
-                else:
-                    out[(tp, offset)] = FetchFailure("OFFSET_NOT_YET_REPLICATED", permanent=False)
+            retry = parse_fetch_round(response, this_round, out, self.requests)
             pending = retry + later
         for key in pending:
             out[key] = FetchFailure("FETCH_ROUNDS_EXHAUSTED", permanent=False)
@@ -343,7 +289,7 @@ class KafkaWire:
     ) -> dict[TP, Offsets]:
         sent: list[Any] = []  # per isolation level: kafka-python's Future, or the error that kept it unsent
         for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
-            request = _list_offsets_request(tps, isolation, leader_epochs)
+            request = list_offsets_request(tps, isolation, leader_epochs)
             try:
                 sent.append(self._send("ListOffsets", broker, request))
             except Exception as exc:
@@ -351,7 +297,6 @@ class KafkaWire:
         values: list[dict[TP, int]] = []
         errors: dict[TP, str] = {}  # the first error either request gave for the partition
         for future in sent:
-            found: dict[TP, int] = {}
             response, failure = None, future if isinstance(future, str) else None
             if failure is None:
                 try:
@@ -361,16 +306,7 @@ class KafkaWire:
             if failure is not None:
                 for tp in tps:
                     errors.setdefault(tp, failure)
-            for topic in response.topics if response is not None else ():
-                for p in topic.partitions:
-                    tp = (topic.name, p.partition_index)
-                    if p.error_code == 0 and p.offset >= 0:
-                        found[tp] = p.offset
-                    elif p.error_code != 0:
-                        error = code_name(p.error_code) or "?"
-                        self.requests.record_partition_error("ListOffsets", error)
-                        errors.setdefault(tp, error)
-            values.append(found)
+            values.append({} if response is None else parse_offsets(response, self.requests, errors))
         lso, hw = values
         return {tp: Offsets(lso.get(tp), hw.get(tp), errors.get(tp)) for tp in tps}
 
@@ -394,20 +330,13 @@ class KafkaWire:
         # One read_uncommitted ListOffsets (latest = the high watermark); unlike `list_offsets` it keeps each
         # partition's error, since the coordinator log position must say why a partition is missing.
         replica_id = DEBUGGING_REPLICA_ID if log_end else CONSUMER_REPLICA_ID
-        request = _list_offsets_request(tps, READ_UNCOMMITTED, leader_epochs, replica_id)
+        request = list_offsets_request(tps, READ_UNCOMMITTED, leader_epochs, replica_id)
         try:
             response = await self._send("ListOffsets", broker, request)
         except Exception as exc:
             name = error_name(exc)
             return dict.fromkeys(tps, EndOffset(None, name))
-        found: dict[TP, EndOffset] = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                error = code_name(p.error_code)
-                if error is not None:
-                    self.requests.record_partition_error("ListOffsets", error)
-                found[(topic.name, p.partition_index)] = EndOffset(p.offset if error is None else None, error)
-        return {tp: found.get(tp, EndOffset(None, "MISSING_FROM_RESPONSE")) for tp in tps}
+        return parse_end_offsets(response, tps, self.requests)
 
     # ------------------------------------------------------------------------------ DescribeConfigs
 
@@ -417,33 +346,11 @@ class KafkaWire:
         return dict(zip(brokers, results, strict=True))
 
     async def _timeout_broker(self, broker: int) -> BrokerTimeout:
-        resource = DescribeConfigsRequest.DescribeConfigsResource
-        request = DescribeConfigsRequest(
-            resources=[
-                resource(
-                    resource_type=BROKER_RESOURCE,
-                    resource_name=str(broker),
-                    configuration_keys=[MAX_TIMEOUT_CONFIG],
-                )
-            ],
-            include_synonyms=False,
-        )
         try:
-            response = await self._send("DescribeConfigs", broker, request)
+            response = await self._send("DescribeConfigs", broker, max_timeout_request(broker))
         except Exception as exc:
             return BrokerTimeout(None, error_name(exc))
-        for result in response.results:
-            error = code_name(result.error_code)
-            if error is not None:
-                self.requests.record_partition_error("DescribeConfigs", error)
-                return BrokerTimeout(None, error)
-            for config in result.configs:
-                if config.name == MAX_TIMEOUT_CONFIG and config.value is not None:
-                    try:
-                        return BrokerTimeout(int(config.value))
-                    except ValueError:
-                        return BrokerTimeout(None, "INVALID_CONFIG_VALUE")
-        return BrokerTimeout(None, "CONFIG_NOT_RETURNED")
+        return parse_max_timeout(response, self.requests)
 
     # ------------------------------------------------------------------------ coordinator fallback
 
@@ -461,8 +368,7 @@ class KafkaWire:
         except Exception as exc:
             log.debug("ApiVersions of broker %d unknown: %s", broker, error_name(exc))
             return {}
-        data = connection.broker_version_data
-        return {} if data is None or data.api_versions is None else dict(data.api_versions)
+        return negotiated_apis(connection)
 
     def list_transactions(
         self,
@@ -489,25 +395,12 @@ class KafkaWire:
     async def _list_broker(
         self, broker: int, producer_ids: list[int], states: list[str], duration_filter_ms: int | None
     ) -> tuple[list[TransactionListing], str | None]:
-        kwargs: dict[str, Any] = {
-            "state_filters": states,
-            "producer_id_filters": producer_ids,
-            "min_version": 0,
-        }
-        if duration_filter_ms is not None:
-            kwargs.update(duration_filter=duration_filter_ms, min_version=1)
+        request = list_transactions_request(producer_ids, states, duration_filter_ms)
         try:
-            response = await self._send("ListTransactions", broker, ListTransactionsRequest(**kwargs))
+            response = await self._send("ListTransactions", broker, request)
         except Exception as exc:
             return [], error_name(exc)
-        error = code_name(response.error_code)
-        if error is not None:
-            self.requests.record_partition_error("ListTransactions", error)
-            return [], error
-        return [
-            TransactionListing(t.transactional_id, t.producer_id, t.transaction_state, broker)
-            for t in response.transaction_states
-        ], None
+        return parse_listing(response, broker, self.requests)
 
     def describe_transactions(
         self, by_coordinator: Mapping[int, Sequence[str]]
@@ -522,32 +415,10 @@ class KafkaWire:
 
     async def _describe_txns(self, broker: int, ids: list[str]) -> list[TransactionDescription]:
         try:
-            response = await self._send(
-                "DescribeTransactions", broker, DescribeTransactionsRequest(transactional_ids=ids)
-            )
+            response = await self._send("DescribeTransactions", broker, describe_transactions_request(ids))
         except Exception as exc:
-            name = error_name(exc)
-            return [TransactionDescription(i, name, "", -1, -1, -1, -1, (), broker) for i in ids]
-        out: list[TransactionDescription] = []
-        for t in response.transaction_states:
-            error = code_name(t.error_code)
-            if error is not None:
-                self.requests.record_partition_error("DescribeTransactions", error)
-            partitions = tuple(sorted((topic.topic, p) for topic in t.topics for p in topic.partitions))
-            out.append(
-                TransactionDescription(
-                    t.transactional_id,
-                    error,
-                    t.transaction_state,
-                    t.transaction_timeout_ms,
-                    t.transaction_start_time_ms,
-                    t.producer_id,
-                    t.producer_epoch,
-                    partitions,
-                    broker,
-                )
-            )
-        return out
+            return undescribed(ids, error_name(exc), broker)
+        return parse_descriptions(response, broker, self.requests)
 
     def describe_denied(self, topic: str) -> bool:
         """True if the principal may not Describe `topic` (Metadata for it answers TOPIC_AUTHORIZATION_FAILED).
@@ -558,14 +429,8 @@ class KafkaWire:
         return self._run(self._describe_denied, topic)  # type: ignore[no-any-return]
 
     async def _describe_denied(self, topic: str) -> bool:
-        request = MetadataRequest(
-            topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False
-        )
-        response = await self._send("Metadata", None, request)
-        return any(
-            t.name == topic and code_name(t.error_code) == "TOPIC_AUTHORIZATION_FAILED"
-            for t in response.topics
-        )
+        response = await self._send("Metadata", None, metadata_request([topic]))
+        return describe_denied(response, topic)
 
     # ------------------------------------------------------------------------------ consumer groups
 
@@ -604,7 +469,7 @@ class KafkaWire:
                 for g in self._admin.list_groups()
                 if g["group_id"] != group and offsets_partition_for(g["group_id"], partitions) == placed
             )
-        except Errors.KafkaError as exc:
+        except (Errors.KafkaError, WireError) as exc:
             return GroupStanding(group, error=error_name(exc))
         return GroupStanding(
             group,
@@ -616,20 +481,9 @@ class KafkaWire:
 
     async def _fetch_unstable(self, group: str, pending: list[TP]) -> bool:
         coordinator = await self._admin._find_coordinator_id(group)
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in pending:
-            by_topic.setdefault(topic, []).append(partition)
-        topic = OffsetFetchRequest.OffsetFetchRequestTopic
-        request = OffsetFetchRequest(
-            group_id=group,
-            topics=[topic(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
-            require_stable=True,
-            min_version=7,
-            max_version=7,
-        )
+        request = offset_fetch_request([group], pending, many=False, require_stable=True)
         response = await self._send("OffsetFetch", coordinator, request)
-        codes = {response.error_code} | {p.error_code for t in response.topics for p in t.partitions}
-        return UNSTABLE_OFFSET_COMMIT in codes
+        return has_unstable_offsets(response)
 
     def _offsets_partitions(self) -> int:
         described = self._admin.describe_topics([CONSUMER_OFFSETS_TOPIC])
@@ -668,20 +522,13 @@ class KafkaWire:
         """
         if coordinator_epoch < 0:
             raise ValueError("WriteTxnMarkers: the coordinator epoch must be >= 0 (never -1)")
-        marker = WriteTxnMarkersRequest.WritableTxnMarker
-        request = WriteTxnMarkersRequest(
-            markers=[
-                marker(
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    transaction_result=transaction_result == "COMMIT",  # false: ABORT, true: COMMIT
-                    topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
-                    coordinator_epoch=coordinator_epoch,
-                    # Sent (v2, Kafka 4.2+) as Kafka's `Admin.abortTransaction` sends it: see
-                    # `admin.wire.versions.ADMIN_MARKER_TRANSACTION_VERSION`. Left out of v1 (older brokers).
-                    transaction_version=ADMIN_MARKER_TRANSACTION_VERSION,
-                )
-            ]
+        request = write_txn_marker_request(
+            topic=topic,
+            partition=partition,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            transaction_result=transaction_result,
         )
         return self._run(self._write_marker, broker, request, (topic, partition))  # type: ignore[no-any-return]
 
@@ -691,60 +538,4 @@ class KafkaWire:
             response = await self._send("WriteTxnMarkers", broker, request)
         except Exception as exc:
             return error_name(exc)
-        for result in response.markers:
-            for topic in result.topics:
-                for p in topic.partitions:
-                    if (topic.name, p.partition_index) == tp:
-                        return code_name(p.error_code)
-        return "MISSING_FROM_RESPONSE"
-
-
-def _describe_producers_request(batch: Sequence[TP]) -> Any:
-    topic = DescribeProducersRequest.TopicRequest
-    by_topic: dict[str, list[int]] = {}
-    for name, partition in batch:
-        by_topic.setdefault(name, []).append(partition)
-    return DescribeProducersRequest(
-        topics=[topic(name=name, partition_indexes=parts) for name, parts in by_topic.items()]
-    )
-
-
-# ListOffsets' replica ids: a client (the leader's high watermark or LSO), or a debugging tool (its log end offset).
-CONSUMER_REPLICA_ID = -1
-DEBUGGING_REPLICA_ID = -2
-
-
-def _list_offsets_request(
-    tps: Sequence[TP],
-    isolation: int,
-    leader_epochs: Mapping[TP, int],
-    replica_id: int = CONSUMER_REPLICA_ID,
-) -> Any:
-    """ListOffsets (latest) for `tps`, each with the leader epoch of record where known (-1 otherwise).
-
-    With an epoch, a broker that is not the leader at exactly that epoch answers FENCED_LEADER_EPOCH (it knows a
-    newer one), UNKNOWN_LEADER_EPOCH (an older one) or NOT_LEADER_OR_FOLLOWER (`Partition.localLogWithEpochOrThrow`;
-    replica id -1 asks the leader only): a deposed leader's high watermark or LSO is refused, not returned.
-
-    `replica_id` -2 (`ListOffsetsRequest.DEBUGGING_REPLICA_ID`) asks for the log end offset: the broker then applies
-    no isolation level (`ReplicaManager.fetchOffset`: only replica id -1 is a client request) and answers its local
-    log's end (`Partition.fetchOffsetForTimestamp`), under the same Describe-on-topic check and epoch fencing.
-    """
-    topic = ListOffsetsRequest.ListOffsetsTopic
-    by_topic: dict[str, list[Any]] = {}
-    for name, partition in tps:
-        by_topic.setdefault(name, []).append(
-            topic.ListOffsetsPartition(
-                partition_index=partition,
-                current_leader_epoch=leader_epochs.get((name, partition), -1),
-                timestamp=LATEST_TIMESTAMP,
-            )
-        )
-    # v2 is the first with an isolation level (Kafka 4.0 removed v0), v4 the first with a current leader epoch:
-    # never let an epoch be dropped by an older version.
-    return ListOffsetsRequest(
-        replica_id=replica_id,
-        isolation_level=isolation,
-        topics=[topic(name=name, partitions=parts) for name, parts in by_topic.items()],
-        min_version=4 if any(leader_epochs.get(tp, -1) >= 0 for tp in tps) else 2,
-    )
+        return parse_marker_answer(response, tp)

@@ -365,3 +365,39 @@ class SweepResult:
             "coordinator_log_positions": [p.model_dump(mode="json") for p in self.positions],
             "problems": self.problems,
         }
+
+
+# ------------------------------------------------------------------------------- our own topics' records
+
+Headers = list[tuple[str, bytes]]
+
+
+class OutRecord(NamedTuple):
+    """One record to produce."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    headers: Headers
+
+
+class ConsumedRecord(Protocol):
+    """One record a consumer read (kafka-python's ConsumerRecord), as `admin.wire.records` hands it out."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def headers(self) -> Headers | None: ...

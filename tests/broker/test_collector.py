@@ -36,7 +36,8 @@ from admin.collect.collector import Collector
 from admin.collect.coordinator import CoordinatorPoller
 from admin.collect.metrics import CollectorMetrics
 from admin.collect.publish import KafkaSink, OutRecord, Publisher, ensure_topics
-from admin.wire.connect import AdminError, connect_admin, producer_for
+from admin.wire.connect import connect_admin, producer_for
+from admin.wire.errors import AdminError
 from admin.wire.kafka_wire import KafkaWire
 from admin.wire.requests import RequestLog
 from admin.wire.types import ClusterView, ListingResult, SweepResult

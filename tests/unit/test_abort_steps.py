@@ -29,7 +29,7 @@ from admin.proposals.verified_marker import (
     verified_or_ending,
     verify_live,
 )
-from admin.wire.connect import AdminError
+from admin.wire.errors import AdminError
 from admin.wire.versions import BrokerApis
 from detectors.abort import post_check, verify_abort
 from detectors.models import AbortCandidate, AuditOutcome, AuditRecord, VerifyOutcome

@@ -24,7 +24,7 @@ import admin.cli.main
 import streaming.cli
 import txnwatch_cli
 from admin.proposals.verified_marker import NOT_PROPOSED, candidate_at
-from admin.wire.connect import AdminError
+from admin.wire.errors import AdminError
 from common.cli_options import (
     ALL_COMMANDS,
     EXIT_CANDIDATES_LISTED,

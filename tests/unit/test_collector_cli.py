@@ -250,7 +250,7 @@ def test_inspect_partition_asks_the_new_leader_after_not_leader() -> None:
 
 
 def test_inspect_partition_gives_up_on_a_leader_that_keeps_moving() -> None:
-    from admin.wire.connect import AdminError
+    from admin.wire.errors import AdminError
 
     pauses: list[float] = []
     fake = FakeBoth(leaders={("orders", 0): 1}, partition_errors={("orders", 0): "NOT_LEADER_OR_FOLLOWER"})
@@ -267,7 +267,7 @@ def test_inspect_partition_without_open_transactions() -> None:
 
 
 def test_inspect_unknown_partition() -> None:
-    from admin.wire.connect import AdminError
+    from admin.wire.errors import AdminError
 
     with pytest.raises(AdminError, match="does not exist"):
         inspect_partition(FakeBoth(leaders={("orders", 0): 1}), "orders", 9)

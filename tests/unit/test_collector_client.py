@@ -6,12 +6,15 @@ import kafka.errors as Errors
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
-from admin.wire.connect import (
+from admin.wire.connect import client_kwargs
+from admin.wire.errors import (
     KIP_664_MESSAGE,
-    client_kwargs,
+    WireError,
+    WireTimeout,
     code_name,
     error_name,
     explain,
+    kafka_errors_translated,
     missing_acl,
 )
 from common.settings import KafkaSettings
@@ -96,6 +99,24 @@ def test_explain_messages() -> None:
 )
 def test_error_name(exc: BaseException, name: str) -> None:
     assert error_name(exc) == name
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (Errors.TopicAuthorizationFailedError("orders"), WireError),
+        (Errors.KafkaTimeoutError("no answer"), WireTimeout),
+        (Errors.KafkaConnectionError(), WireError),
+    ],
+)
+def test_kafka_errors_leave_the_wire_as_its_own_with_the_same_name_and_message(
+    exc: Errors.KafkaError, kind: type[WireError]
+) -> None:
+    with pytest.raises(kind) as raised, kafka_errors_translated():
+        raise exc
+    assert type(raised.value) is kind and raised.value.__cause__ is exc
+    assert (error_name(raised.value), str(raised.value)) == (error_name(exc), str(exc))
+    assert explain("Consume", error_name(raised.value), "t") == explain("Consume", error_name(exc), "t")
 
 
 def test_code_name() -> None:

@@ -16,7 +16,7 @@ from admin.collect.coordinator import (
     tombstone,
 )
 from admin.collect.publish import OutRecord, Publisher
-from admin.wire.connect import AdminError
+from admin.wire.errors import AdminError
 from admin.wire.types import TP, EndOffset, ListingResult, record_from_description
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE
 from detectors.models import (

@@ -23,7 +23,7 @@ from admin.collect.publish import (
     restore_open_partitions,
     sweep_records,
 )
-from admin.wire.connect import AdminError
+from admin.wire.errors import AdminError
 from admin.wire.types import SweepResult
 from common.settings import CollectorSettings
 from common.topics import OutputTopicSettings

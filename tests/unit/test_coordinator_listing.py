@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 import pytest
 from builders import LIMITS, MINUTE, SECOND, open_txn, snapshot
 from collector_fakes import T0, FakeCluster, FakeCoordinators, description, producer, start_batch
-from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 import txnwatch_cli
 from admin.cli import main as cli
@@ -22,6 +21,7 @@ from admin.collect.coordinator import CoordinatorPoll, CoordinatorPoller
 from admin.collect.metrics import CollectorMetrics
 from admin.collect.publish import OutRecord, Publisher
 from admin.live.evidence import listing_incomplete
+from admin.wire.errors import WireError, WireTimeout
 from admin.wire.types import ClusterView, ListingResult, TransactionDescription
 from common.settings import CollectorSettings
 from detectors.contract import COORDINATOR_LOG_POSITION_TYPE, SNAPSHOT_TYPE, TYPE_HEADER
@@ -201,7 +201,7 @@ class Polled(FakeCluster, Coordinators):
 
     def metadata(self, topics: Sequence[str] | None = None) -> ClusterView:
         if self.log_metadata_fails and topics is not None and LOG in topics:
-            raise KafkaTimeoutError("no broker answered")
+            raise WireTimeout("KafkaTimeoutError: no broker answered")
         return super().metadata(topics)
 
     def list_transactions(self, **kwargs: Any) -> ListingResult:
@@ -224,7 +224,7 @@ class Polled(FakeCluster, Coordinators):
         asked = {i for ids in by_coordinator.values() for i in ids}
         if asked & self.describe_raises:
             self.describe_raises -= asked
-            raise KafkaConnectionError("the IO loop failed")
+            raise WireError("KafkaConnectionError: the IO loop failed", "BROKER_UNREACHABLE")
         return super().describe_transactions(by_coordinator)
 
 
@@ -241,7 +241,7 @@ class Sink:
 
     def send_all(self, records: Sequence[OutRecord]) -> None:
         if self.coordinator_topic_fails and any(r.topic == COORDINATOR_TOPIC for r in records):
-            raise KafkaTimeoutError("no acknowledgement")
+            raise WireTimeout("KafkaTimeoutError: no acknowledgement")
         for r in records:
             self.sent.append(r)
             if r.topic == COORDINATOR_TOPIC:
@@ -595,7 +595,7 @@ def test_a_transaction_that_ends_between_two_listings_that_look_alike_is_never_p
     collector = swept(f)
     begin_t2(f)
     f.sink.coordinator_topic_fails = True
-    with pytest.raises(KafkaTimeoutError):
+    with pytest.raises(WireTimeout):
         turn(f, collector, T0 + 10 * SECOND)
     f.sink.coordinator_topic_fails = False
     f.cluster.on_listing = [lambda: commit_t2(f)]
@@ -639,7 +639,7 @@ def test_a_poll_that_raises_is_undone() -> None:
     begin_t2(f)
     del f.cluster.descriptions["tx-2"]  # expires
     f.cluster.describe_raises = {"tx-2"}
-    with pytest.raises(KafkaConnectionError):
+    with pytest.raises(WireError):
         turn(f, collector, T0 + 10 * SECOND)
     turn(f, collector, T0 + 20 * SECOND)
     record = f.sink.view("tx-1")
