@@ -12,6 +12,7 @@ read_committed reader.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -54,7 +55,8 @@ def stop(proc: subprocess.Popen[str], ctr: image.Container) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, sig)
         for pid in ctr.processes():
-            os.kill(pid, sig)
+            with contextlib.suppress(ProcessLookupError):  # it ended between the listing and the signal
+                os.kill(pid, sig)
         deadline = time.monotonic() + 30
         while (proc.poll() is None or ctr.processes()) and time.monotonic() < deadline:
             time.sleep(0.5)
